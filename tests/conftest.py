@@ -1,0 +1,55 @@
+"""Shared pytest fixtures for the whole workspace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+# ---------------------------------------------------------------------------------------
+# Real test servers (owned by tests/services/; logic lives there, not here).
+# Session scoped and lazy: a server starts only when a test first asks for its fixture,
+# on a free 127.0.0.1 port, and is stopped at the end of the session. A server that this
+# machine cannot run makes its tests skip with what to install (scripts/services.sh).
+# ---------------------------------------------------------------------------------------
+from tests.services import S3, KafkaMock, Kinesis, Postgres, PubSubEmulator, Tansu
+from tests.services.fixtures import serve
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    """PostgreSQL: .dsn/.url, .host, .port, .user, .password, .dbname, .restart(), .stop()."""
+    yield from serve(Postgres())
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[KafkaMock]:
+    """librdkafka mock cluster (3 brokers): .bootstrap_servers, .create_topic(name, partitions)."""
+    yield from serve(KafkaMock())
+
+
+@pytest.fixture(scope="session")
+def tansu() -> Iterator[Tansu]:
+    """Tansu broker (Admin API, transactions): .bootstrap_servers, .create_topic(name, partitions)."""
+    yield from serve(Tansu())
+
+
+@pytest.fixture(scope="session")
+def pubsub_emulator() -> Iterator[PubSubEmulator]:
+    """Pub/Sub emulator: .host ("127.0.0.1:PORT"), .project_id, .env(); does not set env globally."""
+    yield from serve(PubSubEmulator())
+
+
+@pytest.fixture(scope="session")
+def kinesis() -> Iterator[Kinesis]:
+    """kinesalite: .endpoint_url, .region, dummy credentials, .client()."""
+    yield from serve(Kinesis())
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3]:
+    """moto S3: .endpoint_url, .client(), .create_bucket(name), .delta_storage_options()."""
+    yield from serve(S3())
+
+
+# ------------------------------- end of test servers -----------------------------------
