@@ -89,14 +89,18 @@ class MockCluster:
         self.lib.rd_kafka_mock_group_initial_rebalance_delay_ms(self.mcluster, ms)
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> int:
-        return int(self.lib.rd_kafka_mock_topic_create(self.mcluster, name.encode(), partitions, replication_factor))
+        return int(
+            self.lib.rd_kafka_mock_topic_create(self.mcluster, name.encode(), partitions, replication_factor)
+        )
 
     def delete_topic(self, name: str) -> int:
         return int(self.lib.rd_kafka_mock_topic_delete(self.mcluster, name.encode()))
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         return int(
-            self.lib.rd_kafka_mock_partition_delete_records(self.mcluster, topic.encode(), partition, before_offset)
+            self.lib.rd_kafka_mock_partition_delete_records(
+                self.mcluster, topic.encode(), partition, before_offset
+            )
         )
 
     def set_broker(self, broker_id: int, up: bool) -> int:
@@ -113,7 +117,9 @@ def make_handler(cluster: MockCluster) -> type[BaseHTTPRequestHandler]:
             b["name"], int(b.get("partitions", 1)), int(b.get("replication_factor", 1))
         ),
         "/topics/delete": lambda b: cluster.delete_topic(b["name"]),
-        "/delete_records": lambda b: cluster.delete_records(b["topic"], int(b["partition"]), int(b["before_offset"])),
+        "/delete_records": lambda b: cluster.delete_records(
+            b["topic"], int(b["partition"]), int(b["before_offset"])
+        ),
         "/broker": lambda b: cluster.set_broker(int(b.get("broker_id", -1)), bool(b["up"])),
         "/rtt": lambda b: cluster.set_rtt(int(b.get("broker_id", -1)), int(b["rtt_ms"])),
     }
@@ -170,7 +176,10 @@ def main(argv: list[str] | None = None) -> None:
 
     signal.signal(signal.SIGTERM, shutdown)
     signal.signal(signal.SIGINT, shutdown)
-    print(f"mock kafka cluster: bootstrap_servers={cluster.bootstrap_servers} control=127.0.0.1:{args.port}", flush=True)
+    print(
+        f"mock kafka cluster: bootstrap_servers={cluster.bootstrap_servers} control=127.0.0.1:{args.port}",
+        flush=True,
+    )
     server.serve_forever(poll_interval=0.1)
 
 

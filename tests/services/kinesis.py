@@ -42,7 +42,9 @@ class Kinesis(Service):
 
     def check_available(self) -> None:
         if self.node is None:
-            raise ServiceUnavailable("node not found (kinesalite needs Node.js): `apt-get install nodejs npm`, then `bash scripts/services.sh`")
+            raise ServiceUnavailable(
+                "node not found (kinesalite needs Node.js): `apt-get install nodejs npm`, then `bash scripts/services.sh`"
+            )
         if not (KINESALITE_DIR / "package.json").exists():
             raise ServiceUnavailable(
                 f"kinesalite not installed: `npm install --prefix .tools/kinesalite kinesalite@{KINESALITE_VERSION}` "

@@ -183,7 +183,9 @@ class Postgres(Service):
         )
         pwfile.unlink()
         if done.returncode != 0:
-            raise ServiceStartError(f"initdb failed ({done.returncode}):\n{done.stdout.decode(errors='replace')}")
+            raise ServiceStartError(
+                f"initdb failed ({done.returncode}):\n{done.stdout.decode(errors='replace')}"
+            )
 
     def command(self) -> Sequence[str]:
         assert self.bin_dir is not None and self.tmpdir is not None
@@ -204,7 +206,20 @@ class Postgres(Service):
         if not pg_isready.exists():
             pg_isready = Path(shutil.which("pg_isready") or "pg_isready")
         done = subprocess.run(
-            [str(pg_isready), "-q", "-h", self.host, "-p", str(self.port), "-t", "1", "-d", self.dbname, "-U", self.user],
+            [
+                str(pg_isready),
+                "-q",
+                "-h",
+                self.host,
+                "-p",
+                str(self.port),
+                "-t",
+                "1",
+                "-d",
+                self.dbname,
+                "-U",
+                self.user,
+            ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

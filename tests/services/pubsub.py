@@ -75,7 +75,9 @@ class PubSubEmulator(Service):
         if self.binary is None:
             raise ServiceUnavailable(INSTALL_HINT)
         if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-            raise ServiceUnavailable("java not found (the Pub/Sub emulator needs Java 17+): `apt-get install openjdk-17-jre-headless`")
+            raise ServiceUnavailable(
+                "java not found (the Pub/Sub emulator needs Java 17+): `apt-get install openjdk-17-jre-headless`"
+            )
 
     def command(self) -> Sequence[str]:
         return [str(self.binary), f"--host={self.bind_host}", f"--port={self.port}"]

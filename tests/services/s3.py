@@ -36,7 +36,9 @@ class S3(Service):
 
     def check_available(self) -> None:
         if find_spec("moto") is None or find_spec("flask") is None:
-            raise ServiceUnavailable('moto server not installed: `pip install "moto[server]"` (requirements-dev.txt)')
+            raise ServiceUnavailable(
+                'moto server not installed: `pip install "moto[server]"` (requirements-dev.txt)'
+            )
 
     def command(self) -> Sequence[str]:
         return [sys.executable, "-m", "moto.server", "-H", self.bind_host, "-p", str(self.port)]
