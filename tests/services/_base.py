@@ -10,10 +10,13 @@ an error carrying the log's tail when start-up fails.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import shutil
 import signal
 import socket
+import sys
 import subprocess
 import tempfile
 import time
@@ -107,6 +110,26 @@ def stop_process(proc: subprocess.Popen[Any], *, sig: int = signal.SIGTERM, time
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking Linux to SIGKILL the child when our process dies (PR_SET_PDEATHSIG).
+
+    So a server does not outlive a test run that was itself killed (no teardown ran).
+    ``None`` where prctl is not available.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+    return preexec
+
+
 def log_tail(path: Path | None, lines: int = 40) -> str:
     if path is None or not path.exists():
         return "(no log)"
@@ -124,12 +147,18 @@ class Service:
 
     Use as a context manager (``with PubSubEmulator() as ps: ...``) or call :meth:`start` /
     :meth:`stop`. :meth:`restart` stops and relaunches on the same port and temp dir.
+    ``stop(cleanup=False)`` stops only the process (an outage); a later :meth:`start` brings it
+    back on the same port with the same data. Tests sharing a session fixture should use that
+    (or :meth:`restart`), never a plain ``stop()``.
     """
 
     name: str = "service"
     bind_host: str = "127.0.0.1"
     stop_signal: int = signal.SIGTERM
     stop_timeout: float = 10.0
+    #: SIGKILL the server when the process that started it dies (Linux). Note: the kernel ties
+    #: this to the *thread* that started it, so start services from a long-lived thread.
+    die_with_parent: bool = True
 
     def __init__(self, *, port: int | None = None, startup_timeout: float = 60.0) -> None:
         self._requested_port = port
@@ -171,6 +200,9 @@ class Service:
     def start(self) -> Self:
         if self.running:
             return self
+        if self.tmpdir is not None:  # stopped with cleanup=False: come back on the same port
+            self._launch()
+            return self
         self.check_available()
         t0 = time.monotonic()
         self.tmpdir = Path(tempfile.mkdtemp(prefix=f"headrace-{self.name}-"))
@@ -207,6 +239,7 @@ class Service:
                 env=self.environment(),
                 cwd=self.tmpdir,
                 start_new_session=True,
+                preexec_fn=_die_with_parent() if self.die_with_parent else None,
                 **self.popen_kwargs(),
             )
         proc = self.proc
@@ -238,12 +271,17 @@ class Service:
         self._launch()
         return self
 
-    def stop(self) -> None:
-        """Stop the process (if running) and remove the temp dir. Safe to call twice."""
+    def stop(self, cleanup: bool = True) -> None:
+        """Stop the process (if running) and, unless ``cleanup=False``, remove the temp dir.
+
+        Safe to call twice. After ``stop(cleanup=False)``, :meth:`start` relaunches the server on
+        the same port with the same data.
+        """
         try:
             self._terminate()
         finally:
-            self._cleanup()
+            if cleanup:
+                self._cleanup()
 
     def _cleanup(self) -> None:
         if self.tmpdir is not None:

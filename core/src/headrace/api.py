@@ -1,0 +1,282 @@
+"""The fluent reader/writer, in PySpark's shape with snake_case names::
+
+    import headrace as hr
+
+    q = (hr.read_stream.format("rate-micro-batch").option("rowsPerBatch", 1000).load()
+           .map_batches(lambda t: t)                      # pyarrow.Table in, pyarrow.Table out
+           .write_stream.format("memory").query_name("out")
+           .output_mode("append").option("checkpointLocation", "/tmp/chk")
+           .trigger(available_now=True).start())
+    q.await_termination()
+    hr.memory_table("out")                                # -> pyarrow.Table
+
+Builders are immutable: every call returns a new one, so a half-built reader can be reused.
+Options are validated when ``load()`` / ``start()`` is called, before any I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError, OptionProblem, OptionsError
+from headrace.options import Duration
+from headrace.plugins import registry
+from headrace.progress import QueryProgress
+from headrace.query import SourcePlan, StreamingQuery, Transform, Trigger
+
+__all__ = ["DataStreamReader", "DataStreamWriter", "StreamFrame", "read_stream"]
+
+# Options the engine consumes itself on the writer side (not passed to the sink's schema).
+ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName")
+# Sinks that run without a checkpointLocation (a temporary one is used), as in Spark.
+_NO_CHECKPOINT_NEEDED = {"memory", "console", "noop", "foreach_batch"}
+
+
+def _merge(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    lower = {k.lower(): k for k in out}
+    for k, v in new.items():
+        if k.lower() in lower:
+            del out[lower[k.lower()]]
+        out[k] = v
+        lower[k.lower()] = k
+    return out
+
+
+def parse_schema(schema: pa.Schema | str) -> pa.Schema:
+    """A ``pyarrow.Schema``, or a DDL string like ``"a INT, b STRING, c TIMESTAMP"``."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    from headrace.types import ddl_to_schema
+
+    return ddl_to_schema(schema)
+
+
+@dataclass(frozen=True)
+class DataStreamReader:
+    """Builds a streaming source: ``format(...).option(...).schema(...).load(path)``."""
+
+    _format: str | None = None
+    _options: Mapping[str, Any] = field(default_factory=dict)
+    _schema: pa.Schema | None = None
+
+    def format(self, source: str) -> DataStreamReader:
+        """The connector name (``"delta"``, ``"kafka"``, ``"cloudFiles"``, ``"rate"``...)."""
+        return replace(self, _format=source)
+
+    def option(self, key: str, value: Any) -> DataStreamReader:
+        return replace(self, _options=_merge(self._options, {key: value}))
+
+    def options(self, options: Mapping[str, Any] | None = None, /, **kwargs: Any) -> DataStreamReader:
+        return replace(self, _options=_merge(self._options, {**(options or {}), **kwargs}))
+
+    def schema(self, schema: pa.Schema | str) -> DataStreamReader:
+        """The schema to read with (a pyarrow.Schema or a DDL string), for sources that take one."""
+        return replace(self, _schema=parse_schema(schema))
+
+    def load(self, path: str | None = None) -> StreamFrame:
+        """Validate the options (raising ``OptionsError`` before any I/O) and return the stream."""
+        if not self._format:
+            raise HeadraceError("read_stream needs a format: read_stream.format('delta')...; see `headrace connectors`")
+        spec = registry().get(self._format)
+        raw = dict(self._options)
+        if path is not None:
+            raw = _merge(raw, {"path": path})
+        if spec.source is None:
+            raise HeadraceError(
+                f"connector '{spec.name}' cannot be read from (it is a sink only); "
+                f"connectors with sources: {', '.join(s.name for s in registry().specs() if s.source)}"
+            )
+        opts = spec.source_options.parse(raw, connector=spec.name, role="source")
+        plan = SourcePlan(
+            connector=spec.name,
+            options=opts,
+            source_class=type,  # resolved at start(): importing the class imports its client library
+            user_schema=self._schema,
+            path=str(raw.get("path")) if raw.get("path") is not None else None,
+        )
+        return StreamFrame((plan,), ())
+
+
+@dataclass(frozen=True)
+class StreamFrame:
+    """A stream of Arrow record batches (the result of ``read_stream...load()``)."""
+
+    _sources: tuple[SourcePlan, ...]
+    _transforms: tuple[Transform, ...]
+
+    def map_batches(self, fn: Callable[[pa.Table], pa.Table]) -> StreamFrame:
+        """Apply ``fn`` to every record batch (as a ``pyarrow.Table``); it returns a Table.
+
+        Runs in the reading threads, so it must be thread-safe. Like Spark's ``mapInArrow``.
+        """
+        return replace(self, _transforms=(*self._transforms, fn))
+
+    def filter(self, predicate: Callable[[pa.Table], Any]) -> StreamFrame:
+        """Keep the rows where ``predicate(table)`` (a boolean Arrow array) is true."""
+        return self.map_batches(lambda t: t.filter(predicate(t)))
+
+    def union(self, other: StreamFrame) -> StreamFrame:
+        """Both streams' rows (schemas must match), with offsets for each source checkpointed."""
+        if self._transforms or other._transforms:
+            raise HeadraceError("union() streams before map_batches(); apply the transform after the union")
+        return StreamFrame((*self._sources, *other._sources), ())
+
+    @property
+    def write_stream(self) -> DataStreamWriter:
+        return DataStreamWriter(self)
+
+
+def _compose(transforms: tuple[Transform, ...]) -> Transform | None:
+    if not transforms:
+        return None
+    if len(transforms) == 1:
+        return transforms[0]
+
+    def composed(t: pa.Table) -> pa.Table:
+        for fn in transforms:
+            t = fn(t)
+        return t
+
+    return composed
+
+
+@dataclass(frozen=True)
+class DataStreamWriter:
+    """Builds and starts a query: ``format(...).option(...).trigger(...).start(path)``."""
+
+    _frame: StreamFrame
+    _format: str | None = None
+    _options: Mapping[str, Any] = field(default_factory=dict)
+    _output_mode: str = "append"
+    _name: str | None = None
+    _trigger: Trigger = field(default_factory=Trigger)
+    _foreach_batch: Callable[[pa.Table, int], None] | None = None
+    _partition_by: tuple[str, ...] = ()
+    _progress_callbacks: tuple[Callable[[QueryProgress], None], ...] = ()
+
+    def format(self, sink: str) -> DataStreamWriter:
+        return replace(self, _format=sink)
+
+    def option(self, key: str, value: Any) -> DataStreamWriter:
+        return replace(self, _options=_merge(self._options, {key: value}))
+
+    def options(self, options: Mapping[str, Any] | None = None, /, **kwargs: Any) -> DataStreamWriter:
+        return replace(self, _options=_merge(self._options, {**(options or {}), **kwargs}))
+
+    def output_mode(self, mode: str) -> DataStreamWriter:
+        """``append`` (default), ``complete`` or ``update``, as the sink supports."""
+        m = mode.lower()
+        if m not in ("append", "complete", "update"):
+            raise HeadraceError(f"output mode {mode!r} is not one of append, complete, update")
+        return replace(self, _output_mode=m)
+
+    def query_name(self, name: str) -> DataStreamWriter:
+        return replace(self, _name=name)
+
+    def partition_by(self, *cols: str) -> DataStreamWriter:
+        """Partition columns, for sinks that have them (passed as the ``partitionBy`` option)."""
+        return replace(self, _partition_by=tuple(cols))
+
+    def trigger(
+        self,
+        *,
+        processing_time: str | float | None = None,
+        once: bool | None = None,
+        available_now: bool | None = None,
+        real_time: str | float | None = None,
+    ) -> DataStreamWriter:
+        """Set the trigger; give exactly one. Durations like ``"10 seconds"`` or seconds."""
+        given = {k: v for k, v in dict(processing_time=processing_time, once=once, available_now=available_now,
+                                       real_time=real_time).items() if v not in (None, False)}  # fmt: skip
+        if len(given) != 1:
+            raise HeadraceError(
+                f"trigger() takes exactly one of processing_time, once, available_now, real_time; got {sorted(given) or 'none'}"
+            )
+        kind, value = next(iter(given.items()))
+        interval = 0.0
+        if kind in ("processing_time", "real_time"):
+            try:
+                interval = Duration().parse(value)
+            except ValueError as e:
+                raise HeadraceError(f"trigger({kind}=...): {e}") from None
+            if kind == "real_time" and interval <= 0:
+                raise HeadraceError("trigger(real_time=...) needs a positive interval, e.g. '5 minutes'")
+        return replace(self, _trigger=Trigger(kind, interval))
+
+    def foreach_batch(self, fn: Callable[[pa.Table, int], None]) -> DataStreamWriter:
+        """Call ``fn(table, batch_id)`` with each whole micro-batch as a sink.
+
+        ``fn`` may be called again with the same ``batch_id`` after a crash: make it
+        idempotent (e.g. a Delta merge, or skip batch ids already written) for exactly-once.
+        """
+        return replace(self, _foreach_batch=fn, _format="foreach_batch")
+
+    def on_progress(self, fn: Callable[[QueryProgress], None]) -> DataStreamWriter:
+        """Call ``fn(progress)`` after every batch (on the query's thread)."""
+        return replace(self, _progress_callbacks=(*self._progress_callbacks, fn))
+
+    def start(self, path: str | None = None) -> StreamingQuery:
+        """Validate every option (source and sink, all problems at once), then open the
+        checkpoint, build source and sink, and start the query in a background thread."""
+        query = self._build(path)
+        return query.start()
+
+    def _build(self, path: str | None) -> StreamingQuery:
+        if not self._format:
+            raise HeadraceError("write_stream needs a format: .format('delta') (or foreach_batch(fn))")
+        raw = dict(self._options)
+        if path is not None:
+            raw = _merge(raw, {"path": path})
+        if self._partition_by:
+            raw = _merge(raw, {"partitionBy": ",".join(self._partition_by)})
+        lower = {k.lower(): v for k, v in raw.items()}
+        name = self._name or str(lower.get("queryname") or "")
+        checkpoint = lower.get("checkpointlocation")
+        reg = registry()
+        spec = reg.get(self._format)
+        if self._foreach_batch is not None:
+            raw = _merge(raw, {"function": self._foreach_batch})
+        if spec.name == "memory":
+            raw = _merge(raw, {"queryName": name})
+        sink_raw = {k: v for k, v in raw.items() if k.lower() not in {o.lower() for o in ENGINE_WRITER_OPTIONS}}
+        if spec.name == "memory":
+            sink_raw["queryName"] = name
+        problems = []
+        try:
+            sink_opts = spec.sink_options.parse(sink_raw, connector=spec.name, role="sink")
+        except OptionsError as e:
+            problems = e.problems
+        if checkpoint is None and spec.name not in _NO_CHECKPOINT_NEEDED:
+            problems.append(
+                OptionProblem("checkpointLocation", f"is required for sink '{spec.name}' (a folder for the query's progress)")
+            )
+        if problems:
+            raise OptionsError(spec.name, "sink", problems)
+        if spec.sink is None:
+            raise HeadraceError(f"connector '{spec.name}' cannot be written to (it is a source only)")
+        sink_class = spec.load_sink()
+        plans = []
+        for plan in self._frame._sources:
+            src_spec = reg.get(plan.connector)
+            plans.append(replace(plan, source_class=src_spec.load_source()))
+        return StreamingQuery(
+            name=name,
+            sources=plans,
+            transform=_compose(self._frame._transforms),
+            sink_connector=spec.name,
+            sink_class=sink_class,
+            sink_options=sink_opts,
+            output_mode=self._output_mode,
+            trigger=self._trigger,
+            checkpoint_location=str(checkpoint) if checkpoint is not None else None,
+            progress_callbacks=self._progress_callbacks,
+        )
+
+
+read_stream = DataStreamReader()
+"""The entry point: ``hr.read_stream.format(...)``."""

@@ -1,0 +1,314 @@
+"""The checkpoint: a write-ahead offsets log, a commits log, metadata and connector state.
+
+Layout (like Spark's)::
+
+    <location>/
+      metadata            {"version": 1, "id": <query id>, "name": ..., "sources": [...], "createdAt": ...}
+      offsets/<n>         {"version": 1, "batchId": n, "timestamp": ms, "sources": [{"start": .., "end": ..}]}
+      commits/<n>         {"version": 1, "batchId": n, "timestamp": ms}
+      sources/<i>/...     each source's own state (file index, staged data, schema versions)
+      sinks/0/...         the sink's own state
+      .lock               held (flock) by the running query
+
+Every write is atomic: a temporary file in the same folder, flushed and fsynced, then renamed
+over the target. ``offsets/<n>`` is written before batch ``n`` reads any data and
+``commits/<n>`` after the sink committed it, so a batch with an offsets entry and no commits
+entry is replayed over the same range with the same batch id. Only the last
+``retain`` batches are kept (Spark's ``minBatchesToRetain``, 100), so the log's size and the
+cost of a batch do not grow with history.
+
+A checkpoint written by another query (a different query name, or a different set of sources)
+is refused, never silently reused; so is a corrupt entry, with the file named.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from headrace.errors import CheckpointError
+from headrace.protocols import Offset
+
+__all__ = ["Checkpoint", "OffsetEntry", "atomic_write"]
+
+FORMAT_VERSION = 1
+
+
+def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass(frozen=True)
+class OffsetEntry:
+    """One ``offsets/<n>`` entry: per source, where the batch starts and ends.
+
+    ``ends`` items are ``None`` for a real-time batch still running (its end is written when the
+    interval closes).
+    """
+
+    batch_id: int
+    starts: list[Offset]
+    ends: list[Offset | None]
+    timestamp_ms: int
+    real_time: bool = False
+
+    def to_json(self) -> bytes:
+        doc = {
+            "version": FORMAT_VERSION,
+            "batchId": self.batch_id,
+            "timestamp": self.timestamp_ms,
+            "realTime": self.real_time,
+            "sources": [{"start": s, "end": e} for s, e in zip(self.starts, self.ends, strict=True)],
+        }
+        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> OffsetEntry:
+        srcs = data["sources"]
+        return cls(
+            batch_id=int(data["batchId"]),
+            starts=[s["start"] for s in srcs],
+            ends=[s["end"] for s in srcs],
+            timestamp_ms=int(data.get("timestamp", 0)),
+            real_time=bool(data.get("realTime", False)),
+        )
+
+
+class Checkpoint:
+    """A checkpoint folder on the local file system.
+
+    Create it, then ``open(...)`` once per query run (takes the lock, creates or verifies the
+    metadata), then use ``write_offsets`` / ``write_commit`` per batch.
+    """
+
+    def __init__(self, location: str, *, retain: int = 100, durable: bool = True) -> None:
+        if "://" in location and not location.startswith("file://"):
+            raise CheckpointError(
+                f"checkpointLocation {location!r}: only local paths are supported for checkpoints so far; "
+                "use a local folder (the data itself may live on object storage)"
+            )
+        self.location = os.path.abspath(location.removeprefix("file://"))
+        self.retain = max(1, retain)
+        self.durable = durable
+        self._lock_fd: int | None = None
+        self.metadata: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ paths
+    def _p(self, *parts: str) -> str:
+        return os.path.join(self.location, *parts)
+
+    def source_state_path(self, index: int) -> str:
+        path = self._p("sources", str(index))
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def sink_state_path(self) -> str:
+        path = self._p("sinks", "0")
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    # ------------------------------------------------------------------ open / close
+    def open(self, *, name: str, sources: list[dict[str, Any]], sink: dict[str, Any]) -> dict[str, Any]:
+        """Lock the checkpoint and create or verify its metadata; returns the metadata.
+
+        ``sources`` describes each source (``{"connector": ..., "path": ...}``); a checkpoint
+        whose metadata lists different sources, or another query name, is refused.
+        """
+        os.makedirs(self._p("offsets"), exist_ok=True)
+        os.makedirs(self._p("commits"), exist_ok=True)
+        self._lock()
+        try:
+            meta_path = self._p("metadata")
+            meta = self._read_json(meta_path)
+            if meta is None:
+                meta = {
+                    "version": FORMAT_VERSION,
+                    "id": str(uuid.uuid4()),
+                    "name": name,
+                    "sources": sources,
+                    "sink": sink,
+                    "createdAt": int(time.time() * 1000),
+                }
+                atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode(), durable=self.durable)
+            else:
+                self._verify(meta, name=name, sources=sources)
+            self.metadata = meta
+            return meta
+        except BaseException:
+            self.close()
+            raise
+
+    def _verify(self, meta: dict[str, Any], *, name: str, sources: list[dict[str, Any]]) -> None:
+        where = f"checkpoint {self.location}"
+        fix = "use a new checkpointLocation for a different query (or delete this folder to start over)"
+        if int(meta.get("version", 0)) > FORMAT_VERSION:
+            raise CheckpointError(
+                f"{where} has format version {meta.get('version')}, newer than this headrace understands "
+                f"({FORMAT_VERSION}); upgrade headrace"
+            )
+        if "id" not in meta or "sources" not in meta:
+            raise CheckpointError(f"{where}: metadata is not a headrace checkpoint (no id/sources); {fix}")
+        old_name = meta.get("name") or ""
+        if old_name and name and old_name != name:
+            raise CheckpointError(f"{where} belongs to query '{old_name}', not '{name}'; {fix}")
+
+        def describe(ss: list[dict[str, Any]]) -> str:
+            return ", ".join(f"{s.get('connector')}" + (f" at {s['path']}" if s.get("path") else "") for s in ss) or "nothing"
+
+        def norm(ss: list[dict[str, Any]]) -> list[tuple[str, str]]:
+            return [(str(s.get("connector", "")).lower(), str(s.get("path") or "")) for s in ss]
+
+        if norm(meta["sources"]) != norm(sources):
+            raise CheckpointError(
+                f"{where} was written by a query reading {describe(meta['sources'])}; this query reads "
+                f"{describe(sources)}. A checkpoint cannot be reused with other sources; {fix}"
+            )
+
+    def _lock(self) -> None:
+        fd = os.open(self._p(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise CheckpointError(
+                f"checkpoint {self.location} is in use by another running query (pid {holder}); "
+                "stop that query first, or give this one another checkpointLocation"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._lock_fd = fd
+
+    def close(self) -> None:
+        """Release the lock. Idempotent."""
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ------------------------------------------------------------------ log
+    def _read_json(self, path: str) -> dict[str, Any] | None:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        try:
+            doc = json.loads(raw)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            return doc
+        except ValueError as e:
+            raise CheckpointError(
+                f"checkpoint entry {path} is corrupt ({e}); it was not written by headrace's atomic writer. "
+                "Restore it, or roll back with `headrace checkpoint reset <dir> --to-batch N`"
+            ) from None
+
+    def _ids(self, folder: str) -> list[int]:
+        out = []
+        for n in os.listdir(self._p(folder)):
+            if n.isdigit():
+                out.append(int(n))
+        return sorted(out)
+
+    def batch_ids(self) -> list[int]:
+        """Batch ids with an offsets entry, ascending."""
+        return self._ids("offsets")
+
+    def committed_ids(self) -> list[int]:
+        return self._ids("commits")
+
+    def latest(self) -> tuple[OffsetEntry | None, bool]:
+        """The last offsets entry and whether it is committed. Called once per query run."""
+        ids = self.batch_ids()
+        if not ids:
+            return None, False
+        entry = self.read_offsets(ids[-1])
+        return entry, os.path.exists(self._p("commits", str(ids[-1])))
+
+    def read_offsets(self, batch_id: int) -> OffsetEntry:
+        path = self._p("offsets", str(batch_id))
+        doc = self._read_json(path)
+        if doc is None:
+            raise CheckpointError(f"checkpoint {self.location} has no offsets entry for batch {batch_id}")
+        try:
+            return OffsetEntry.from_json(doc)
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"checkpoint entry {path} is malformed ({type(e).__name__}: {e})") from None
+
+    def write_offsets(self, entry: OffsetEntry) -> None:
+        """Write-ahead: record the batch's range before reading it. Called once per batch."""
+        atomic_write(self._p("offsets", str(entry.batch_id)), entry.to_json(), durable=self.durable)
+
+    def write_commit(self, batch_id: int, info: dict[str, Any] | None = None) -> None:
+        """Record that batch ``batch_id`` is committed in the sink. Called once per batch."""
+        doc = {"version": FORMAT_VERSION, "batchId": batch_id, "timestamp": int(time.time() * 1000), **(info or {})}
+        atomic_write(self._p("commits", str(batch_id)), json.dumps(doc).encode(), durable=self.durable)
+        old = batch_id - self.retain
+        if old >= 0:
+            # one old batch drops out per new batch: constant work per batch
+            for folder in ("offsets", "commits"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._p(folder, str(old)))
+
+    def is_committed(self, batch_id: int) -> bool:
+        return os.path.exists(self._p("commits", str(batch_id)))
+
+    def reset_to(self, batch_id: int) -> list[int]:
+        """Forget every batch after ``batch_id`` (the next run continues after it). Returns the
+        batch ids removed. Refuses while a query holds the lock."""
+        self._lock()
+        try:
+            removed = sorted({i for i in self.batch_ids() + self.committed_ids() if i > batch_id})
+            if batch_id >= 0 and batch_id not in self.batch_ids():
+                raise CheckpointError(
+                    f"checkpoint {self.location} has no batch {batch_id}; batches kept: "
+                    f"{self.batch_ids()[:1] + ['...'] + self.batch_ids()[-1:] if self.batch_ids() else 'none'}"
+                )
+            for i in removed:
+                for folder in ("commits", "offsets"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._p(folder, str(i)))
+            return removed
+        finally:
+            self.close()
+
+    def describe(self) -> dict[str, Any]:
+        """A summary for ``headrace checkpoint show``."""
+        meta = self._read_json(self._p("metadata")) or {}
+        ids = self.batch_ids() if os.path.isdir(self._p("offsets")) else []
+        committed = set(self.committed_ids()) if os.path.isdir(self._p("commits")) else set()
+        last = self.read_offsets(ids[-1]) if ids else None
+        return {
+            "location": self.location,
+            "metadata": meta,
+            "batches": len(ids),
+            "firstBatch": ids[0] if ids else None,
+            "lastBatch": ids[-1] if ids else None,
+            "lastCommitted": max(committed) if committed else None,
+            "pendingReplay": bool(ids) and ids[-1] not in committed,
+            "lastOffsets": (
+                [{"start": s, "end": e} for s, e in zip(last.starts, last.ends, strict=True)] if last else None
+            ),
+        }

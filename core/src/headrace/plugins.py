@@ -1,0 +1,302 @@
+"""Plugin discovery: pluggy hookspecs, the ``headrace`` entry-point group, the connector registry.
+
+A plugin is a distribution with one entry point in the ``headrace`` group whose value is a
+small module of hook implementations::
+
+    [project.entry-points.headrace]
+    kafka = "headrace_kafka._plugin"
+
+    # headrace_kafka/_plugin.py  -- must not import confluent_kafka
+    from headrace.plugins import ConnectorSpec, hookimpl
+    from headrace_kafka._options import SOURCE_OPTIONS, SINK_OPTIONS
+
+    @hookimpl
+    def headrace_connectors():
+        return [ConnectorSpec(name="kafka", source="headrace_kafka.source:KafkaSource",
+                              sink="headrace_kafka.sink:KafkaSink", source_options=SOURCE_OPTIONS,
+                              sink_options=SINK_OPTIONS, requires=("confluent_kafka",),
+                              install_hint="pip install headrace-kafka")]
+
+The registry loads entry points lazily, on the first lookup, and imports a connector's class
+(and so its client library) only when the connector is used. A plugin module that fails to
+import is remembered and reported when one of its connectors (or its entry-point name) is
+asked for; other plugins keep working. Two plugins claiming one connector name is an error
+naming both distributions, raised when that name is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import threading
+import traceback
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from headrace.errors import ConnectorNotFoundError, PluginError
+from headrace.options import OptionSchema, suggest
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ConnectorSpec",
+    "HeadraceHookSpecs",
+    "Registry",
+    "hookimpl",
+    "hookspec",
+    "registry",
+]
+
+ENTRY_POINT_GROUP = "headrace"
+hookspec = pluggy.HookspecMarker("headrace")
+hookimpl = pluggy.HookimplMarker("headrace")
+
+
+@dataclass(frozen=True)
+class ConnectorSpec:
+    """What a plugin says about one connector. Cheap to build: no client library imported.
+
+    ``source`` / ``sink`` are lazy ``"module:Class"`` paths. ``requires`` lists the import
+    names of the client libraries the classes need; when one is missing the error says
+    ``install_hint``.
+    """
+
+    name: str
+    source: str | None = None
+    sink: str | None = None
+    source_options: OptionSchema = field(default_factory=OptionSchema)
+    sink_options: OptionSchema = field(default_factory=OptionSchema)
+    aliases: tuple[str, ...] = ()
+    description: str = ""
+    install_hint: str = ""
+    requires: tuple[str, ...] = ()
+    distribution: str = ""
+
+    def missing_requirements(self) -> list[str]:
+        """Import names in ``requires`` that are not installed (checked without importing them)."""
+        return [r for r in self.requires if importlib.util.find_spec(r) is None]
+
+    def load_source(self) -> type:
+        """Import and return the source class. Called once per query start."""
+        if not self.source:
+            raise PluginError(f"connector '{self.name}' has no source; it can only be written to")
+        return self._load(self.source)
+
+    def load_sink(self) -> type:
+        """Import and return the sink class. Called once per query start."""
+        if not self.sink:
+            raise PluginError(f"connector '{self.name}' has no sink; it can only be read from")
+        return self._load(self.sink)
+
+    def _load(self, path: str) -> type:
+        missing = self.missing_requirements()
+        if missing:
+            hint = self.install_hint or f"pip install {' '.join(missing)}"
+            raise PluginError(
+                f"connector '{self.name}' needs {', '.join(missing)}, which is not installed; fix: {hint}"
+            )
+        module_name, _, attr = path.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+            return getattr(module, attr)  # type: ignore[no-any-return]
+        except ImportError as e:
+            hint = self.install_hint or "reinstall the plugin"
+            raise PluginError(f"connector '{self.name}': cannot import {path} ({e}); fix: {hint}") from e
+        except AttributeError as e:
+            raise PluginError(
+                f"connector '{self.name}': {module_name} has no {attr!r}; the plugin "
+                f"{self.distribution or ''} is broken, report it to its authors"
+            ) from e
+
+
+class HeadraceHookSpecs:
+    """The hooks a headrace plugin may implement (all optional)."""
+
+    @hookspec
+    def headrace_connectors(self) -> list[ConnectorSpec]:  # type: ignore[empty-body]
+        """Return the connectors this plugin provides.
+
+        Called once per process, the first time any connector is looked up. Must be cheap and
+        must not import client libraries.
+        """
+
+    @hookspec(historic=True)
+    def headrace_addhooks(self, pluginmanager: pluggy.PluginManager) -> None:
+        """Add hookspecs of your own (``pluginmanager.add_hookspecs(module)``), e.g. for plugins
+        of your plugin. Called once when your plugin module is registered."""
+
+    @hookspec
+    def headrace_query_started(self, event: dict[str, Any]) -> None:
+        """Called once when a query starts, after its checkpoint is opened, with ``id``,
+        ``runId``, ``name``, ``timestamp`` and the ``deliveryGuarantee``. Must not raise."""
+
+    @hookspec
+    def headrace_query_progress(self, progress: dict[str, Any]) -> None:
+        """Called after every batch with the progress report (``QueryProgress.to_dict()``), on
+        the query's thread: keep it quick."""
+
+    @hookspec
+    def headrace_query_terminated(self, event: dict[str, Any]) -> None:
+        """Called once when a query ends, with ``id``, ``runId`` and ``exception`` (a string or
+        None)."""
+
+
+@dataclass
+class _Entry:
+    spec: ConnectorSpec
+    distribution: str
+
+
+@dataclass
+class _Broken:
+    name: str
+    distribution: str
+    error: str
+
+
+class Registry:
+    """Installed connectors, found through the ``headrace`` entry-point group.
+
+    Use :func:`registry` for the process-wide instance. ``register_module`` adds a plugin module
+    by hand (tests, or an application's private connectors).
+    """
+
+    def __init__(self, *, load_entry_points: bool = True) -> None:
+        self.pm = pluggy.PluginManager("headrace")
+        self.pm.add_hookspecs(HeadraceHookSpecs)
+        self.pm.hook.headrace_addhooks.call_historic(kwargs={"pluginmanager": self.pm})
+        self._load_entry_points = load_entry_points
+        self._loaded = False
+        self._lock = threading.RLock()
+        self._connectors: dict[str, _Entry] = {}
+        self._duplicates: dict[str, list[str]] = {}
+        self._broken: list[_Broken] = []
+
+    # ------------------------------------------------------------------ loading
+    def _ensure_loaded(self) -> None:
+        with self._lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            if self._load_entry_points:
+                for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                    dist = ep.dist.name if ep.dist is not None else "?"
+                    try:
+                        module = ep.load()
+                    except Exception as e:
+                        self._broken.append(_Broken(ep.name, dist, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+                        continue
+                    self._register(module, dist, ep.name)
+
+    def register_module(self, module: ModuleType | object, distribution: str = "(registered by hand)") -> None:
+        """Register a plugin module or object with ``@hookimpl`` functions."""
+        self._ensure_loaded()
+        with self._lock:
+            self._register(module, distribution, getattr(module, "__name__", repr(module)))
+
+    def _register(self, module: ModuleType | object, dist: str, name: str) -> None:
+        try:
+            self.pm.register(module, name=f"{dist}:{name}")
+            hook = getattr(module, "headrace_connectors", None)
+            specs = list(hook() or ()) if hook is not None else []
+        except Exception as e:
+            self._broken.append(_Broken(name, dist, f"{type(e).__name__}: {e}"))
+            return
+        for spec in specs:
+            self._add(spec, dist)
+
+    def _add(self, spec: ConnectorSpec, dist: str) -> None:
+        spec = ConnectorSpec(**{**spec.__dict__, "distribution": spec.distribution or dist})
+        for key in {spec.name.lower(), *(a.lower() for a in spec.aliases)}:
+            other = self._connectors.get(key)
+            if other is not None and other.spec is not spec and other.distribution != dist:
+                self._duplicates.setdefault(key, [other.distribution]).append(dist)
+                continue
+            self._connectors[key] = _Entry(spec, dist)
+
+    # ------------------------------------------------------------------ lookup
+    def get(self, name: str) -> ConnectorSpec:
+        """The connector called ``name`` (case-insensitive; aliases too).
+
+        Raises :class:`ConnectorNotFoundError` listing what is installed, with a suggestion, or
+        :class:`PluginError` for a duplicate name or a plugin that failed to load.
+        """
+        self._ensure_loaded()
+        key = name.lower()
+        if key in self._duplicates:
+            dists = " and ".join(sorted(set(self._duplicates[key])))
+            raise PluginError(
+                f"connector name '{name}' is provided by more than one distribution: {dists}; "
+                "uninstall one of them (pip uninstall ...)"
+            )
+        entry = self._connectors.get(key)
+        if entry is not None:
+            return entry.spec
+        for b in self._broken:
+            if b.name.lower() == key or key in b.error.lower().split("\n", 1)[0]:
+                raise PluginError(
+                    f"the plugin '{b.name}' from {b.distribution} failed to load, so connector '{name}' "
+                    f"is unavailable: {b.error.splitlines()[0]}; fix: reinstall it (pip install --force-reinstall {b.distribution})"
+                )
+        names = self.names()
+        hint = suggest(name, names)
+        msg = f"no connector named '{name}'"
+        if hint:
+            msg += f" (did you mean '{hint}'?)"
+        msg += f"; installed: {', '.join(names) or 'none'}"
+        if self._broken:
+            msg += f"; plugins that failed to load: {', '.join(f'{b.name} ({b.distribution})' for b in self._broken)}"
+        msg += f". Connectors are plugins: pip install headrace-{name.lower()} if it exists."
+        raise ConnectorNotFoundError(msg)
+
+    def names(self) -> list[str]:
+        """Canonical names of the installed connectors, sorted."""
+        self._ensure_loaded()
+        return sorted({e.spec.name for e in self._connectors.values()}, key=str.lower)
+
+    def specs(self) -> list[ConnectorSpec]:
+        self._ensure_loaded()
+        seen: dict[str, ConnectorSpec] = {}
+        for e in self._connectors.values():
+            seen.setdefault(e.spec.name, e.spec)
+        return [seen[n] for n in sorted(seen, key=str.lower)]
+
+    def broken(self) -> list[tuple[str, str, str]]:
+        """Plugins that failed to load: (entry-point name, distribution, error)."""
+        self._ensure_loaded()
+        return [(b.name, b.distribution, b.error) for b in self._broken]
+
+    def duplicates(self) -> dict[str, list[str]]:
+        self._ensure_loaded()
+        return {k: sorted(set(v)) for k, v in self._duplicates.items()}
+
+    @property
+    def hook(self) -> Any:
+        """The pluggy hook relay (``registry().hook.headrace_query_progress(progress=...)``)."""
+        self._ensure_loaded()
+        return self.pm.hook
+
+
+_registry: Registry | None = None
+_registry_lock = threading.Lock()
+
+
+def registry() -> Registry:
+    """The process-wide registry (created on first use; entry points load lazily)."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            _registry = Registry()
+        return _registry
+
+
+def register_listener(listener: object) -> None:
+    """Register an object with ``headrace_query_*`` hookimpls as a query listener."""
+    registry().pm.register(listener)
+
+
+def unregister_listener(listener: object) -> None:
+    registry().pm.unregister(listener)

@@ -1,0 +1,282 @@
+"""The contracts between the engine and connectors: Source, Sink and what flows between them.
+
+The shapes mirror PySpark 4's ``DataSourceStreamReader`` / ``DataSourceStreamWriter`` so that
+``headrace.spark`` can expose any connector to Spark with a thin adapter:
+
+=========================  =========================================
+headrace                    PySpark 4
+=========================  =========================================
+``Source.initial_offset``   ``DataSourceStreamReader.initialOffset``
+``Source.latest_offset``    ``latestOffset(start, limit)``
+``Source.default_read_limit``  ``getDefaultReadLimit``
+``Source.prepare_for_available_now``  ``SupportsTriggerAvailableNow``
+``Source.partitions``       ``partitions(start, end)``
+``Source.read``             ``read(partition)`` (yields Arrow batches)
+``Source.commit``           ``commit(end)``
+``Sink.write``              ``DataSourceStreamArrowWriter.write``
+``Sink.commit`` / ``abort``  ``commit(messages, batchId)`` / ``abort``
+=========================  =========================================
+
+Offsets are JSON-serialisable dicts of primitives, compared only by the source that made them
+(and by the engine for equality: ``end == start`` means "no new data").
+
+Life cycle, as the engine drives it (see ``headrace.query``)::
+
+    source = SourceClass(options, context)          # once per query run, on the driver
+    start = checkpoint end or source.initial_offset()
+    loop:
+        end = source.latest_offset(start, limit)    # once per trigger
+        (offsets/<n> written)
+        for p in source.partitions(start, end):     # once per batch
+            source.read(p)                          # once per partition, maybe in a thread,
+                                                    # maybe in another process (pickled)
+        sink.write(n, batches) -> message           # one or more times per batch
+        sink.commit(n, messages)                    # once per batch, maybe again on replay
+        (commits/<n> written)
+        source.commit(end)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from headrace.options import Options
+
+__all__ = [
+    "CommitMessage",
+    "Offset",
+    "Partition",
+    "ReadLimit",
+    "RealTimeChunk",
+    "Sink",
+    "SinkContext",
+    "Source",
+    "SourceContext",
+]
+
+Offset = dict[str, Any]
+"""A JSON-serialisable dict of primitives (str, int, float, bool, None, lists and dicts of them)."""
+
+
+class Partition:
+    """One unit of read work of a batch. Subclasses are usually frozen dataclasses.
+
+    Must be picklable: the engine may read it in a thread, and ``headrace.spark`` ships it to
+    a Spark executor.
+    """
+
+
+class CommitMessage:
+    """What ``Sink.write`` returns for ``Sink.commit`` to finish. Must be picklable."""
+
+
+@dataclass(frozen=True)
+class ReadLimit:
+    """Admission control for one batch (Spark's ``ReadLimit``).
+
+    A source honours the limits that make sense for it (files, bytes, rows/offsets) and ignores
+    the others. ``max_bytes`` is soft: a batch may go over it so that the stream always
+    advances. ``min_rows`` with ``max_trigger_delay`` (seconds) asks the source to wait for at
+    least that many new rows, unless the last batch was that long ago (Kafka's
+    ``minOffsetsPerTrigger`` / ``maxTriggerDelay``).
+    """
+
+    max_files: int | None = None
+    max_bytes: int | None = None
+    max_rows: int | None = None
+    min_rows: int | None = None
+    max_trigger_delay: float | None = None
+
+    @classmethod
+    def all_available(cls) -> ReadLimit:
+        """No limit: everything available now."""
+        return cls()
+
+    @property
+    def is_all_available(self) -> bool:
+        return self.max_files is None and self.max_bytes is None and self.max_rows is None and self.min_rows is None
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What the engine tells a source when it creates it.
+
+    ``state_path`` is the source's own folder in the checkpoint (``sources/<i>``), created
+    before the source is, for state such as a file index or staged data. It is ``None`` when
+    the source is created outside a query (``headrace describe``, contract tests of offsets).
+    """
+
+    query_id: str = ""
+    run_id: str = ""
+    source_index: int = 0
+    state_path: str | None = None
+    user_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What the engine tells a sink when it creates it.
+
+    ``query_id`` is stable across restarts of the same checkpoint (use it, with the batch id,
+    to make commits idempotent). ``state_path`` is the sink's folder in the checkpoint
+    (``sinks/0``), or ``None`` without a checkpoint.
+    """
+
+    query_id: str = ""
+    run_id: str = ""
+    query_name: str = ""
+    output_mode: str = "append"
+    state_path: str | None = None
+    schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class RealTimeChunk:
+    """A few records read in real-time mode, with the offset just after them.
+
+    ``source_times_ms`` holds, per row, when the record entered the source system (e.g. the
+    Kafka message timestamp) in epoch milliseconds, for the latency metrics; empty if unknown.
+    """
+
+    data: pa.RecordBatch
+    offset: Offset
+    source_times_ms: Sequence[float] = field(default=())
+
+
+class Source:
+    """A streaming source. Subclass it (or implement the same methods).
+
+    Class attributes declare what the source guarantees:
+
+    - ``replayable``: reading the same ``[start, end)`` again gives the same rows. Needed for
+      exactly-once.
+    - ``supports_real_time``: implements ``read_real_time`` for ``trigger(real_time=...)``.
+
+    The constructor is called once per query run, on the driver, with validated options; it may
+    connect to the service. It must not read data.
+    """
+
+    replayable: ClassVar[bool] = True
+    supports_real_time: ClassVar[bool] = False
+
+    def __init__(self, options: Options, context: SourceContext) -> None:
+        self.options = options
+        self.context = context
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the rows. Called after construction, before the first batch;
+        may be refined after a restart (e.g. schema evolution)."""
+        raise NotImplementedError(f"{type(self).__name__} must define schema")
+
+    def initial_offset(self) -> Offset:
+        """Where a new stream starts. Called once, only when the checkpoint has no batch yet."""
+        raise NotImplementedError(f"{type(self).__name__} must define initial_offset")
+
+    def default_read_limit(self) -> ReadLimit:
+        """The limit from the source's rate options (``maxFilesPerTrigger``, ...). Called once per run."""
+        return ReadLimit.all_available()
+
+    def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        """The end of the next batch, given where it starts and the admission limit.
+
+        Called once per trigger, on the driver. Returning ``start`` means there is no new data.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define latest_offset")
+
+    def prepare_for_available_now(self) -> bool:
+        """Called once when a query starts with ``trigger(available_now=True)``.
+
+        A source that supports it records what is available now and from then on never returns
+        a ``latest_offset`` beyond that, and returns True. The default returns False: the
+        engine then runs a single batch with no read limit, as Spark does.
+        """
+        return False
+
+    def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
+        """Split ``[start, end)`` into units of read work; ``[]`` when ``start == end``.
+
+        Called once per batch (and again for the same range when a batch is replayed), on the
+        driver. The result must be picklable.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define partitions")
+
+    def read(self, partition: Partition) -> Iterator[pa.RecordBatch]:
+        """Read one partition's rows, each batch with exactly ``self.schema``.
+
+        Called once per partition per batch, possibly in a worker thread or on a Spark executor
+        (on a pickled copy of the source): it must not depend on state changed after
+        ``partitions``. Deterministic for a given partition when ``replayable``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define read")
+
+    def read_real_time(self, start: Offset, stop: Any) -> Iterator[RealTimeChunk]:
+        """Yield records as they arrive, from ``start``, until ``stop`` (a ``threading.Event``)
+        is set. Called once per real-time batch; only when ``supports_real_time``. Must return
+        promptly (within ~100 ms) once ``stop`` is set."""
+        raise NotImplementedError(f"{type(self).__name__} does not support the real-time trigger")
+
+    def commit(self, end: Offset) -> None:
+        """Everything up to ``end`` is durably processed: acknowledge upstream, clean up.
+
+        Called once per batch after the batch is committed, on the driver. May be a no-op.
+        """
+
+    def metrics(self, latest: Offset) -> Mapping[str, Any]:
+        """Backlog metrics for the progress report (``numFilesOutstanding``, ...), given the
+        end of the batch just run. Called once per batch; keep it cheap."""
+        return {}
+
+    def close(self) -> None:
+        """Release connections and threads. Called once when the query stops; idempotent."""
+
+
+class Sink:
+    """A streaming sink. Subclass it (or implement the same methods).
+
+    Class attributes declare what the sink guarantees:
+
+    - ``idempotent_commit``: committing the same batch id twice (after a crash and replay)
+      writes its rows once. With a replayable source this gives exactly-once.
+    - ``supports_real_time``: ``write`` hands each record batch on as soon as it gets it, so it
+      can serve ``trigger(real_time=...)``.
+    - ``output_modes``: the output modes it accepts.
+
+    The constructor is called once per query run, on the driver (and, under Spark, once per
+    task on the executors: it must be cheap and must not write).
+    """
+
+    idempotent_commit: ClassVar[bool] = False
+    supports_real_time: ClassVar[bool] = False
+    output_modes: ClassVar[tuple[str, ...]] = ("append",)
+
+    def __init__(self, options: Options, context: SinkContext) -> None:
+        self.options = options
+        self.context = context
+
+    def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> CommitMessage | None:
+        """Write (or stage) one share of a batch and return what ``commit`` needs.
+
+        Called one or more times per batch (once per Spark task under ``headrace.spark``,
+        once per batch in the local engine), possibly in a worker thread or another process.
+        Nothing written here may become visible before ``commit`` unless the sink is
+        at-least-once. The result must be picklable.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define write")
+
+    def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
+        """Make the batch visible. Called once per batch on the driver with every ``write``'s
+        message; called again with the same ``batch_id`` when a batch is replayed after a
+        crash, and must then not duplicate rows if ``idempotent_commit``."""
+
+    def abort(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
+        """Discard what the batch staged. Called at most once per failed batch; messages of
+        writes that failed are ``None``. Best effort."""
+
+    def close(self) -> None:
+        """Release connections. Called once when the query stops; idempotent."""
