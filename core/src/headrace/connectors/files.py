@@ -75,8 +75,9 @@ class FilesSink(Sink):
                 partitioning=self.partition_by or None,
                 partitioning_flavor="hive" if self.partition_by else None,
                 basename_template="f-{i}." + self.ext,
-                max_rows_per_file=1 << 40,
+                max_rows_per_file=0,
                 max_rows_per_group=1 << 20,
+                min_rows_per_group=0,
                 existing_data_behavior="overwrite_or_ignore",
             )
         return _Staged(folder, rows)
