@@ -1,0 +1,527 @@
+"""``KafkaSource``: topics read over checkpointed offset ranges, like Spark's Kafka source.
+
+Offsets are ``{"topic": {"partition": next_offset}}`` (Spark's JSON shape) and live only in the
+checkpoint: the source never joins a consumer group nor commits offsets; every read ``assign``\\ s
+explicit offsets. A batch ``[start, end)`` becomes one read partition per topic-partition range
+(more with ``minPartitions`` / ``maxRecordsPerPartition``); a read stops exactly at its end offset,
+so a replayed batch reads the same records.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from headrace.errors import DataLossError, HeadraceError
+from headrace.options import Options
+from headrace.protocols import Offset, Partition, ReadLimit, RealTimeChunk, Source, SourceContext
+from headrace_kafka._arrow import schema, to_record_batch
+from headrace_kafka._client import TP, KafkaClientError, Metadata, consumer_config, redact_servers
+
+__all__ = ["KafkaPartition", "KafkaSource"]
+
+log = logging.getLogger("headrace_kafka.source")
+
+_CONSUME_BATCH = 10_000
+_DATA_LOSS_FIX = "set failOnDataLoss=false to skip what is gone and continue, or start a new checkpoint"
+
+
+@dataclass(frozen=True)
+class KafkaPartition(Partition):
+    """Offsets ``[start, end)`` of one topic-partition. Picklable; holds no configuration."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+
+def _flat(offset: Offset) -> dict[TP, int]:
+    return {(t, int(p)): int(o) for t, parts in offset.items() for p, o in parts.items()}
+
+
+def _nested(flat: Mapping[TP, int]) -> Offset:
+    out: dict[str, dict[str, int]] = {}
+    for (t, p), o in sorted(flat.items()):
+        out.setdefault(t, {})[str(p)] = int(o)
+    return out
+
+
+def _ms(value: Any) -> int:
+    """An option value of ``OneOf(Integer, Timestamp)`` as epoch milliseconds."""
+    return int(value) if isinstance(value, int) else int(value.timestamp() * 1000)
+
+
+class KafkaSource(Source):
+    """Reads Kafka topics. Replayable (ranges of offsets) and real-time capable.
+
+    Created once per query run on the driver; connects lazily (first ``initial_offset`` or
+    ``latest_offset``). ``read`` may run on a pickled copy: the copy carries the validated
+    options (secrets stay wrapped) and opens its own consumers.
+    """
+
+    replayable = True
+    supports_real_time = True
+
+    def __init__(self, options: Options, context: SourceContext) -> None:
+        super().__init__(options, context)
+        self.include_headers: bool = options["includeHeaders"]
+        self.fail_on_data_loss: bool = options["failOnDataLoss"]
+        self.min_partitions: int | None = options["minPartitions"]
+        self.max_records_per_partition: int | None = options["maxRecordsPerPartition"]
+        self.poll_timeout_s: float = options["kafkaConsumer.pollTimeoutMs"] / 1000
+        self._subscribe: list[str] | None = options["subscribe"]
+        pattern = options["subscribePattern"]
+        try:
+            self._pattern = re.compile(pattern) if pattern is not None else None
+        except re.error as e:
+            raise HeadraceError(f"subscribePattern {pattern!r} is not a valid regular expression ({e}); fix the pattern") from None
+        assign = options["assign"]
+        self._assign: list[TP] | None = (
+            sorted((t, int(p)) for t, ps in assign.items() for p in ps) if assign is not None else None
+        )
+        user_group = options.passthrough("kafka.").get("group.id")
+        suffix = context.query_id or uuid.uuid4().hex
+        self.group_id: str = user_group or f"{options['groupIdPrefix']}-{suffix}"
+        self._servers = redact_servers(str(options.reveal("kafka.bootstrap.servers")))
+        self._meta: Metadata | None = None
+        self._ending: dict[TP, int] | None = None
+        self._ending_resolved = False
+        self._available_now: dict[TP, int] | None = None
+        self._prepared_available_now = False
+        self._last_batch_at = time.monotonic()
+        self._last_watermarks: dict[TP, tuple[int, int]] = {}
+        self._local = threading.local()
+        self._consumers: list[Consumer] = []
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ pickling
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for k in ("_meta", "_local", "_consumers", "_lock"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._meta = None
+        self._local = threading.local()
+        self._consumers = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        what = self._subscribe or (self._pattern.pattern if self._pattern else None) or self._assign
+        return f"KafkaSource({what!r}, servers={self._servers!r})"
+
+    # ------------------------------------------------------------------ driver side
+    @property
+    def schema(self) -> pa.Schema:
+        """key, value, topic, partition, offset, timestamp, timestampType (+ headers). Called once per run."""
+        return schema(self.include_headers)
+
+    def _metadata(self) -> Metadata:
+        if self._meta is None:
+            self._meta = Metadata(
+                consumer_config(self.options, self.group_id),
+                retries=self.options["fetchOffset.numRetries"],
+                retry_interval_s=self.options["fetchOffset.retryIntervalMs"] / 1000,
+            )
+        return self._meta
+
+    def _partitions_now(self) -> list[TP]:
+        """The topic-partitions the query reads now (new partitions and topics included)."""
+        if self._assign is not None:
+            return list(self._assign)
+        topics = self._metadata().topics()
+        if self._subscribe is not None:
+            names = [t for t in self._subscribe if t in topics]
+        else:
+            assert self._pattern is not None
+            names = [t for t in topics if self._pattern.fullmatch(t)]
+        return sorted((t, p) for t in names for p in topics[t])
+
+    def _resolve_specific(self, name: str, spec: Mapping[str, Any], tps: list[TP],
+                          wm: Mapping[TP, tuple[int, int]], *, ending: bool) -> dict[TP, int]:  # fmt: skip
+        given = {(t, int(p)): int(o) for t, ps in spec.items() for p, o in ps.items()}
+        missing = [f"{t}-{p}" for t, p in tps if (t, p) not in given]
+        if missing and not ending:
+            raise HeadraceError(
+                f"{name} does not list {', '.join(missing)}; if it contains specific offsets, list every "
+                "topic-partition (-1 for latest, -2 for earliest)"
+            )
+        out: dict[TP, int] = {}
+        for tp, off in given.items():
+            if tp not in wm:
+                raise HeadraceError(
+                    f"{name} names {tp[0]}-{tp[1]}, which does not exist on {self._servers}; fix the topic or partition"
+                )
+            lo, hi = wm[tp]
+            out[tp] = hi if off == -1 else lo if off == -2 else off
+        return out
+
+    def _resolve_by_time(self, name: str, wanted: dict[TP, int], wm: Mapping[TP, tuple[int, int]]) -> dict[TP, int]:
+        found = self._metadata().offsets_for_times(wanted)
+        out: dict[TP, int] = {}
+        strategy = self.options["startingOffsetsByTimestampStrategy"]
+        for tp, ts in wanted.items():
+            off = found.get(tp, -1)
+            if off < 0:
+                if strategy == "latest" or name.startswith("ending"):
+                    off = wm[tp][1]
+                else:
+                    raise HeadraceError(
+                        f"{name}: no record of {tp[0]}-{tp[1]} has a timestamp at or after {ts} (epoch ms); set "
+                        "startingOffsetsByTimestampStrategy=latest to start at the end of such partitions"
+                    )
+            out[tp] = off
+        return out
+
+    def initial_offset(self) -> Offset:
+        """Where a new query starts, resolved to concrete offsets (so the checkpoint holds numbers).
+
+        Called once, only for a new checkpoint. Precedence as in Spark: startingTimestamp, then
+        startingOffsetsByTimestamp, then startingOffsets.
+        """
+        tps = self._partitions_now()
+        meta = self._metadata()
+        wm = meta.watermarks(tps)
+        o = self.options
+        if o["startingTimestamp"] is not None:
+            ts = _ms(o["startingTimestamp"])
+            start = self._resolve_by_time("startingTimestamp", {tp: ts for tp in wm}, wm)
+        elif o["startingOffsetsByTimestamp"] is not None:
+            spec = o["startingOffsetsByTimestamp"]
+            wanted = {(t, int(p)): int(ts) for t, ps in spec.items() for p, ts in ps.items()}
+            missing = [f"{t}-{p}" for t, p in tps if (t, p) not in wanted]
+            if missing:
+                raise HeadraceError(f"startingOffsetsByTimestamp does not list {', '.join(missing)}; list every topic-partition")
+            start = self._resolve_by_time("startingOffsetsByTimestamp", wanted, wm)
+        else:
+            so = o["startingOffsets"]
+            if so == "earliest":
+                start = {tp: lo for tp, (lo, _) in wm.items()}
+            elif so == "latest":
+                start = {tp: hi for tp, (_, hi) in wm.items()}
+            else:
+                start = self._resolve_specific("startingOffsets", so, tps, wm, ending=False)
+        return _nested(start)
+
+    def _ending_offsets(self) -> dict[TP, int] | None:
+        """The bound of a bounded run (endingOffsets*), resolved once, at the first trigger."""
+        if self._ending_resolved:
+            return self._ending
+        self._ending_resolved = True
+        o = self.options
+        if o["endingOffsets"] is None and o["endingOffsetsByTimestamp"] is None and o["endingTimestamp"] is None:
+            return None
+        tps = self._partitions_now()
+        wm = self._metadata().watermarks(tps)
+        if o["endingTimestamp"] is not None:
+            ts = _ms(o["endingTimestamp"])
+            self._ending = self._resolve_by_time("endingTimestamp", {tp: ts for tp in wm}, wm)
+        elif o["endingOffsetsByTimestamp"] is not None:
+            spec = o["endingOffsetsByTimestamp"]
+            wanted = {(t, int(p)): int(ts) for t, ps in spec.items() for p, ts in ps.items()}
+            self._ending = self._resolve_by_time("endingOffsetsByTimestamp", wanted, wm)
+        elif o["endingOffsets"] == "latest":
+            self._ending = {tp: hi for tp, (_, hi) in wm.items()}
+        else:
+            self._ending = self._resolve_specific("endingOffsets", o["endingOffsets"], tps, wm, ending=True)
+        return self._ending
+
+    def default_read_limit(self) -> ReadLimit:
+        """maxOffsetsPerTrigger / minOffsetsPerTrigger + maxTriggerDelay. Called once per run."""
+        o = self.options
+        return ReadLimit(
+            max_rows=o["maxOffsetsPerTrigger"],
+            min_rows=o["minOffsetsPerTrigger"],
+            max_trigger_delay=o["maxTriggerDelay"] if o["minOffsetsPerTrigger"] is not None else None,
+        )
+
+    def prepare_for_available_now(self) -> bool:
+        """Record the end offsets now; later batches never go past them. Called once."""
+        self._prepared_available_now = True
+        return True
+
+    def _data_loss(self, message: str) -> None:
+        if self.fail_on_data_loss:
+            raise DataLossError(f"{message}; {_DATA_LOSS_FIX}")
+        log.warning("%s; skipping it (failOnDataLoss=false)", message)
+
+    def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        """The end of the next batch. Called once per trigger, on the driver.
+
+        Discovers new partitions (and, with a pattern, new topics): they start at offset 0. A
+        topic-partition that disappeared, or whose offsets went backwards, is data loss.
+        """
+        begin = _flat(start)
+        tps = self._partitions_now()
+        wm = self._metadata().watermarks(set(tps) | set(begin))
+        self._last_watermarks = wm
+        latest: dict[TP, int] = {}
+        for tp, s in begin.items():
+            if tp not in wm:
+                self._data_loss(f"{tp[0]}-{tp[1]} no longer exists on {self._servers} (topic or partition deleted) "
+                                f"at offset {s}")  # fmt: skip
+                continue
+            latest[tp] = wm[tp][1]
+        for tp in tps:
+            if tp not in begin and tp in wm:
+                latest[tp] = wm[tp][1]
+        if self._prepared_available_now and self._available_now is None:
+            self._available_now = dict(latest)
+        for bound in (self._available_now, self._ending_offsets()):
+            if bound is not None:
+                latest = {tp: min(hi, bound.get(tp, 0)) for tp, hi in latest.items()}
+        # lag per partition, from where the batch starts (new partitions from 0)
+        lag = {tp: max(0, hi - begin.get(tp, 0)) for tp, hi in latest.items()}
+        total = sum(lag.values())
+        if limit.min_rows is not None and total < limit.min_rows:
+            waited = time.monotonic() - self._last_batch_at
+            if limit.max_trigger_delay is None or waited < limit.max_trigger_delay:
+                return start
+        end = dict(latest)
+        if limit.max_rows is not None and total > limit.max_rows:
+            for tp, n in lag.items():
+                share = limit.max_rows * n / total
+                take = int(share) if share >= 1 else (1 if n else 0)  # Spark: floor, but at least 1 when behind
+                end[tp] = begin.get(tp, 0) + take
+        for tp, s in begin.items():  # offsets going backwards: nothing to read, skip ahead (data loss)
+            if tp in end and end[tp] < s:
+                self._data_loss(f"{tp[0]}-{tp[1]}: offsets went back from {s} to {end[tp]} (topic re-created?)")
+        result = _nested({tp: o for tp, o in end.items()})
+        if result != start:
+            self._last_batch_at = time.monotonic()
+        return result
+
+    def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
+        """One read partition per topic-partition range (split by minPartitions /
+        maxRecordsPerPartition). Called once per batch on the driver; deterministic."""
+        begin, stop = _flat(start), _flat(end)
+        ranges = [(tp, begin.get(tp, 0), e) for tp, e in sorted(stop.items()) if e > begin.get(tp, 0)]
+        total = sum(e - s for _, s, e in ranges)
+        out: list[Partition] = []
+        for (t, p), s, e in ranges:
+            pieces = 1
+            if self.min_partitions and len(ranges) < self.min_partitions and total:
+                pieces = max(1, round((e - s) * self.min_partitions / total))
+            if self.max_records_per_partition:
+                pieces = max(pieces, -(-(e - s) // self.max_records_per_partition))
+            pieces = min(pieces, e - s)
+            step, extra = divmod(e - s, pieces)
+            lo = s
+            for k in range(pieces):
+                hi = lo + step + (1 if k < extra else 0)
+                out.append(KafkaPartition(t, p, lo, hi))
+                lo = hi
+        return out
+
+    # ------------------------------------------------------------------ reading
+    def _consumer(self) -> Consumer:
+        c = getattr(self._local, "consumer", None)
+        if c is None:
+            c = Consumer(consumer_config(self.options, self.group_id))
+            self._local.consumer = c
+            with self._lock:
+                self._consumers.append(c)
+        return c
+
+    def _low_watermark(self, consumer: Consumer, t: str, p: int) -> int | None:
+        try:
+            return int(consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)[0])
+        except Exception:
+            return None
+
+    def read(self, partition: Partition) -> Iterator[pa.RecordBatch]:
+        """Read offsets ``[start, end)`` of one topic-partition, stopping exactly at ``end``.
+
+        Called once per read partition per batch, in a worker thread (or on a pickled copy);
+        deterministic: offsets skipped by the broker (compaction, transaction markers) are
+        skipped, offsets deleted by retention are data loss (``failOnDataLoss``).
+        """
+        assert isinstance(partition, KafkaPartition)
+        t, p, end = partition.topic, partition.partition, partition.end
+        consumer = self._consumer()
+        consumer.assign([TopicPartition(t, p, partition.start)])
+        pos = partition.start
+        last_progress = time.monotonic()
+        last_check = last_progress
+        try:
+            while pos < end:
+                msgs = consumer.consume(min(_CONSUME_BATCH, end - pos), timeout=0.2)
+                good: list[Any] = []
+                restart: int | None = None
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                            low = self._low_watermark(consumer, t, p)
+                            if low is None or low <= pos:
+                                raise KafkaClientError(f"reading {t}-{p} at offset {pos}: {err.str()}")
+                            self._data_loss(f"{t}-{p}: offsets {pos}..{min(low, end) - 1} are gone "
+                                            f"(earliest available is {low})")  # fmt: skip
+                            restart = low
+                            break
+                        if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                            self._data_loss(f"{t}-{p} no longer exists (deleted while offsets {pos}..{end - 1} "
+                                            "were being read)")  # fmt: skip
+                            return
+                        raise KafkaClientError(f"reading {t}-{p} at offset {pos} from {self._servers}: {err.str()}")
+                    off = int(m.offset() or 0)
+                    if off >= end:
+                        pos = end
+                        break
+                    if off > pos and not good:
+                        low = self._low_watermark(consumer, t, p)
+                        if low is not None and low > pos:
+                            self._data_loss(f"{t}-{p}: offsets {pos}..{min(low, off) - 1} are gone "
+                                            f"(earliest available is {low})")  # fmt: skip
+                    good.append(m)
+                    pos = off + 1
+                if good:
+                    yield to_record_batch(good, t, p, self.include_headers)
+                    last_progress = time.monotonic()
+                if restart is not None:
+                    pos = int(restart)
+                    if pos >= end:
+                        break
+                    consumer.assign([TopicPartition(t, p, pos)])
+                    continue
+                if not msgs and pos < end:
+                    now = time.monotonic()
+                    position = consumer.position([TopicPartition(t, p)])[0].offset
+                    if position >= end:  # only control records / compacted-away offsets remain
+                        break
+                    if now - last_check > 1.0:
+                        last_check = now
+                        wm = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)
+                        if wm[1] <= pos:
+                            self._data_loss(f"{t}-{p}: offsets {pos}..{end - 1} of this batch are gone (the partition "
+                                            f"now ends at {wm[1]}; topic re-created?)")  # fmt: skip
+                            return
+                    if now - last_progress > self.poll_timeout_s:
+                        raise KafkaClientError(
+                            f"reading {t}-{p}: no record for {self.poll_timeout_s:g} s at offset {pos} (range ends at "
+                            f"{end}) from {self._servers}; check the brokers or raise kafkaConsumer.pollTimeoutMs"
+                        )
+        finally:
+            consumer.unassign()
+
+    def read_real_time(self, start: Offset, stop: Any) -> Iterator[RealTimeChunk]:
+        """Yield records as they arrive, from ``start``, until ``stop`` is set.
+
+        Called once per real-time batch, on the query thread. One low-latency consumer reads every
+        topic-partition; new partitions are picked up about every second. Each chunk holds the
+        records of one topic-partition and the offsets of every partition just after them.
+        """
+        assert isinstance(stop, threading.Event)
+        pos = _flat(start)
+        for tp in self._partitions_now():
+            pos.setdefault(tp, 0)
+        wm = self._metadata().watermarks(pos)
+        for tp in list(pos):
+            if tp not in wm:
+                self._data_loss(f"{tp[0]}-{tp[1]} no longer exists on {self._servers} (topic or partition deleted)")
+                del pos[tp]
+        consumer = Consumer(consumer_config(self.options, self.group_id, low_latency=True))
+        try:
+            consumer.assign([TopicPartition(t, p, o) for (t, p), o in pos.items()])
+            next_discovery = time.monotonic() + 1.0
+            while not stop.is_set():
+                msgs = consumer.consume(_CONSUME_BATCH, timeout=0.02)
+                if msgs:
+                    yield from self._chunks(consumer, msgs, pos)
+                if time.monotonic() >= next_discovery:
+                    next_discovery = time.monotonic() + 1.0
+                    new = [tp for tp in self._partitions_now() if tp not in pos]
+                    if new:
+                        for tp in new:
+                            pos[tp] = 0
+                        consumer.incremental_assign([TopicPartition(t, p, 0) for t, p in new])
+                        yield RealTimeChunk(to_record_batch([], new[0][0], new[0][1], self.include_headers),
+                                            _nested(pos), ())  # fmt: skip
+        finally:
+            consumer.close()
+
+    def _chunks(self, consumer: Consumer, msgs: list[Any], pos: dict[TP, int]) -> Iterator[RealTimeChunk]:
+        group: list[Any] = []
+        key: TP | None = None
+
+        def flush() -> RealTimeChunk:
+            assert key is not None
+            batch = to_record_batch(group, key[0], key[1], self.include_headers)
+            pos[key] = group[-1].offset() + 1
+            times = [float(m.timestamp()[1]) for m in group]
+            return RealTimeChunk(batch, _nested(pos), times)
+
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                t, p = m.topic(), m.partition()
+                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE) and (t, p) in pos:
+                    low = self._low_watermark(consumer, t, p)
+                    if low is not None and low > pos[(t, p)]:
+                        self._data_loss(f"{t}-{p}: offsets {pos[(t, p)]}..{low - 1} are gone (earliest available is {low})")
+                        pos[(t, p)] = low
+                        consumer.seek(TopicPartition(t, p, low))
+                        continue
+                raise KafkaClientError(f"reading {t}-{p} from {self._servers}: {err.str()}")
+            tp = (m.topic(), m.partition())
+            if tp != key and group:
+                yield flush()
+                group = []
+            key = tp
+            group.append(m)
+        if group:
+            yield flush()
+
+    # ------------------------------------------------------------------ progress
+    def metrics(self, latest: Offset) -> Mapping[str, Any]:
+        """Backlog after the batch: per-partition lag and offsets outstanding (Spark's names plus
+        ``offsetsOutstanding`` and ``partitionLag``). Called once per batch; uses the watermarks
+        of the last trigger (one lookup per partition in real-time mode)."""
+        end = _flat(latest)
+        wm = self._last_watermarks
+        if not wm or any(tp not in wm for tp in end):
+            try:
+                wm = self._metadata().watermarks(end)
+            except KafkaClientError:
+                return {}
+        lag = {f"{t}-{p}": max(0, wm[(t, p)][1] - o) for (t, p), o in end.items() if (t, p) in wm}
+        self._last_watermarks = {}
+        if not lag:
+            return {"offsetsOutstanding": 0, "partitionLag": {}}
+        values = list(lag.values())
+        return {
+            "offsetsOutstanding": sum(values),
+            "minOffsetsBehindLatest": min(values),
+            "maxOffsetsBehindLatest": max(values),
+            "avgOffsetsBehindLatest": round(sum(values) / len(values), 1),
+            "partitionLag": lag,
+        }
+
+    def close(self) -> None:
+        """Close every consumer this source opened. Called once when the query stops; idempotent."""
+        with self._lock:
+            consumers, self._consumers = self._consumers, []
+        for c in consumers:
+            try:
+                c.close()
+            except Exception as e:  # pragma: no cover - best effort
+                log.debug("closing a consumer failed: %s", e)
+        if self._meta is not None:
+            meta, self._meta = self._meta, None
+            meta.close()
