@@ -284,7 +284,7 @@ class Checkpoint:
             if batch_id >= 0 and batch_id not in self.batch_ids():
                 raise CheckpointError(
                     f"checkpoint {self.location} has no batch {batch_id}; batches kept: "
-                    f"{self.batch_ids()[:1] + ['...'] + self.batch_ids()[-1:] if self.batch_ids() else 'none'}"
+                    f"{[*self.batch_ids()[:1], '...', *self.batch_ids()[-1:]] if self.batch_ids() else 'none'}"
                 )
             for i in removed:
                 for folder in ("commits", "offsets"):

@@ -40,14 +40,14 @@ class OptionsError(HeadraceError, ValueError):
     Lists every problem at once; ``problems`` holds them one by one.
     """
 
-    def __init__(self, connector: str, role: str, problems: Sequence[OptionProblem]) -> None:
+    def __init__(self, connector: str, role: str, problems: Sequence[OptionProblem], *, hint: str | None = None) -> None:
         self.connector = connector
         self.role = role
         self.problems = list(problems)
         n = len(self.problems)
         lines = [f"invalid options for {role} '{connector}' ({n} problem{'s' if n != 1 else ''}):"]
         lines += [f"  - {p}" for p in self.problems]
-        lines.append(f"Run `headrace describe {connector}` to list its options.")
+        lines.append(hint if hint is not None else f"Run `headrace describe {connector}` to list its options.")
         super().__init__("\n".join(lines))
 
 

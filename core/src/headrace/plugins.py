@@ -101,7 +101,7 @@ class ConnectorSpec:
         module_name, _, attr = path.partition(":")
         try:
             module = importlib.import_module(module_name)
-            return getattr(module, attr)  # type: ignore[no-any-return]
+            return getattr(module, attr)
         except ImportError as e:
             hint = self.install_hint or "reinstall the plugin"
             raise PluginError(f"connector '{self.name}': cannot import {path} ({e}); fix: {hint}") from e

@@ -115,10 +115,10 @@ class QueryProgress:
             num_input_rows=rows,
             input_rows_per_second=_rate(rows, since_last),
             processed_rows_per_second=_rate(rows, total),
-            duration_ms={k: int(round(v * 1000)) for k, v in durations.items()},
+            duration_ms={k: round(v * 1000) for k, v in durations.items()},
             sources=srcs,
             sink=SinkProgress(*sink),
-            batch_duration_ms=int(round(total * 1000)),
+            batch_duration_ms=round(total * 1000),
             latencies={k: latency_summary(v) for k, v in latencies.items()} if latencies else None,
         )
 

@@ -166,6 +166,7 @@ class StreamingQuery:
         self._last_trigger: float | None = None
         self._current_batch: int | None = None
         self._processed_batches = 0
+        self._idle_checks = 0
 
     # ------------------------------------------------------------------ public API
     @property
@@ -219,8 +220,10 @@ class StreamingQuery:
     def process_all_available(self, timeout: float | None = None) -> None:
         """Block until every source has no more data than what has been processed (tests)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        # the second "no new data" check after this call certainly started after it
+        target = self._idle_checks + 2
         while self.is_active:
-            if self._status.get("message") == "Waiting for data to arrive" and not self._status["isTriggerActive"]:
+            if self._idle_checks >= target:
                 return
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"query '{self.name}' did not catch up within {timeout} s")
@@ -308,7 +311,7 @@ class StreamingQuery:
         with contextlib.suppress(Exception):
             hook.headrace_query_started(
                 event={"id": self.id, "runId": self.run_id, "name": self.name, "timestamp": time.time(),
-                       "deliveryGuarantee": self.delivery_guarantee}  # fmt: skip
+                       "deliveryGuarantee": self.delivery_guarantee}
             )
         batch_id: int | None = None
         try:
@@ -325,7 +328,7 @@ class StreamingQuery:
                 hook.headrace_query_terminated(
                     event={"id": self.id, "runId": self.run_id, "name": self.name,
                            "exception": str(self._exception) if self._exception else None,
-                           "lastBatchId": batch_id}  # fmt: skip
+                           "lastBatchId": batch_id}
                 )
             self._terminated.set()
 
@@ -397,6 +400,7 @@ class StreamingQuery:
             t_latest = time.monotonic() - t0
             if all(e == st for e, st in zip(ends, current, strict=True)):
                 self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+                self._idle_checks += 1
                 if kind in ("once", "available_now"):
                     break
                 self._stop.wait(self.trigger.interval if kind == "processing_time" else 0.01)

@@ -36,7 +36,9 @@ _SIMPLE: dict[str, pa.DataType] = {
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
     """Split on ``sep`` outside of <>, () brackets."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    depth = 0
+    cur: list[str] = []
     for ch in text:
         if ch in "<(":
             depth += 1

@@ -11,7 +11,16 @@ import pyarrow as pa
 
 from headrace.errors import HeadraceError
 from headrace.options import Options
-from headrace.protocols import CommitMessage, Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
+from headrace.protocols import (
+    CommitMessage,
+    Offset,
+    Partition,
+    ReadLimit,
+    Sink,
+    SinkContext,
+    Source,
+    SourceContext,
+)
 
 __all__ = ["MemorySink", "MemorySource", "MemoryStream", "memory_stream", "memory_table"]
 

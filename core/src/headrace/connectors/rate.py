@@ -93,10 +93,7 @@ class RateMicroBatchSource(Source):
             self._target = self.total if self.total is not None else begin + self.per_batch
         cap = self._target if self._target is not None else self.total
         n = self.per_batch if limit.max_rows is None else min(self.per_batch, limit.max_rows)
-        if limit.is_all_available and cap is not None:
-            end = cap
-        else:
-            end = begin + n
+        end = cap if limit.is_all_available and cap is not None else begin + n
         if cap is not None:
             end = min(end, cap)
         return {"rows": max(begin, end)}
