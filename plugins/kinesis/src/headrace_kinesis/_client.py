@@ -1,0 +1,142 @@
+"""Building a boto3 Kinesis client from validated options (credentials never logged)."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import boto3
+import botocore.session
+from botocore.config import Config
+from botocore.credentials import RefreshableCredentials
+from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
+
+from headrace.errors import HeadraceError
+from headrace.options import Options
+
+__all__ = ["RETRYABLE_CODES", "StreamRef", "error_code", "make_client", "stream_ref", "with_backoff"]
+
+T = TypeVar("T")
+
+RETRYABLE_CODES = frozenset(
+    {"ProvisionedThroughputExceededException", "LimitExceededException", "ThrottlingException",
+     "KMSThrottlingException", "InternalFailure", "ServiceUnavailable", "InternalServerError"}
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StreamRef:
+    """Which stream, in which region: from streamName or streamARN."""
+
+    name: str
+    region: str | None
+    arn: str | None = None
+
+    def __str__(self) -> str:
+        return self.arn or self.name
+
+
+def stream_ref(options: Options) -> StreamRef:
+    """The stream the options name. ``streamARN`` gives the name and (unless ``region``) the region."""
+    region = options["region"]
+    arn = options["streamARN"]
+    if arn:
+        parts = arn.split(":")
+        return StreamRef(parts[5].split("/", 1)[1], region or parts[3], arn)
+    return StreamRef(options["streamName"], region)
+
+
+def _session(options: Options, region: str | None) -> boto3.Session:
+    key, secret = options.reveal("awsAccessKey"), options.reveal("awsSecretKey")
+    base = boto3.Session(
+        aws_access_key_id=key, aws_secret_access_key=secret,
+        aws_session_token=options.reveal("awsSessionToken"), region_name=region,
+    )  # fmt: skip
+    role = options["roleArn"]
+    if not role:
+        return base
+    sts = base.client("sts", endpoint_url=options["stsEndpoint"], region_name=region or base.region_name or "us-east-1")
+    kwargs: dict[str, Any] = {"RoleArn": role, "RoleSessionName": options["roleSessionName"]}
+    if options["roleExternalId"]:
+        kwargs["ExternalId"] = options.reveal("roleExternalId")
+
+    def refresh() -> dict[str, str]:
+        try:
+            c = sts.assume_role(**kwargs)["Credentials"]
+        except ClientError as e:
+            raise HeadraceError(
+                f"kinesis: cannot assume role {role} ({error_code(e)}: {e.response.get('Error', {}).get('Message', '')}); "
+                "fix: check roleArn / roleExternalId and that the base credentials may call sts:AssumeRole"
+            ) from None
+        return {"access_key": c["AccessKeyId"], "secret_key": c["SecretAccessKey"], "token": c["SessionToken"],
+                "expiry_time": c["Expiration"].isoformat()}  # fmt: skip
+
+    creds = RefreshableCredentials.create_from_metadata(metadata=refresh(), refresh_using=refresh, method="sts-assume-role")
+    core = botocore.session.get_session()
+    core._credentials = creds  # the documented way to plug refreshable credentials into a session
+    return boto3.Session(botocore_session=core, region_name=region)
+
+
+def make_client(options: Options, *, read_timeout: float = 60.0) -> Any:
+    """A Kinesis client for the options' stream, region, endpoint and credentials.
+
+    botocore's own retries are limited (2 attempts); throttling is retried by :func:`with_backoff`.
+    """
+    ref = stream_ref(options)
+    session = _session(options, ref.region)
+    region = ref.region or session.region_name
+    if region is None and not options["endpoint"]:
+        raise HeadraceError(
+            f"kinesis: no AWS region for stream {ref}; fix: set the region option, use streamARN, or set AWS_REGION"
+        )
+    config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=read_timeout,
+                    max_pool_connections=32)  # fmt: skip
+    return session.client("kinesis", region_name=region or "us-east-1", endpoint_url=options["endpoint"], config=config)
+
+
+def error_code(e: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ('' for other exceptions)."""
+    if isinstance(e, ClientError):
+        return str(e.response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def with_backoff(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    attempts: int = 12,
+    base: float = 0.1,
+    cap: float = 5.0,
+    on_retry: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call ``fn``; on throttling (ProvisionedThroughputExceeded, LimitExceeded, ...) or a
+    dropped connection, retry with exponential backoff and full jitter, ``attempts`` times in all.
+
+    Other errors propagate at once. ``what`` names the call in the final error.
+    """
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except ClientError as e:
+            code = error_code(e)
+            if code not in RETRYABLE_CODES or attempt == attempts - 1:
+                if code in RETRYABLE_CODES:
+                    raise HeadraceError(
+                        f"kinesis: {what} still throttled ({code}) after {attempts} attempts; fix: lower the read/write "
+                        "rate (maxFetchRate, minFetchPeriod, maxRecordsPerRequest) or add shards"
+                    ) from e
+                raise
+            if on_retry is not None:
+                on_retry(code)
+        except (EndpointConnectionError, ConnectionError, ReadTimeoutError):
+            if attempt == attempts - 1:
+                raise
+            if on_retry is not None:
+                on_retry("connection")
+        sleep(random.uniform(0, min(cap, base * (2**attempt))))
+    raise AssertionError("unreachable")

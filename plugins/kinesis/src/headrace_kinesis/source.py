@@ -1,0 +1,427 @@
+"""``KinesisSource``: a replayable, per-shard Kinesis Data Streams source with resharding.
+
+How a batch is made (see :mod:`headrace_kinesis._shards` for the offset):
+
+- ``latest_offset`` fetches new records of every readable shard (GetRecords, rate-limited by
+  ``minFetchPeriod`` / ``maxFetchRate``, cut by ``maxFetchDuration`` and the read limit) and keeps
+  them in memory; the end offset holds, per shard, the last sequence number fetched.
+- ``partitions`` gives one :class:`ShardRange` per shard with records: first and last sequence
+  number, inclusive. ``read`` hands out the fetched records; on a replay (after a crash) or on a
+  pickled copy it reads the same range again with an AT_SEQUENCE_NUMBER iterator and stops exactly
+  at the last sequence number, so every replay gives the same rows.
+- A closed shard read to its end is marked ``done``; a child shard is read only from the batch
+  after all its parents are done. The shard list is polled every ``shardFetchInterval``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from headrace.errors import DataLossError, HeadraceError
+from headrace.options import Options
+from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
+from headrace_kinesis._client import StreamRef, error_code, make_client, stream_ref, with_backoff
+from headrace_kinesis._schema import SCHEMA, records_to_batch
+from headrace_kinesis._shards import Position, add_listed, compact, eligible, new_offset, position
+
+__all__ = ["KinesisSource", "ShardRange", "ShardsPartition"]
+
+log = logging.getLogger("headrace.kinesis")
+
+_ITERATOR_MAX_AGE = 270.0  # AWS iterators expire after 300 s
+
+
+@dataclass(frozen=True)
+class ShardRange:
+    """Records of one shard from ``start`` (a position, see :func:`position`) to ``last_seq``
+    inclusive; ``first_seq`` is the first of them when known (else "")."""
+
+    shard_id: str
+    start: Position
+    first_seq: str
+    last_seq: str
+
+
+@dataclass(frozen=True)
+class ShardsPartition(Partition):
+    """The read work of one task: one or more shard ranges (``shardsPerTask``). Picklable."""
+
+    ranges: tuple[ShardRange, ...]
+
+
+@dataclass
+class _Fetch:
+    """One shard's fetch state during ``latest_offset`` (driver only)."""
+
+    shard_id: str
+    start: Position
+    iterator: str | None = None
+    batches: list[pa.RecordBatch] | None = None
+    first_seq: str | None = None
+    last_seq: str | None = None
+    last_ts: int | None = None
+    count: int = 0
+    done: bool = False
+    caught_up: bool = False
+    iterator_ok: bool = True  # the iterator points right after last_seq
+
+
+def _ms(t: Any) -> int:
+    return int(t.timestamp() * 1000) if hasattr(t, "timestamp") else int(float(t) * 1000)
+
+
+class KinesisSource(Source):
+    """Reads a Kinesis data stream; offsets are per-shard sequence numbers (replayable)."""
+
+    replayable = True
+
+    def __init__(self, options: Options, context: SourceContext) -> None:
+        """Called once per query run on the driver; validates nothing further and does no I/O
+        (the client is created on first use)."""
+        super().__init__(options, context)
+        self.ref: StreamRef = stream_ref(options)
+        self.max_per_fetch: int = options["maxRecordsPerFetch"]
+        self.max_rate: float = options["maxFetchRate"] * 1_000_000  # bytes/s per shard
+        self.min_period: float = options["minFetchPeriod"]
+        self.max_duration: float = options["maxFetchDuration"]
+        self.buffer_bytes: int = options["fetchBufferSize"]
+        self.list_interval: float = options["shardFetchInterval"]
+        self.fail_on_data_loss: bool = options["failOnDataLoss"]
+        self.shards_per_task: int = options["shardsPerTask"]
+        self._client: Any = None
+        self._lock = threading.Lock()
+        self._cache: dict[tuple[str, str, str], list[pa.RecordBatch]] = {}
+        self._iters: dict[str, tuple[Position, str, float]] = {}
+        self._next_fetch: dict[str, float] = {}
+        self._behind: dict[str, int] = {}
+        self._last_list = 0.0
+        self._list_due = True
+        self._available_now_ms: int | None = None
+
+    # ------------------------------------------------------------------ plumbing
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickled copy (for ``read`` elsewhere) keeps options and stream only: no client, no cache."""
+        state = self.__dict__.copy()
+        state.update(_client=None, _lock=None, _cache={}, _iters={}, _next_fetch={}, _behind={})
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = make_client(self.options)
+        return self._client
+
+    def _call(self, what: str, fn: Any, **kwargs: Any) -> Any:
+        try:
+            return with_backoff(lambda: fn(**kwargs), what=f"{what} on stream {self.ref}")
+        except HeadraceError:
+            raise
+        except Exception as e:
+            code = error_code(e)
+            if code == "ResourceNotFoundException":
+                raise HeadraceError(
+                    f"kinesis: stream {self.ref} (or one of its shards) not found ({e}); fix: check streamName/streamARN, "
+                    "region and endpoint"
+                ) from e
+            raise
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The fixed Kinesis record schema. Called once after construction."""
+        return SCHEMA
+
+    def _list_shards(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"StreamName": self.ref.name}
+        while True:
+            resp = self._call("ListShards", self.client.list_shards, **kwargs)
+            out.extend(resp.get("Shards", []))
+            token = resp.get("NextToken")
+            if not token:
+                return out
+            kwargs = {"NextToken": token}
+
+    def _list(self, offset: Offset, **kw: Any) -> Offset:
+        after = offset.get("after")
+        shards = self._list_shards()
+        if after is not None:
+            shards = [s for s in shards if s["ShardId"] > after]
+        self._last_list = time.monotonic()
+        self._list_due = False
+        return add_listed(offset, shards, **kw)
+
+    # ------------------------------------------------------------------ offsets
+    def initial_offset(self) -> Offset:
+        """Called once for a new checkpoint: lists the shards and fixes the start of each."""
+        pos = self.options["initialPosition"]
+        start = new_offset(self.ref.name)
+        if pos in ("trim_horizon", "earliest"):
+            return self._list(start)
+        if pos == "at_timestamp":
+            return self._list(start, initial={"at": int(self.options["initialTimestamp"].timestamp() * 1000)})
+        # latest: LATEST iterators now (kept in memory), AT_TIMESTAMP(now) after a restart.
+        now_ms = int(time.time() * 1000)
+        offset = self._list(start, initial={"at": now_ms}, closed_done=True)
+        for sid in eligible(offset):
+            it = self._call("GetShardIterator", self.client.get_shard_iterator, StreamName=self.ref.name,
+                            ShardId=sid, ShardIteratorType="LATEST")["ShardIterator"]  # fmt: skip
+            self._iters[sid] = (("at", str(now_ms)), it, time.monotonic())
+        return offset
+
+    def default_read_limit(self) -> ReadLimit:
+        """``fetchBufferSize`` as a soft byte limit per batch. Called once per run."""
+        return ReadLimit(max_bytes=self.buffer_bytes)
+
+    def prepare_for_available_now(self) -> bool:
+        """Called once for ``trigger(available_now=True)``: records that arrive after now are
+        left for a later query (cut by their arrival time)."""
+        self._available_now_ms = int(time.time() * 1000)
+        return True
+
+    def _iterator(self, sid: str, pos: Position, *, check_at: bool = True) -> tuple[str | None, bool]:
+        """A fresh iterator at ``pos``; for ``after`` positions it starts AT the sequence number so
+        that trimming can be seen (returns True in the second item: skip the first record if it is
+        that sequence number)."""
+        kwargs: dict[str, Any] = {"StreamName": self.ref.name, "ShardId": sid}
+        at_seq = False
+        if pos[0] == "after":
+            kwargs.update(ShardIteratorType="AT_SEQUENCE_NUMBER" if check_at else "AFTER_SEQUENCE_NUMBER",
+                          StartingSequenceNumber=pos[1])  # fmt: skip
+            at_seq = check_at
+        elif pos[0] == "at":
+            kwargs.update(ShardIteratorType="AT_TIMESTAMP", Timestamp=int(pos[1]) / 1000)
+        else:
+            kwargs.update(ShardIteratorType="TRIM_HORIZON")
+        try:
+            return self._call("GetShardIterator", self.client.get_shard_iterator, **kwargs)["ShardIterator"], at_seq
+        except Exception as e:
+            if pos[0] == "at" and error_code(e) == "InvalidArgumentException" and "greater than" in str(e):
+                return None, False  # the timestamp is ahead of the server clock: nothing to read yet
+            raise
+
+    def _data_loss(self, sid: str, what: str) -> None:
+        msg = (f"kinesis: records of stream {self.ref} shard {sid} are gone ({what}); they were probably trimmed by the "
+               "stream's retention period while the query was stopped or behind")  # fmt: skip
+        if self.fail_on_data_loss:
+            raise DataLossError(msg + "; fix: set failOnDataLoss=false to skip them and continue from the oldest retained "
+                                "record, or start a new checkpoint")  # fmt: skip
+        log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+
+    def _get_records(self, f: _Fetch, limit: int) -> tuple[list[dict[str, Any]], int]:
+        """One GetRecords for ``f`` (renewing an expired iterator); returns (records, bytes)."""
+        assert f.iterator is not None
+        try:
+            resp = self._call("GetRecords", self.client.get_records, ShardIterator=f.iterator, Limit=limit)
+        except Exception as e:
+            if error_code(e) != "ExpiredIteratorException":
+                raise
+            log.info("kinesis: iterator of shard %s expired; renewing it", f.shard_id)
+            pos: Position = ("after", f.last_seq) if f.last_seq else f.start
+            f.iterator, _ = self._iterator(f.shard_id, pos, check_at=False)
+            if f.iterator is None:
+                return [], 0
+            return self._get_records(f, limit)
+        records = resp.get("Records", [])
+        f.iterator = resp.get("NextShardIterator")
+        self._behind[f.shard_id] = int(resp.get("MillisBehindLatest", 0) or 0)
+        if f.iterator is None:
+            f.done = True
+        elif not records and not resp.get("MillisBehindLatest"):
+            f.caught_up = True
+        size = sum(len(r["Data"]) + len(r["PartitionKey"]) for r in records)
+        return records, size
+
+    def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        """Fetch new records of every readable shard from ``start`` and return the end.
+
+        Called once per trigger on the driver. Returns ``start`` when nothing is new. The
+        fetched records are kept in memory for ``read`` of the batch that follows.
+        """
+        with self._lock:
+            self._cache.clear()
+            end = copy.deepcopy(start)
+            if self._list_due or time.monotonic() - self._last_list >= self.list_interval:
+                end = self._list(end)
+            shards = eligible(start)
+            fetches = {sid: _Fetch(sid, position(start["shards"][sid]), batches=[]) for sid in shards}
+            now = time.monotonic()
+            for f in fetches.values():
+                cached = self._iters.pop(f.shard_id, None)
+                if cached is not None and cached[0] == f.start and now - cached[2] < _ITERATOR_MAX_AGE:
+                    f.iterator = cached[1]
+            rows_left = limit.max_rows
+            bytes_left = limit.max_bytes
+            deadline = now + self.max_duration
+            active = [f for f in fetches.values() if self._next_fetch.get(f.shard_id, 0.0) <= now]
+            while active:
+                now = time.monotonic()
+                due = [f for f in active if self._next_fetch.get(f.shard_id, 0.0) <= now]
+                if not due:
+                    wait = min(self._next_fetch.get(f.shard_id, 0.0) for f in active) - now
+                    if now + wait > deadline:
+                        break
+                    time.sleep(max(0.0, wait))
+                    continue
+                for f in due:
+                    if rows_left is not None and rows_left <= 0:
+                        break
+                    n, size = self._fetch_once(f, rows_left)
+                    if rows_left is not None:
+                        rows_left -= n
+                    if bytes_left is not None:
+                        bytes_left -= size
+                active = [f for f in active if not (f.done or f.caught_up or not f.iterator_ok)]
+                if (rows_left is not None and rows_left <= 0) or (bytes_left is not None and bytes_left <= 0):
+                    break
+                if time.monotonic() >= deadline:
+                    break
+            for f in fetches.values():
+                st = end["shards"][f.shard_id]
+                if f.last_seq is not None:
+                    st.update(seq=f.last_seq, ts=f.last_ts)
+                    st.pop("at", None)
+                    assert f.first_seq is not None and f.batches is not None
+                    self._cache[(f.shard_id, f.first_seq, f.last_seq)] = f.batches
+                if f.done:
+                    st["done"] = True
+                    self._list_due = True
+                elif f.iterator is not None and f.iterator_ok:
+                    self._iters[f.shard_id] = (position(st), f.iterator, time.monotonic())
+            end = compact(end)
+            return end if end != start else start
+
+    def _fetch_once(self, f: _Fetch, rows_left: int | None) -> tuple[int, int]:
+        """One GetRecords call on ``f`` and its bookkeeping (rate limit, loss check, cut-offs).
+
+        Returns (records kept, bytes fetched)."""
+        skip_seq: str | None = None
+        if f.iterator is None:
+            pos: Position = ("after", f.last_seq) if f.last_seq else f.start
+            f.iterator, at_seq = self._iterator(f.shard_id, pos)
+            if f.iterator is None:
+                f.caught_up = True
+                return 0, 0
+            skip_seq = pos[1] if at_seq else None
+        limit = self.max_per_fetch if rows_left is None else max(1, min(self.max_per_fetch, rows_left + (1 if skip_seq else 0)))
+        records, size = self._get_records(f, limit)
+        t = time.monotonic()
+        self._next_fetch[f.shard_id] = t + max(self.min_period, size / self.max_rate)
+        if skip_seq is not None:
+            if records and records[0]["SequenceNumber"] == skip_seq:
+                records = records[1:]
+            else:
+                self._data_loss(f.shard_id, f"the last record read, sequence number {skip_seq}, is no longer retained")
+        if self._available_now_ms is not None:
+            keep = [r for r in records if _ms(r["ApproximateArrivalTimestamp"]) <= self._available_now_ms]
+            if len(keep) < len(records):
+                records = keep
+                f.caught_up = True
+                f.iterator_ok = False
+                f.done = False
+        if not records:
+            return 0, size
+        assert f.batches is not None
+        f.batches.append(records_to_batch(records, self.ref.name, f.shard_id))
+        if f.first_seq is None:
+            f.first_seq = records[0]["SequenceNumber"]
+        f.last_seq = records[-1]["SequenceNumber"]
+        f.last_ts = _ms(records[-1]["ApproximateArrivalTimestamp"])
+        f.count += len(records)
+        return len(records), size
+
+    # ------------------------------------------------------------------ reading
+    def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
+        """One partition per ``shardsPerTask`` shards with records in ``[start, end)``; ``[]``
+        when nothing was read. Called once per batch on the driver; the result is picklable."""
+        ranges: list[ShardRange] = []
+        for sid, st in end["shards"].items():
+            before = start["shards"].get(sid, {})
+            if not st.get("seq") or before.get("seq") == st["seq"]:
+                continue
+            first = next((k[1] for k in self._cache if k[0] == sid and k[2] == st["seq"]), "")
+            ranges.append(ShardRange(sid, position(before), first, st["seq"]))
+        k = self.shards_per_task
+        return [ShardsPartition(tuple(ranges[i : i + k])) for i in range(0, len(ranges), k)]
+
+    def read(self, partition: Partition) -> Iterator[pa.RecordBatch]:
+        """Yield the partition's records, each batch with exactly :data:`SCHEMA`.
+
+        Called once per partition per batch, maybe in a worker thread or on a pickled copy:
+        the in-memory records of ``latest_offset`` are used when present, else the range is
+        read again from Kinesis (deterministic: same rows, stopping at ``last_seq``).
+        """
+        assert isinstance(partition, ShardsPartition)
+        for r in partition.ranges:
+            with self._lock:
+                batches = self._cache.pop((r.shard_id, r.first_seq, r.last_seq), None)
+            if batches is not None:
+                yield from batches
+            else:
+                yield from self._reread(r)
+
+    def _reread(self, r: ShardRange) -> Iterator[pa.RecordBatch]:
+        last = int(r.last_seq)
+        expect: str | None = None  # the sequence number the first record must have
+        skip_first = False
+        if r.first_seq:
+            it, _ = self._iterator(r.shard_id, ("after", r.first_seq), check_at=True)
+            expect = r.first_seq
+        else:
+            it, at_seq = self._iterator(r.shard_id, r.start, check_at=True)
+            expect, skip_first = (r.start[1], True) if at_seq else (None, False)
+        f = _Fetch(r.shard_id, r.start, iterator=it)
+        checked = expect is None
+        while True:
+            if f.iterator is None:
+                self._data_loss(r.shard_id, f"the shard ended before sequence number {r.last_seq} while replaying a batch")
+                return
+            records, _ = self._get_records(f, self.max_per_fetch)
+            if not checked and records:
+                checked = True
+                if records[0]["SequenceNumber"] == expect:
+                    if skip_first:
+                        records = records[1:]
+                else:
+                    self._data_loss(r.shard_id, f"sequence number {expect} is no longer retained")
+            out = [x for x in records if int(x["SequenceNumber"]) <= last]
+            if out:
+                yield records_to_batch(out, self.ref.name, r.shard_id)
+            if len(out) < len(records) or (out and out[-1]["SequenceNumber"] == r.last_seq):
+                return
+            if not records and (f.done or f.caught_up):
+                self._data_loss(r.shard_id, f"sequence number {r.last_seq} was not found while replaying a batch")
+                return
+
+    def commit(self, end: Offset) -> None:
+        """Nothing to acknowledge: Kinesis keeps records for the retention period. Called once per batch."""
+
+    def metrics(self, latest: Offset) -> Mapping[str, Any]:
+        """Per-shard ``millisBehindLatest`` from the last GetRecords of each shard, and shard counts.
+        Called once per batch; no I/O."""
+        behind = {sid: ms for sid, ms in self._behind.items() if sid in latest["shards"]}
+        return {
+            "avgMsBehindLatest": (sum(behind.values()) / len(behind)) if behind else 0.0,
+            "maxMsBehindLatest": max(behind.values(), default=0),
+            "minMsBehindLatest": min(behind.values(), default=0),
+            "msBehindLatest": behind,
+            "numShards": len(latest["shards"]),
+            "numReadableShards": len(eligible(latest)),
+        }
+
+    def close(self) -> None:
+        """Drop the client and buffered records. Called once when the query stops; idempotent."""
+        self._cache.clear()
+        self._iters.clear()
+        self._client = None
