@@ -1,0 +1,44 @@
+"""Which PostgreSQL errors are transient, and the backoff between retries."""
+
+from __future__ import annotations
+
+import random
+
+import psycopg
+
+__all__ = ["TRANSIENT_SQLSTATES", "backoff", "is_transient"]
+
+TRANSIENT_SQLSTATES = frozenset(
+    {
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "53300",  # too_many_connections
+        "53400",  # configuration_limit_exceeded
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now (starting up, recovering)
+        "55P03",  # lock_not_available
+        "08000", "08001", "08003", "08004", "08006", "08007", "08P01",  # connection exceptions
+    }
+)  # fmt: skip
+"""SQLSTATEs retried with backoff (the class 08 connection errors, deadlocks, throttling)."""
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for errors worth retrying on a fresh connection: lost connections, server
+    shutdown/restart, deadlock, serialization failure, too many connections."""
+    if isinstance(error, psycopg.Error):
+        state = getattr(error, "sqlstate", None)
+        if state is not None:
+            return state in TRANSIENT_SQLSTATES or state.startswith("08")
+        # no SQLSTATE: raised by the client (connection refused, closed, reset, timeout)
+        return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
+    return isinstance(error, ConnectionError | TimeoutError)
+
+
+def backoff(attempt: int, *, base: float = 0.05, cap: float = 5.0, rng: random.Random | None = None) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...): exponential with full jitter,
+    at least ``base / 2``, at most ``cap``."""
+    r = rng or random
+    ceiling = min(cap, base * (2 ** (attempt - 1)))
+    return max(base / 2, r.uniform(0, ceiling))

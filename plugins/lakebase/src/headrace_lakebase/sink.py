@@ -1,0 +1,329 @@
+"""``LakebaseSink``: batched, exactly-once upserts (or inserts) into PostgreSQL.
+
+Per ``write`` (one per micro-batch in the local engine, one per task under Spark):
+
+1. On first use, check the table (create it from the data's Arrow schema when missing),
+   resolve the upsert keys (``upsertkey`` must equal the primary key; unset: the primary key,
+   or plain inserts without one) and create the bookkeeping table.
+2. Ask the bookkeeping table how many input rows this writer already wrote in this batch (a
+   replay after a crash) and skip them.
+3. Cut the input into chunks of ``batchsize`` rows, or fewer when the oldest buffered row is
+   ``batchinterval`` old, in a bounded buffer (back-pressure). A flusher thread writes each
+   chunk in one transaction: record the chunk in the bookkeeping table (skip it if recorded),
+   COPY (binary) into a temporary staging table, then one ``INSERT ... SELECT ... ON CONFLICT
+   (keys) DO UPDATE``; without keys, COPY straight into the table. Rows of a chunk are collapsed
+   to the last per key and sorted by key first.
+4. Transient errors (lost connection, admin shutdown, deadlock, serialization failure, too many
+   connections) reconnect and retry the chunk with exponential backoff and jitter, up to
+   ``maxRetries`` times; then the query fails, and a restart resumes from the bookkeeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import sys
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import psycopg
+import pyarrow as pa
+from psycopg.types.json import Json, Jsonb
+
+from headrace.errors import HeadraceError, UnsupportedError
+from headrace.options import Options
+from headrace.protocols import CommitMessage, Sink, SinkContext
+from headrace_lakebase.bookkeeping import Bookkeeping
+from headrace_lakebase.buffer import Chunk, ChunkBuffer
+from headrace_lakebase.connection import Conn, Connector, params_from_options
+from headrace_lakebase.copy_binary import SIGNATURE, TRAILER, encode_rows
+from headrace_lakebase.dedupe import last_per_key_sorted
+from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
+
+__all__ = ["LakebaseCommitMessage", "LakebaseSink"]
+
+log = logging.getLogger("headrace_lakebase")
+
+
+@dataclass(frozen=True)
+class LakebaseCommitMessage(CommitMessage):
+    """What one ``write`` did: its writer id, input rows, rows skipped as already written
+    (replay), chunks flushed. Picklable."""
+
+    writer: str
+    rows: int
+    skipped: int
+    chunks: int
+
+
+class LakebaseSink(Sink):
+    """The ``lakebase`` / ``postgresql`` sink. See the module docstring and the README.
+
+    Exactly-once per (query id, batch id, writer, chunk) through the bookkeeping table, with a
+    replayable source. Rows become visible chunk by chunk during ``write`` (as in Lakebase's
+    sink), so ``abort`` cannot take them back; the replay after a restart completes the batch.
+    """
+
+    idempotent_commit: ClassVar[bool] = True
+    supports_real_time: ClassVar[bool] = True
+    output_modes: ClassVar[tuple[str, ...]] = ("append", "update")
+
+    def __init__(self, options: Options, context: SinkContext) -> None:
+        """Called once per query run on the driver (and once per task under Spark). No I/O:
+        the first connection is made by the first ``write`` or ``commit``."""
+        super().__init__(options, context)
+        if context.output_mode not in self.output_modes:
+            raise UnsupportedError(
+                f"lakebase: output mode {context.output_mode!r} is not supported (the table would have to be "
+                "replaced every batch); use output_mode('append') or output_mode('update'), which both upsert"
+            )
+        self.table = options["dbtable"]
+        self.batch_size: int = options["batchsize"]
+        self.interval: float = options["batchinterval"]
+        self.upsert_key: list[str] | None = options["upsertkey"]
+        self._connector = Connector(
+            lambda: params_from_options(options),
+            max_retries=options["maxRetries"],
+            connect_timeout=options["connectTimeout"],
+            what=f"writing to {self.table}",
+        )
+        self._bk = Bookkeeping(self.table.schema, str(self.table), context.query_id or context.run_id)
+        self._conn: Conn | None = None
+        self._staged_conn: Conn | None = None
+        self._plan: TablePlan | None = None
+        self._plan_schema: pa.Schema | None = None
+        self._bk_ready = False
+        self._lock = threading.Lock()
+        self._closed = False
+        self._rows_written = 0
+        self._chunks_written = 0
+        self._rows_skipped = 0
+
+    def __repr__(self) -> str:
+        return f"LakebaseSink(dbtable={self.table}, keys={self.upsert_key}, batchsize={self.batch_size})"
+
+    # ------------------------------------------------------------------ preparation
+    def _ensure_plan(self, schema: pa.Schema) -> TablePlan:
+        if self._plan is not None and self._plan_schema == schema:
+            return self._plan
+
+        def prepare(conn: Conn) -> TablePlan:
+            plan = plan_table(conn, self.table, schema, self.upsert_key)
+            if not self._bk_ready:
+                self._bk.ensure(conn)
+            return plan
+
+        self._conn, plan = self._connector.run(self._conn, prepare)
+        self._bk_ready = True
+        if plan.created:
+            log.info("lakebase: created table %s (%s)", self.table,
+                     ", ".join(f"{n}" for n in plan.columns) + (f"; primary key {', '.join(plan.keys)}" if plan.keys else ""))  # fmt: skip
+        self._plan, self._plan_schema = plan, schema
+        return plan
+
+    @staticmethod
+    def _task() -> str:
+        """The Spark partition id when running in a Spark task, else ``local``."""
+        if "pyspark" in sys.modules:
+            with contextlib.suppress(Exception):
+                from pyspark import TaskContext
+
+                ctx = TaskContext.get()
+                if ctx is not None:
+                    return f"p{ctx.partitionId()}"
+        return "local"
+
+    @classmethod
+    def writer_id(cls, first: pa.RecordBatch) -> str:
+        """``<task>:<hash of the first input row>``: the same on a replay of the same range (a
+        replayable source yields the same rows), different for the writers of one batch."""
+        row = first.slice(0, 1).to_pylist()[0]
+        digest = hashlib.sha1(json.dumps(row, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return f"{cls._task()}:{digest}"
+
+    # ------------------------------------------------------------------ write
+    def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> LakebaseCommitMessage:
+        """Write one share of batch ``batch_id``, chunk by chunk, and return what was done.
+
+        Called once per batch by the local engine (once per task under Spark, in the task's
+        process); in real-time mode ``data`` is live and this returns when the long batch ends,
+        flushing by ``batchsize`` and ``batchinterval`` meanwhile. The returned message is
+        picklable. Raises on a non-transient error or when retries run out.
+        """
+        with self._lock:
+            if self._closed:
+                raise HeadraceError("lakebase: write() on a closed sink; create a new one")
+            it = iter(data)
+            first = next((b for b in it if b.num_rows), None)
+            if first is None:
+                return LakebaseCommitMessage("", 0, 0, 0)
+            plan = self._ensure_plan(first.schema)
+            writer = self.writer_id(first)
+            self._conn, (done, next_chunk) = self._connector.run(
+                self._conn, lambda c: self._bk.progress(c, batch_id, writer)
+            )
+            if done:
+                log.info("lakebase: batch %d writer %s replayed: skipping %d rows already written", batch_id, writer, done)
+            buffer = ChunkBuffer(batch_size=self.batch_size, interval=self.interval, skip=done, first_chunk=next_chunk)
+            failure: list[BaseException] = []
+            stopping = threading.Event()
+            counts = [0, 0]  # rows, chunks
+
+            def flush_all() -> None:
+                try:
+                    while (chunk := buffer.next_chunk()) is not None:
+                        if self._flush(plan, batch_id, writer, chunk, stopping):
+                            counts[0] += chunk.num_rows
+                            counts[1] += 1
+                except BaseException as e:
+                    failure.append(e)
+                    buffer.fail(e)
+
+            flusher = threading.Thread(target=flush_all, name=f"headrace-lakebase-flush-{batch_id}", daemon=True)
+            flusher.start()
+            total = 0
+            try:
+                for b in self._chain(first, it, first.schema):
+                    total += b.num_rows
+                    buffer.add(b)
+            except BaseException:
+                stopping.set()
+                buffer.fail(HeadraceError("lakebase: write cancelled"))
+                buffer.close()
+                flusher.join()
+                raise
+            buffer.close()
+            flusher.join()
+            if failure:
+                raise failure[0]
+            self._rows_written += counts[0]
+            self._chunks_written += counts[1]
+            self._rows_skipped += min(done, total)
+            return LakebaseCommitMessage(writer, total, min(done, total), counts[1])
+
+    @staticmethod
+    def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        yield first
+        for b in rest:
+            if not b.num_rows:
+                continue
+            if b.schema != schema:
+                try:
+                    b = b.select(schema.names).cast(schema)
+                except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                    raise SchemaMismatchError(
+                        f"lakebase: the data's schema changed within a batch (from {schema} to {b.schema}); "
+                        "keep one schema per query, or restart the query after the change"
+                    ) from e
+            yield b
+
+    def _flush(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
+        """Write one chunk in one transaction (with retries). False when it was already recorded."""
+        table = pa.Table.from_batches(chunk.batches).select(list(plan.columns))
+        if plan.keys:
+            table = last_per_key_sorted(table, plan.keys)
+        payload = SIGNATURE + encode_rows(table, list(plan.oids)) + TRAILER if plan.fast else None
+        rows = None if plan.fast else _python_rows(table, plan.oids)
+
+        def work(conn: Conn) -> bool:
+            if plan.keys and self._staged_conn is not conn:
+                conn.execute(plan.create_staging())
+                self._staged_conn = conn
+            with conn.transaction(), conn.cursor() as cur:
+                if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
+                    return False
+                with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
+                    if payload is not None:
+                        cp.write(payload)
+                    else:
+                        assert rows is not None
+                        cp.set_types(list(plan.oids))
+                        for row in rows:
+                            cp.write_row(row)
+                if plan.keys:
+                    cur.execute(plan.upsert_from_staging())
+            return True
+
+        self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
+        return written
+
+    # ------------------------------------------------------------------ commit / abort
+    def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
+        """Every write of ``batch_id`` succeeded; its rows are already durable. Forget the
+        bookkeeping of earlier batches of this query (they cannot be replayed any more).
+
+        Called once per batch on the driver (again with the same id on a replay: idempotent)."""
+        wrote = any(isinstance(m, LakebaseCommitMessage) and m.rows for m in messages)
+        if not wrote or batch_id == 0:
+            return
+
+        def forget(conn: Conn) -> None:
+            try:
+                self._bk.forget_before(conn, batch_id)
+            except psycopg.errors.UndefinedTable:
+                pass
+
+        with self._lock:
+            self._conn, _ = self._connector.run(self._conn, forget)
+
+    def abort(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
+        """Called at most once when batch ``batch_id`` failed. Chunks already flushed stay (they
+        are recorded, so the replay after a restart skips them and writes the rest)."""
+        written = sum(m.rows - m.skipped for m in messages if isinstance(m, LakebaseCommitMessage))
+        if written:
+            log.warning("lakebase: batch %d aborted; %d rows already written stay in %s", batch_id, written, self.table)
+
+    def metrics(self) -> dict[str, int]:
+        """Sink metrics for the progress report: rows and chunks written, rows skipped on
+        replay, transient errors retried. Called once per batch."""
+        return {
+            "numOutputRowsWritten": self._rows_written,
+            "numChunksWritten": self._chunks_written,
+            "numRowsSkippedOnReplay": self._rows_skipped,
+            "numRetries": self._connector.retries,
+        }
+
+    def close(self) -> None:
+        """Close the connection. Called once when the query stops; idempotent."""
+        self._closed = True
+        conn, self._conn = self._conn, None
+        self._staged_conn = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+
+def _python_rows(table: pa.Table, oids: Sequence[int]) -> Iterator[tuple[Any, ...]]:
+    """Rows as Python values for psycopg's ``write_row`` (the path for types the vectorised
+    encoder does not cover: numeric, json/jsonb, arrays, time, interval...)."""
+    cols: list[list[Any]] = []
+    for col, oid in zip(table.columns, oids, strict=True):
+        values = col.to_pylist()
+        if oid in (114, 3802):
+            wrap = Jsonb if oid == 3802 else Json
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                values = [None if v is None else wrap(json.loads(v)) for v in values]
+            else:
+                values = [None if v is None else wrap(_jsonable(v)) for v in values]
+        cols.append(values)
+    return zip(*cols, strict=True)
+
+
+def _jsonable(v: Any) -> Any:
+    """Arrow's Python values made JSON-friendly: maps (lists of pairs) become objects, bytes
+    become hex, dates and decimals become strings."""
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, list):
+        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
+            return {str(k): _jsonable(x) for k, x in v}
+        return [_jsonable(x) for x in v]
+    if isinstance(v, bytes):
+        return v.hex()
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    return str(v)
