@@ -1,0 +1,289 @@
+"""Where the files live: a local folder or an S3 prefix, behind one small interface.
+
+Both list files in lexical order of their path relative to the root (what incremental listing
+needs), skip hidden entries (names starting with ``_`` or ``.``, as Spark and Auto Loader do),
+and open a file as a ``pyarrow.NativeFile``. boto3 is imported only for ``s3://`` roots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError
+
+__all__ = ["FileInfo", "LocalStore", "S3Store", "Store", "open_store", "split_s3"]
+
+_CODECS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd", ".lz4": "lz4"}
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """One file: its path relative to the root (``/``-separated), size and modification time."""
+
+    rel: str
+    size: int
+    mtime_ms: int
+
+
+def hidden(name: str) -> bool:
+    """Spark's rule: names starting with ``_`` or ``.`` are not data (``_SUCCESS``, ``.tmp``)."""
+    return name.startswith(("_", "."))
+
+
+def codec_of(rel: str) -> str | None:
+    """The compression codec implied by a file name's extension, or None."""
+    return _CODECS.get(os.path.splitext(rel)[1].lower())
+
+
+class Store:
+    """A root folder of files. Subclasses: :class:`LocalStore`, :class:`S3Store`.
+
+    Instances are created once per source on the driver and pickled into partitions: keep them
+    free of open connections (clients are created lazily and dropped when pickled).
+    """
+
+    root: str = ""
+
+    def list(self, start_after: str | None = None) -> Iterator[FileInfo]:
+        """Every file under the root in lexical order of ``rel``, only those after ``start_after``."""
+        raise NotImplementedError
+
+    def stat(self, rel: str) -> FileInfo | None:
+        """The file's info now, or None when it does not exist."""
+        raise NotImplementedError
+
+    def open(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
+        """The file's bytes as a readable (seekable unless decompressed) Arrow file.
+
+        Raises FileNotFoundError when the file is gone."""
+        raise NotImplementedError
+
+    def uri(self, rel: str) -> str:
+        """The file's full path or URL (for the ``_file_path`` and messages)."""
+        raise NotImplementedError
+
+    def rel_of(self, uri: str) -> str | None:
+        """The relative path of a full path under the root, or None when it is outside."""
+        raise NotImplementedError
+
+    def move(self, rel: str, destination: str) -> None:
+        """Move a file to ``destination`` + ``rel`` (cleanSource MOVE)."""
+        raise NotImplementedError
+
+    def delete(self, rel: str) -> None:
+        """Delete a file (cleanSource DELETE); a missing file is not an error."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Drop clients. Called once when the source closes."""
+
+
+def _maybe_decompress(f: pa.NativeFile, rel: str, decompress: bool) -> pa.NativeFile:
+    codec = codec_of(rel) if decompress else None
+    return pa.CompressedInputStream(f, codec) if codec else f
+
+
+class LocalStore(Store):
+    """Files under a local directory."""
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.abspath(root.removeprefix("file://"))
+
+    def _abs(self, rel: str) -> str:
+        return os.path.join(self.root, *rel.split("/"))
+
+    def list(self, start_after: str | None = None) -> Iterator[FileInfo]:
+        if not os.path.isdir(self.root):
+            return
+        yield from self._walk(self.root, "", start_after)
+
+    def _walk(self, folder: str, prefix: str, start_after: str | None) -> Iterator[FileInfo]:
+        try:
+            with os.scandir(folder) as it:
+                entries = []
+                for e in it:
+                    if hidden(e.name):
+                        continue
+                    try:
+                        is_dir = e.is_dir()
+                    except OSError:
+                        continue
+                    entries.append((prefix + e.name + ("/" if is_dir else ""), is_dir, e))
+        except FileNotFoundError:
+            return
+        entries.sort(key=lambda t: t[0])
+        for key, is_dir, e in entries:
+            if is_dir:
+                if start_after is not None and key < start_after and not start_after.startswith(key):
+                    continue  # every path below sorts before start_after
+                yield from self._walk(e.path, key, start_after)
+                continue
+            if start_after is not None and key <= start_after:
+                continue
+            try:
+                st = e.stat()
+            except FileNotFoundError:
+                continue
+            yield FileInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
+
+    def stat(self, rel: str) -> FileInfo | None:
+        try:
+            st = os.stat(self._abs(rel))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        if not os.path.isfile(self._abs(rel)):
+            return None
+        return FileInfo(rel, st.st_size, st.st_mtime_ns // 1_000_000)
+
+    def open(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
+        return _maybe_decompress(pa.OSFile(self._abs(rel)), rel, decompress)
+
+    def uri(self, rel: str) -> str:
+        return "file://" + self._abs(rel)
+
+    def rel_of(self, uri: str) -> str | None:
+        path = os.path.abspath(uri.removeprefix("file://"))
+        if not path.startswith(self.root + os.sep):
+            return None
+        return os.path.relpath(path, self.root).replace(os.sep, "/")
+
+    def move(self, rel: str, destination: str) -> None:
+        src = self._abs(rel)
+        dest = os.path.join(os.path.abspath(destination.removeprefix("file://")), *rel.split("/"))
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.move(src, dest)
+
+    def delete(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._abs(rel))
+
+
+def split_s3(url: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; raises naming the URL when it has no bucket."""
+    rest = url.split("://", 1)[1]
+    bucket, _, prefix = rest.partition("/")
+    if not bucket:
+        raise HeadraceError(f"path {url!r} has no bucket; write it as s3://bucket/prefix")
+    return bucket, prefix.strip("/")
+
+
+class S3Store(Store):
+    """Objects under ``s3://bucket/prefix`` (boto3, imported lazily)."""
+
+    def __init__(self, root: str, client_kwargs: dict[str, Any], addressing_style: str = "auto") -> None:
+        self.root = root.rstrip("/")
+        self.bucket, self.prefix = split_s3(self.root)
+        self._kwargs = client_kwargs
+        self._style = addressing_style
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def __repr__(self) -> str:  # the kwargs may hold credentials
+        return f"S3Store({self.root!r})"
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError as e:  # pragma: no cover - depends on the environment
+                raise HeadraceError(
+                    f"reading {self.root} needs boto3, which is not installed; fix: pip install 'headrace-cloudfiles[s3]'"
+                ) from e
+            config = Config(s3={"addressing_style": self._style}, retries={"max_attempts": 5, "mode": "standard"})
+            self._client = boto3.session.Session().client("s3", config=config, **self._kwargs)
+        return self._client
+
+    def _key(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def list(self, start_after: str | None = None) -> Iterator[FileInfo]:
+        base = f"{self.prefix}/" if self.prefix else ""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base}
+        if start_after:
+            kwargs["StartAfter"] = base + start_after
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(**kwargs):
+            for obj in page.get("Contents", ()):
+                key: str = obj["Key"]
+                rel = key[len(base):]
+                if not rel or rel.endswith("/") or any(hidden(part) for part in rel.split("/")):
+                    continue
+                yield FileInfo(rel, int(obj["Size"]), int(obj["LastModified"].timestamp() * 1000))
+
+    def stat(self, rel: str) -> FileInfo | None:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self._key(rel))
+        except self.client.exceptions.ClientError as e:
+            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
+                return None
+            raise
+        return FileInfo(rel, int(head["ContentLength"]), int(head["LastModified"].timestamp() * 1000))
+
+    def open(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(rel))["Body"].read()
+        except self.client.exceptions.NoSuchKey:
+            raise FileNotFoundError(self.uri(rel)) from None
+        return _maybe_decompress(pa.BufferReader(body), rel, decompress)
+
+    def uri(self, rel: str) -> str:
+        return f"s3://{self.bucket}/{self._key(rel)}"
+
+    def rel_of(self, uri: str) -> str | None:
+        base = self.root + "/"
+        return uri[len(base):] if uri.startswith(base) else None
+
+    def move(self, rel: str, destination: str) -> None:
+        bucket, prefix = split_s3(destination)
+        key = f"{prefix}/{rel}" if prefix else rel
+        try:
+            self.client.copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": self._key(rel)})
+        except self.client.exceptions.ClientError as e:
+            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey"):
+                return
+            raise
+        self.delete(rel)
+
+    def delete(self, rel: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(rel))
+
+    def close(self) -> None:
+        self._client = None
+
+
+def open_store(path: str, options: Any) -> Store:
+    """The store for the ``path`` option: ``s3://`` (or ``s3a://``) or a local folder.
+
+    ``options`` are the source's validated options (S3 endpoint, region, credentials)."""
+    scheme = path.split("://", 1)[0].lower() if "://" in path else "file"
+    if scheme in ("s3", "s3a", "s3n"):
+        kwargs: dict[str, Any] = {}
+        endpoint = options["s3.endpointUrl"] or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            kwargs["endpoint_url"] = endpoint
+        if options["cloudFiles.region"]:
+            kwargs["region_name"] = options["cloudFiles.region"]
+        for opt, arg in (("s3.accessKeyId", "aws_access_key_id"), ("s3.secretAccessKey", "aws_secret_access_key"),
+                         ("s3.sessionToken", "aws_session_token")):  # fmt: skip
+            if options[opt] is not None:
+                kwargs[arg] = options.reveal(opt)
+        return S3Store("s3://" + path.split("://", 1)[1], kwargs, options["s3.addressingStyle"])
+    if scheme != "file":
+        raise HeadraceError(
+            f"path {path!r}: scheme {scheme!r} is not supported; use a local folder, file:// or s3://bucket/prefix"
+        )
+    return LocalStore(path)
