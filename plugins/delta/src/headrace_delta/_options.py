@@ -1,0 +1,200 @@
+"""The options of the ``delta`` source and sink, declared once (no client library imported).
+
+Names are the Delta Lake / Databricks names, matched case-insensitively. Options marked
+"headrace extension" have no counterpart in the reference.
+"""
+
+from __future__ import annotations
+
+from headrace.errors import OptionProblem
+from headrace.options import (
+    Boolean,
+    Choice,
+    Integer,
+    OneOf,
+    Option,
+    Options,
+    OptionSchema,
+    PassThrough,
+    Size,
+    String,
+    StringList,
+    Timestamp,
+    all_or_none,
+    at_most_one_of,
+    requires,
+    rule,
+)
+
+__all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS", "STORAGE_PREFIX"]
+
+STORAGE_PREFIX = "storage."
+"""Options starting with this prefix go to delta-rs as ``storage_options`` (prefix removed)."""
+
+_STORAGE = PassThrough(
+    STORAGE_PREFIX,
+    doc="Passed to delta-rs as storage_options without the prefix, e.g. storage.AWS_ENDPOINT_URL, "
+    "storage.AWS_REGION, storage.AWS_SECRET_ACCESS_KEY (headrace extension; keys with secret/token/"
+    "password in their name are kept secret).",
+)
+
+_PATH = Option(
+    "path",
+    String(),
+    required=True,
+    doc="The table: a local folder, file:// or s3:// URI (load(path) / start(path) or this option).",
+)
+
+_UC = "Unity Catalog is Databricks-only; give the table's storage path with load(path)/start(path)"
+
+
+@rule("withEventTimeOrder needs eventTimeColumn")
+def _event_time_rule(opts: Options) -> list[OptionProblem]:
+    if opts.is_set("withEventTimeOrder") and opts["withEventTimeOrder"] and not opts.is_set("eventTimeColumn"):
+        return [
+            OptionProblem(
+                "withEventTimeOrder",
+                "needs eventTimeColumn (the event-time column whose file statistics order the "
+                "initial snapshot), e.g. .option('eventTimeColumn', 'ts')",
+            )
+        ]
+    return []
+
+
+SOURCE_OPTIONS = OptionSchema(
+    [
+        _PATH,
+        Option(
+            "maxFilesPerTrigger",
+            Integer(min=1),
+            default=1000,
+            doc="At most this many new files per micro-batch.",
+        ),
+        Option(
+            "maxBytesPerTrigger",
+            Size(),
+            doc="About this many bytes of new files per micro-batch (soft: a batch always takes at least "
+            "one file). With maxFilesPerTrigger, the first limit reached ends the batch.",
+        ),
+        Option(
+            "startingVersion",
+            OneOf(Integer(min=0), Choice("latest")),
+            doc="Start from the changes of this table version (no initial snapshot); 'latest' reads only "
+            "changes committed after the stream starts. New checkpoints only.",
+        ),
+        Option(
+            "startingTimestamp",
+            Timestamp(),
+            doc="Start from the first version committed at or after this time (no initial snapshot); a "
+            "time before the first commit starts at the earliest version. New checkpoints only.",
+        ),
+        Option(
+            "skipChangeCommits",
+            Boolean(),
+            default=False,
+            doc="Skip commits that remove or rewrite data (DELETE, UPDATE, MERGE, OVERWRITE) entirely; "
+            "only appends are streamed.",
+        ),
+        Option(
+            "ignoreDeletes",
+            Boolean(),
+            default=False,
+            doc="Skip commits that only remove files (e.g. deleting whole partitions).",
+        ),
+        Option(
+            "ignoreChanges",
+            Boolean(),
+            default=False,
+            doc="Legacy: re-emit the files that UPDATE/MERGE/DELETE rewrote (duplicates downstream); "
+            "deletes are not propagated. Prefer skipChangeCommits.",
+        ),
+        Option(
+            "withEventTimeOrder",
+            Boolean(),
+            default=False,
+            doc="Process the initial snapshot in event-time ranges, oldest first, using the files' "
+            "min/max statistics of eventTimeColumn. Cannot change while the snapshot is processed.",
+        ),
+        Option(
+            "eventTimeColumn",
+            String(),
+            doc="The event-time column for withEventTimeOrder (headrace extension: Spark takes it from "
+            "the watermark).",
+        ),
+        Option(
+            "failOnDataLoss",
+            Boolean(),
+            default=True,
+            doc="Fail when log entries or data files the stream needs are gone (log retention, VACUUM); "
+            "false skips them and continues.",
+        ),
+        Option(
+            "readChangeFeed",
+            Boolean(),
+            default=False,
+            doc="Stream the change data feed: rows with _change_type, _commit_version, _commit_timestamp "
+            "(the table needs delta.enableChangeDataFeed=true).",
+        ),
+        Option(
+            "excludeRegex",
+            String(),
+            doc="Ignore data files whose path matches this regular expression.",
+        ),
+        Option(
+            "schemaTrackingLocation",
+            String(),
+            unsupported="non-additive schema evolution tracking is not implemented; restart the stream to "
+            "pick up a new schema",
+        ),
+        Option("tableName", String(), unsupported=_UC),
+    ],
+    rules=[
+        at_most_one_of("startingVersion", "startingTimestamp"),
+        at_most_one_of("skipChangeCommits", "ignoreChanges"),
+        requires("eventTimeColumn", "withEventTimeOrder"),
+        _event_time_rule,
+    ],
+    passthrough=[_STORAGE],
+)
+
+SINK_OPTIONS = OptionSchema(
+    [
+        _PATH,
+        Option(
+            "partitionBy",
+            StringList(),
+            doc="Partition columns of a new table (partition_by(...) on the writer or this option).",
+        ),
+        Option("mergeSchema", Boolean(), default=False, doc="Add new columns of the batch to the table schema."),
+        Option(
+            "overwriteSchema",
+            Boolean(),
+            default=False,
+            doc="Replace the table schema with the batch's (output mode complete only).",
+        ),
+        Option("userMetadata", String(), doc="Stored as commitInfo.userMetadata in every commit."),
+        Option(
+            "txnAppId",
+            String(),
+            doc="Application id of the idempotent write (default: the query id). Only with txnVersion.",
+        ),
+        Option(
+            "txnVersion",
+            Integer(min=0),
+            doc="Version of the idempotent write (default: the batch id). Only with txnAppId.",
+        ),
+        Option(
+            "targetFileSize",
+            Size(),
+            doc="Target size of the data files written (headrace extension; delta-rs default).",
+        ),
+        Option(
+            "optimizeWrite",
+            Boolean(),
+            unsupported="optimized writes are a Databricks runtime feature; run OPTIMIZE (DeltaTable.optimize) instead",
+        ),
+        Option("tableName", String(), unsupported=_UC),
+    ],
+    rules=[all_or_none("txnAppId", "txnVersion"), at_most_one_of("mergeSchema", "overwriteSchema")],
+    passthrough=[_STORAGE],
+)

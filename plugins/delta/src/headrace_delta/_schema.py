@@ -1,0 +1,139 @@
+"""Delta schemas (the log's ``schemaString``) as Arrow schemas, and column mapping."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = [
+    "PHYSICAL_NAME",
+    "SUPPORTED_READER_FEATURES",
+    "check_protocol",
+    "delta_schema_to_arrow",
+    "parse_partition_value",
+    "physical_names",
+]
+
+PHYSICAL_NAME = "delta.columnMapping.physicalName"
+
+SUPPORTED_READER_FEATURES = frozenset(
+    {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
+     "typeWidening-preview"}
+)  # fmt: skip
+
+_PRIMITIVE: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "integer": pa.int32(),
+    "short": pa.int16(),
+    "byte": pa.int8(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "boolean": pa.bool_(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "timestamp_ntz": pa.timestamp("us"),
+}
+
+
+def _type(t: Any) -> pa.DataType:
+    if isinstance(t, str):
+        if t in _PRIMITIVE:
+            return _PRIMITIVE[t]
+        m = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", t)
+        if m:
+            return pa.decimal128(int(m.group(1)), int(m.group(2)))
+        raise ValueError(f"Delta type {t!r} is not supported by headrace-delta (variant and other new types)")
+    kind = t.get("type")
+    if kind == "struct":
+        return pa.struct([_field(f) for f in t["fields"]])
+    if kind == "array":
+        return pa.list_(pa.field("element", _type(t["elementType"]), nullable=bool(t.get("containsNull", True))))
+    if kind == "map":
+        return pa.map_(_type(t["keyType"]), pa.field("value", _type(t["valueType"]), nullable=bool(t.get("valueContainsNull", True))))
+    raise ValueError(f"Delta type {t!r} is not supported by headrace-delta")
+
+
+def _field(f: Mapping[str, Any]) -> pa.Field:
+    meta = f.get("metadata") or {}
+    arrow_meta = {PHYSICAL_NAME: str(meta[PHYSICAL_NAME])} if PHYSICAL_NAME in meta else None
+    return pa.field(f["name"], _type(f["type"]), nullable=bool(f.get("nullable", True)), metadata=arrow_meta)
+
+
+def delta_schema_to_arrow(schema_string: str | Mapping[str, Any]) -> pa.Schema:
+    """The Arrow schema of a Delta ``schemaString`` (logical names; the physical name of each
+    column under column mapping is kept in the field metadata)."""
+    doc = json.loads(schema_string) if isinstance(schema_string, str) else schema_string
+    return pa.schema([_field(f) for f in doc["fields"]])
+
+
+def physical_names(schema: pa.Schema) -> dict[str, str]:
+    """Top-level logical name -> physical name (identity without column mapping)."""
+    out = {}
+    for f in schema:
+        meta = f.metadata or {}
+        out[f.name] = meta.get(PHYSICAL_NAME.encode(), f.name.encode()).decode()
+    return out
+
+
+def plain(schema: pa.Schema) -> pa.Schema:
+    """``schema`` without the column-mapping metadata (what rows are emitted with)."""
+    return pa.schema([_strip(f) for f in schema])
+
+
+def _strip(f: pa.Field) -> pa.Field:
+    t = f.type
+    if pa.types.is_struct(t):
+        t = pa.struct([_strip(c) for c in t])
+    return pa.field(f.name, t, nullable=f.nullable)
+
+
+def check_protocol(protocol: Mapping[str, Any], where: str) -> None:
+    """Fail clearly when the table needs a reader feature this reader cannot honour."""
+    version = int(protocol.get("minReaderVersion", 1))
+    if version > 3:
+        raise ValueError(
+            f"{where} needs Delta reader version {version}; headrace-delta reads versions 1-3. "
+            "Upgrade headrace-delta or read the table with an engine that supports it."
+        )
+    features = set(protocol.get("readerFeatures") or ())
+    missing = sorted(features - SUPPORTED_READER_FEATURES)
+    if missing:
+        raise ValueError(
+            f"{where} uses reader feature(s) {', '.join(missing)}, which headrace-delta cannot honour "
+            f"(it supports {', '.join(sorted(SUPPORTED_READER_FEATURES))}); reading it would return wrong rows. "
+            "Read the table with an engine that supports them, or disable the feature."
+        )
+
+
+def parse_partition_value(text: str | None, t: pa.DataType) -> Any:
+    """A partition value as serialized in ``partitionValues`` (a string or null) as a Python value."""
+    if text is None or (text == "" and not pa.types.is_string(t)):
+        return None
+    if pa.types.is_string(t):
+        return text
+    if pa.types.is_integer(t):
+        return int(text)
+    if pa.types.is_floating(t):
+        return float(text)
+    if pa.types.is_boolean(t):
+        return text.lower() == "true"
+    if pa.types.is_date(t):
+        return dt.date.fromisoformat(text)
+    if pa.types.is_decimal(t):
+        return decimal.Decimal(text)
+    if pa.types.is_binary(t):
+        return text.encode("latin-1")
+    if pa.types.is_timestamp(t):
+        v = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if t.tz is not None:
+            v = v.replace(tzinfo=dt.UTC) if v.tzinfo is None else v.astimezone(dt.UTC)
+        return v
+    raise ValueError(f"partition column of type {t} is not supported")

@@ -1,0 +1,204 @@
+"""``DeltaSink``: exactly-once appends (or complete rewrites) of a Delta table.
+
+``write`` stages a batch's rows as an Arrow IPC file in the sink's checkpoint folder (nothing
+is visible in the table yet). ``commit`` writes every staged file of the batch in one Delta
+commit carrying an app transaction ``(txnAppId or query id, txnVersion or batch id)``; a batch
+whose transaction is already in the log is skipped, so a replay after a crash never
+duplicates rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError, UnsupportedError
+from headrace.options import Options
+from headrace.protocols import CommitMessage, Sink, SinkContext
+from headrace_delta._options import STORAGE_PREFIX
+from headrace_delta._storage import TableLocation
+
+__all__ = ["DeltaSink", "StagedBatch"]
+
+log = logging.getLogger("headrace_delta")
+
+
+@dataclass(frozen=True)
+class StagedBatch(CommitMessage):
+    """What one ``write`` staged: Arrow IPC files (possibly none) and their schema. Picklable."""
+
+    batch_id: int
+    files: tuple[str, ...]
+    num_rows: int
+    schema: bytes | None = None
+
+
+class DeltaSink(Sink):
+    """Writes each micro-batch in one Delta commit, idempotently per batch id.
+
+    Built once per query run on the driver (and per task under Spark): cheap, no I/O.
+    """
+
+    idempotent_commit = True
+    output_modes = ("append", "complete")
+
+    def __init__(self, options: Options, context: SinkContext) -> None:
+        super().__init__(options, context)
+        self.loc = TableLocation(str(options["path"]), options.passthrough(STORAGE_PREFIX))
+        self.partition_by: list[str] | None = options["partitionBy"] or None
+        self.merge_schema = bool(options["mergeSchema"])
+        self.overwrite_schema = bool(options["overwriteSchema"])
+        self.user_metadata: str | None = options["userMetadata"]
+        self.txn_app_id: str | None = options["txnAppId"]
+        self.txn_version: int | None = options["txnVersion"]
+        self.target_file_size: int | None = options["targetFileSize"]
+        self.mode = context.output_mode
+        if self.overwrite_schema and self.mode != "complete":
+            raise UnsupportedError(
+                "overwriteSchema=true replaces the table's schema and needs output mode 'complete'; "
+                "use mergeSchema=true to add columns in append mode"
+            )
+        if not self.txn_app_id and not context.query_id:
+            raise HeadraceError("the delta sink needs a query id (run it in a query) or txnAppId with txnVersion")
+        self._staging = os.path.join(context.state_path, "staging") if context.state_path else None
+        self._temp_staging: str | None = None
+        self._last_commit: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ staging
+    def _staging_dir(self) -> str:
+        if self._staging is None:
+            if self._temp_staging is None:
+                self._temp_staging = tempfile.mkdtemp(prefix="headrace-delta-staging-")
+            return self._temp_staging
+        os.makedirs(self._staging, exist_ok=True)
+        return self._staging
+
+    def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> StagedBatch:
+        """Stage one share of batch ``batch_id`` as an Arrow IPC file; nothing becomes visible.
+
+        Called once per batch by the local engine (once per task under Spark), maybe in a worker
+        thread. Returns a picklable :class:`StagedBatch` for ``commit``.
+        """
+        first = next(data, None)
+        if first is None:
+            schema = self.context.schema
+            return StagedBatch(batch_id, (), 0, schema.serialize().to_pybytes() if schema is not None else None)
+        path = os.path.join(self._staging_dir(), f"{batch_id:010d}-{uuid.uuid4().hex}.arrow")
+        rows = 0
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, first.schema) as writer:
+            writer.write_batch(first)
+            rows += first.num_rows
+            for b in data:
+                if b.schema != first.schema:
+                    b = pa.Table.from_batches([b]).cast(first.schema).combine_chunks().to_batches()[0]
+                writer.write_batch(b)
+                rows += b.num_rows
+        return StagedBatch(batch_id, (path,), rows, first.schema.serialize().to_pybytes())
+
+    # ------------------------------------------------------------------ commit
+    def _txn(self, batch_id: int) -> tuple[str, int]:
+        if self.txn_app_id is not None and self.txn_version is not None:
+            return self.txn_app_id, int(self.txn_version)
+        return self.context.query_id, batch_id
+
+    def committed_version(self, app_id: str) -> int | None:
+        """The last transaction version of ``app_id`` in the table, or None (no table or no txn)."""
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.loc.uri, storage_options=self.loc.storage_options):
+            return None
+        dt = DeltaTable(self.loc.uri, storage_options=self.loc.storage_options)
+        return dt.transaction_version(app_id)
+
+    def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
+        """Write every staged share of the batch in one Delta commit with the batch's app
+        transaction, unless that transaction is already in the log. Called once per batch on the
+        driver, and again with the same id when a batch is replayed after a crash."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        staged = [m for m in messages if isinstance(m, StagedBatch)]
+        app_id, version = self._txn(batch_id)
+        done = self.committed_version(app_id)
+        try:
+            if done is not None and done >= version:
+                log.info("delta: batch %d (txn %s/%d) is already in %s; skipping", batch_id, app_id, version, self.loc.uri)
+                self._last_commit = {"skipped": True}
+                return
+            schema = _schema_of(staged, self.context.schema)
+            if schema is None:
+                return  # nothing staged and no schema known: nothing to create or record
+            readers = [pa.ipc.open_stream(pa.memory_map(f)) for m in staged for f in m.files]
+
+            def batches() -> Iterator[pa.RecordBatch]:
+                for r in readers:
+                    for b in r:
+                        yield b if b.schema == schema else pa.Table.from_batches([b]).cast(schema).to_batches()[0]
+
+            data = pa.RecordBatchReader.from_batches(schema, batches())
+            meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
+            schema_mode: Any = "merge" if self.merge_schema else ("overwrite" if self.overwrite_schema else None)
+            write_deltalake(
+                self.loc.uri,
+                data,
+                mode="overwrite" if self.mode == "complete" else "append",
+                partition_by=self.partition_by,
+                schema_mode=schema_mode,
+                storage_options=self.loc.storage_options,
+                target_file_size=self.target_file_size,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id, version)], custom_metadata=meta
+                ),
+            )
+            self._last_commit = {"numOutputRows": sum(m.num_rows for m in staged)}
+        except Exception as e:
+            if type(e).__module__.startswith("deltalake") or "Schema" in type(e).__name__:
+                raise HeadraceError(f"writing batch {batch_id} to Delta table {self.loc.uri} failed: {e}") from e
+            raise
+        finally:
+            self._discard(staged, batch_id)
+
+    def abort(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
+        """Delete what the batch staged. Called at most once per failed batch; best effort."""
+        self._discard([m for m in messages if isinstance(m, StagedBatch)], batch_id)
+
+    def _discard(self, staged: Sequence[StagedBatch], batch_id: int) -> None:
+        for m in staged:
+            for f in m.files:
+                with contextlib.suppress(OSError):
+                    os.remove(f)
+        folder = self._staging
+        if folder and os.path.isdir(folder):  # shares of earlier runs that crashed before committing
+            for name in os.listdir(folder):
+                stem = name.split("-", 1)[0]
+                if stem.isdigit() and int(stem) <= batch_id:
+                    with contextlib.suppress(OSError):
+                        os.remove(os.path.join(folder, name))
+
+    def metrics(self) -> dict[str, Any]:
+        """The last commit's figures, for the progress report. Called once per batch."""
+        return dict(self._last_commit)
+
+    def close(self) -> None:
+        """Remove a temporary staging folder. Called once when the query stops; idempotent."""
+        if self._temp_staging is not None:
+            shutil.rmtree(self._temp_staging, ignore_errors=True)
+            self._temp_staging = None
+
+
+def _schema_of(staged: Sequence[StagedBatch], fallback: pa.Schema | None) -> pa.Schema | None:
+    for m in staged:
+        if m.files and m.schema is not None:
+            return pa.ipc.read_schema(pa.py_buffer(m.schema))
+    for m in staged:
+        if m.schema is not None:
+            return pa.ipc.read_schema(pa.py_buffer(m.schema))
+    return fallback

@@ -1,0 +1,77 @@
+"""Helpers for the delta plugin's tests: tables made with deltalake, streams run to the end."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+import headrace as hr
+
+__all__ = ["append", "read_values", "run_stream", "wait_for"]
+
+
+def append(path: str, values: list[int], *, mode: str = "append", **columns: Any) -> None:
+    """Write rows ``v`` (int64) plus extra columns (lists or scalars) in one commit."""
+    data: dict[str, Any] = {"v": pa.array(values, pa.int64())}
+    for name, col in columns.items():
+        if name in ("partition_by", "schema_mode", "storage_options", "configuration"):
+            continue
+        data[name] = col if isinstance(col, list | pa.Array) else [col] * len(values)
+    kw = {k: columns[k] for k in ("partition_by", "schema_mode", "storage_options", "configuration") if k in columns}
+    write_deltalake(path, pa.table(data), mode=mode, **kw)  # type: ignore[arg-type]
+
+
+def read_values(path: str, column: str = "v", **kw: Any) -> list[int]:
+    """The ``column`` values of the table's current snapshot, sorted."""
+    return sorted(DeltaTable(path, **kw).to_pyarrow_table().column(column).to_pylist())
+
+
+def run_stream(
+    path: str,
+    checkpoint: str | None = None,
+    *,
+    trigger: dict[str, Any] | None = None,
+    **options: Any,
+) -> list[tuple[int, pa.Table]]:
+    """Run a delta source to a memory of batches with ``trigger`` (available_now by default);
+    returns ``[(batch_id, table), ...]``. Raises the query's exception."""
+    got: list[tuple[int, pa.Table]] = []
+    lock = threading.Lock()
+
+    def collect(table: pa.Table, batch_id: int) -> None:
+        with lock:
+            got.append((batch_id, table))
+
+    writer = hr.read_stream.format("delta").options(options).load(path).write_stream.foreach_batch(collect)
+    if checkpoint is not None:
+        writer = writer.option("checkpointLocation", checkpoint)
+    q = writer.query_name(f"t{uuid.uuid4().hex[:8]}").trigger(**(trigger or {"available_now": True})).start()
+    q.await_termination(60)
+    return got
+
+
+def rows(batches: list[tuple[int, pa.Table]], column: str = "v") -> list[Any]:
+    return [x for _, t in batches for x in t.column(column).to_pylist()]
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def data_files(path: str) -> list[str]:
+    out = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith("_")]
+        out += [os.path.join(root, f) for f in files if f.endswith(".parquet")]
+    return out
