@@ -16,6 +16,11 @@ def keyed_mod_100(table: pa.Table) -> pa.Table:
     return pa.table({"k": pc.remainder(table["value"], 100), "value": table["value"]})
 
 
+def keyed_mod_3000(table: pa.Table) -> pa.Table:
+    """(timestamp, value) -> (k = value % 3000, value): large overlapping key sets."""
+    return pa.table({"k": pc.remainder(table["value"], 3000), "value": table["value"]})
+
+
 def batches(table: pa.Table, size: int) -> Iterator[pa.RecordBatch]:
     return iter(table.to_batches(max_chunksize=size))
 

@@ -24,6 +24,17 @@ TRANSIENT_SQLSTATES = frozenset(
 """SQLSTATEs retried with backoff (the class 08 connection errors, deadlocks, throttling)."""
 
 
+_PERMANENT_CONNECT_ERRORS = (
+    "authentication failed",
+    "no pg_hba.conf entry",
+    "does not exist",
+    "invalid connection option",
+    "invalid sslmode",
+    "permission denied",
+    "could not translate host name",
+)
+
+
 def is_transient(error: BaseException) -> bool:
     """True for errors worth retrying on a fresh connection: lost connections, server
     shutdown/restart, deadlock, serialization failure, too many connections."""
@@ -31,7 +42,11 @@ def is_transient(error: BaseException) -> bool:
         state = getattr(error, "sqlstate", None)
         if state is not None:
             return state in TRANSIENT_SQLSTATES or state.startswith("08")
-        # no SQLSTATE: raised by the client (connection refused, closed, reset, timeout)
+        # no SQLSTATE: raised by the client (connection refused, closed, reset, timeout), or a
+        # connection rejected by the server, which is permanent for bad credentials or names
+        text = str(error).lower()
+        if any(p in text for p in _PERMANENT_CONNECT_ERRORS):
+            return False
         return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
     return isinstance(error, ConnectionError | TimeoutError)
 
