@@ -232,7 +232,7 @@ def test_two_concurrent_queries_on_overlapping_keys_do_not_deadlock(
             return out.take(pa.array(range(out.num_rows - 1, -1, -1))) if reverse else out
 
         try:
-            q = run_query(opts, checkpoint=str(tmp_path / name), rows=60_000, per_batch=12_000, transform=transform)
+            q = run_query(opts, checkpoint=str(tmp_path / name), rows=24_000, per_batch=6000, transform=transform)
             if q.exception() is not None:
                 raise q.exception()  # type: ignore[misc]
         except BaseException as e:
