@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from headrace.protocols import ReadLimit
 from headrace.testing import SinkContract, SourceContract
-
 from tests.plugins.kafka.helpers import consume_all, int_values, produce, unique
 
 
