@@ -80,9 +80,9 @@ def test_only_the_last_batches_are_retained(tmp_path: Path) -> None:
     for n in range(12):
         cp.write_offsets(OffsetEntry(n, [{"v": n}], [{"v": n + 1}], 0))
         cp.write_commit(n)
+    cp.close()  # waits for the background purge
     assert cp.batch_ids() == [7, 8, 9, 10, 11]
     assert cp.committed_ids() == [7, 8, 9, 10, 11]
-    cp.close()
 
 
 def test_reset_forgets_later_batches(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, OptionProblem, OptionsError
-from headrace.options import Duration
+from headrace.options import Boolean, Duration
 from headrace.plugins import registry
 from headrace.progress import QueryProgress
 from headrace.query import SourcePlan, StreamingQuery, Transform, Trigger
@@ -31,7 +31,7 @@ from headrace.query import SourcePlan, StreamingQuery, Transform, Trigger
 __all__ = ["DataStreamReader", "DataStreamWriter", "StreamFrame", "read_stream"]
 
 # Options the engine consumes itself on the writer side (not passed to the sink's schema).
-ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName")
+ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync")
 # Sinks that run without a checkpointLocation (a temporary one is used), as in Spark.
 _NO_CHECKPOINT_NEEDED = {"memory", "console", "noop", "foreach_batch"}
 
@@ -237,6 +237,10 @@ class DataStreamWriter:
         lower = {k.lower(): v for k, v in raw.items()}
         name = self._name or str(lower.get("queryname") or "")
         checkpoint = lower.get("checkpointlocation")
+        try:
+            fsync = Boolean().parse(lower.get("checkpointfsync", True))
+        except ValueError as e:
+            raise OptionsError(str(self._format), "sink", [OptionProblem("checkpointFsync", str(e))]) from None
         reg = registry()
         spec = reg.get(self._format)
         if self._foreach_batch is not None:
@@ -275,6 +279,7 @@ class DataStreamWriter:
             trigger=self._trigger,
             checkpoint_location=str(checkpoint) if checkpoint is not None else None,
             progress_callbacks=self._progress_callbacks,
+            checkpoint_fsync=fsync,
         )
 
 

@@ -29,6 +29,7 @@ import json
 import os
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,7 @@ class Checkpoint:
         self.durable = durable
         self._lock_fd: int | None = None
         self.metadata: dict[str, Any] = {}
+        self._io: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ paths
     def _p(self, *parts: str) -> str:
@@ -200,7 +202,10 @@ class Checkpoint:
         self._lock_fd = fd
 
     def close(self) -> None:
-        """Release the lock. Idempotent."""
+        """Finish background writes and release the lock. Idempotent."""
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+            self._io = None
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
@@ -261,16 +266,31 @@ class Checkpoint:
         """Write-ahead: record the batch's range before reading it. Called once per batch."""
         atomic_write(self._p("offsets", str(entry.batch_id)), entry.to_json(), durable=self.durable)
 
+    def write_offsets_async(self, entry: OffsetEntry) -> Future[None]:
+        """``write_offsets`` on the checkpoint's I/O thread. The engine reads the batch's data
+        meanwhile and waits for the future before the sink commits anything: the entry is
+        durable before any output of the batch can become visible, which is what the
+        write-ahead log must guarantee, and the fsync no longer adds to the batch's time."""
+        return self._executor().submit(self.write_offsets, entry)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._io is None:
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="headrace-checkpoint")
+        return self._io
+
     def write_commit(self, batch_id: int, info: dict[str, Any] | None = None) -> None:
         """Record that batch ``batch_id`` is committed in the sink. Called once per batch."""
         doc = {"version": FORMAT_VERSION, "batchId": batch_id, "timestamp": int(time.time() * 1000), **(info or {})}
         atomic_write(self._p("commits", str(batch_id)), json.dumps(doc).encode(), durable=self.durable)
         old = batch_id - self.retain
         if old >= 0:
-            # one old batch drops out per new batch: constant work per batch
-            for folder in ("offsets", "commits"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._p(folder, str(old)))
+            # one old batch drops out per new batch (constant work per batch), off the loop's thread
+            self._executor().submit(self._purge, old)
+
+    def _purge(self, batch_id: int) -> None:
+        for folder in ("offsets", "commits"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._p(folder, str(batch_id)))
 
     def is_committed(self, batch_id: int) -> bool:
         return os.path.exists(self._p("commits", str(batch_id)))

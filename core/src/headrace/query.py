@@ -134,6 +134,7 @@ class StreamingQuery:
         read_parallelism: int | None = None,
         progress_callbacks: Sequence[Callable[[QueryProgress], None]] = (),
         keep_progress: int = 100,
+        checkpoint_fsync: bool = True,
     ) -> None:
         if not sources:
             raise HeadraceError("a query needs at least one source")
@@ -150,6 +151,7 @@ class StreamingQuery:
         self._parallelism = read_parallelism or min(8, max(2, (os.cpu_count() or 2)))
         self._callbacks = list(progress_callbacks)
         self._keep = keep_progress
+        self._fsync = checkpoint_fsync
         self.run_id = str(uuid.uuid4())
         self.id = ""
         self._progress: list[QueryProgress] = []
@@ -251,7 +253,7 @@ class StreamingQuery:
                 f"sink '{self._sink_connector}' does not support output mode '{self.output_mode}'; "
                 f"it supports: {', '.join(getattr(self._sink_class, 'output_modes', ('append',)))}"
             )
-        cp = Checkpoint(self._checkpoint_location)
+        cp = Checkpoint(self._checkpoint_location, durable=self._fsync)
         meta = cp.open(
             name=self.name,
             sources=[{"connector": p.connector, "path": p.path} for p in self._plans],
@@ -437,8 +439,11 @@ class StreamingQuery:
         crash = self._crash
         crash("before_offsets", batch_id)
         t = time.monotonic()
+        wal = None
         if not replay:
-            self._checkpoint.write_offsets(OffsetEntry(batch_id, starts, list(ends), int(wall * 1000)))
+            wal = self._checkpoint.write_offsets_async(OffsetEntry(batch_id, starts, list(ends), int(wall * 1000)))
+            if crash.point:  # crash tests need the entry on disk at the named point
+                wal.result()
         t_wal = time.monotonic() - t
         crash("after_offsets", batch_id)
 
@@ -453,9 +458,16 @@ class StreamingQuery:
         data = self._read_all(parts, counts, out_rows, batch_id)
         try:
             messages.append(self._sink.write(batch_id, data))
+            if wal is not None:
+                tw = time.monotonic()
+                wal.result()  # the write-ahead entry is durable before anything is committed
+                t_wal += time.monotonic() - tw
             crash("before_sink_commit", batch_id)
             self._sink.commit(batch_id, messages)
         except BaseException:
+            if wal is not None:
+                with contextlib.suppress(Exception):
+                    wal.result()
             with contextlib.suppress(Exception):
                 self._sink.abort(batch_id, messages or [None])
             raise

@@ -32,9 +32,14 @@ except ImportError:  # pragma: no cover
     _np = None  # type: ignore[assignment]
 
 
+def _int64(values: Any) -> pa.Array:
+    """A numpy int64 array as an Arrow array, zero-copy (``pa.array`` would import pandas)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
 def _int_range(a: int, b: int) -> pa.Array:
     if _np is not None:
-        return pa.array(_np.arange(a, b, dtype=_np.int64))
+        return _int64(_np.arange(a, b, dtype=_np.int64))
     return pa.array(range(a, b), type=pa.int64())
 
 
@@ -108,7 +113,7 @@ class RateMicroBatchSource(Source):
             values = _int_range(lo, hi)
             if _np is not None:
                 batch_idx = _np.arange(lo, hi, dtype=_np.int64) // self.per_batch
-                ts = pa.array((self.start_ts + batch_idx * self.advance) * 1000).cast(SCHEMA.field("timestamp").type)
+                ts = _int64((self.start_ts + batch_idx * self.advance) * 1000).cast(SCHEMA.field("timestamp").type)
             else:  # pragma: no cover
                 ts = pa.array([(self.start_ts + (i // self.per_batch) * self.advance) * 1000 for i in range(lo, hi)],
                               type=pa.int64()).cast(SCHEMA.field("timestamp").type)  # fmt: skip
@@ -182,7 +187,7 @@ class RateSource(Source):
         values = _int_range(lo, hi)
         if _np is not None:
             micros = self.start_ms * 1000 + (_np.arange(lo, hi, dtype=_np.int64) * 1_000_000) // self.rps
-            ts = pa.array(micros)
+            ts = _int64(micros)
         else:  # pragma: no cover
             ts = pa.array([self.start_ms * 1000 + i * 1_000_000 // self.rps for i in range(lo, hi)], type=pa.int64())
         return pa.RecordBatch.from_arrays([ts.cast(SCHEMA.field("timestamp").type), values], schema=SCHEMA)
