@@ -243,6 +243,11 @@ class KafkaSink(Sink):
         picklable.
         """
         producer = self._get_producer()
+        if self.transactional and batch_id <= self._last_committed:
+            # a replay of a batch this query already committed in Kafka: write nothing
+            log.info("kafka sink: batch %d is already committed in Kafka; skipping its replay", batch_id)
+            rows = sum(rb.num_rows for rb in data)
+            return KafkaCommitMessage(rows, self.transactional)
         if self.transactional:
             with self._lock:
                 if self._txn_open_for is None:
