@@ -15,9 +15,9 @@ import pytest
 pytest.importorskip("deltalake", reason="the demo needs headrace-delta: pip install -e plugins/delta")
 pytest.importorskip("headrace_cloudfiles", reason="the demo needs headrace-cloudfiles: pip install -e plugins/cloudfiles")
 
-from deltalake import DeltaTable  # noqa: E402
+from deltalake import DeltaTable
 
-from headrace.testing import CRASH_POINTS  # noqa: E402
+from headrace.testing import CRASH_POINTS
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo"
