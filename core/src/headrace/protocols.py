@@ -278,5 +278,10 @@ class Sink:
         """Discard what the batch staged. Called at most once per failed batch; messages of
         writes that failed are ``None``. Best effort."""
 
+    def metrics(self) -> Mapping[str, Any]:
+        """Sink metrics for the progress report (e.g. ``numChunksSkipped``), read after each
+        batch's commit, on the driver. Keep it cheap."""
+        return {}
+
     def close(self) -> None:
         """Release connections. Called once when the query stops; idempotent."""

@@ -588,11 +588,13 @@ class StreamingQuery:
             except Exception as e:  # metrics must never fail a batch
                 metrics = {"error": str(e)}
             srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
-        sink_metrics = {}
-        get_metrics = getattr(self._sink, "metrics", None)
+        sink_metrics: dict[str, Any] = {}
+        get_metrics = getattr(self._sink, "metrics", None)  # duck-typed sinks may lack it
         if callable(get_metrics):
-            with contextlib.suppress(Exception):
+            try:
                 sink_metrics = dict(get_metrics())
+            except Exception as e:  # metrics must never fail a batch
+                sink_metrics = {"error": str(e)}
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,
