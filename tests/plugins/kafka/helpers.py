@@ -111,3 +111,8 @@ def kafka_to_int(table: pa.Table) -> pa.Table:
     values = pc.cast(pc.cast(table.column("value"), pa.string()), pa.int64())
     return pa.table({"value": values, "topic": table.column("topic"), "partition": table.column("partition"),
                      "offset": table.column("offset")})  # fmt: skip
+
+
+def select_key_value(table: pa.Table) -> pa.Table:
+    """Kafka source rows -> kafka sink rows (key, value)."""
+    return table.select(["key", "value"])

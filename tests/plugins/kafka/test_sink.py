@@ -9,11 +9,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+
 from headrace.errors import HeadraceError
 from headrace.plugins import registry
 from headrace.protocols import SinkContext
 from headrace.testing import run_pipeline
-
 from headrace_kafka._client import KafkaClientError
 from headrace_kafka.sink import KafkaSink
 from tests.plugins.kafka.helpers import consume_all, int_values, unique
