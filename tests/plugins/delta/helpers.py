@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -52,13 +51,13 @@ def run_stream(
     writer = hr.read_stream.format("delta").options(options).load(path).write_stream.foreach_batch(collect)
     if checkpoint is not None:
         writer = writer.option("checkpointLocation", checkpoint)
-    q = writer.query_name(f"t{uuid.uuid4().hex[:8]}").trigger(**(trigger or {"available_now": True})).start()
+    q = writer.query_name("delta-test").trigger(**(trigger or {"available_now": True})).start()
     q.await_termination(60)
     return got
 
 
 def rows(batches: list[tuple[int, pa.Table]], column: str = "v") -> list[Any]:
-    return [x for _, t in batches for x in t.column(column).to_pylist()]
+    return [x for _, t in batches if t.num_rows for x in t.column(column).to_pylist()]
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from headrace_delta.merge import merge
+    from headrace_delta._merge import merge
 
 __all__ = ["merge"]
 __version__ = "0.1.0"
@@ -22,7 +22,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     if name == "merge":
-        from headrace_delta.merge import merge
+        from headrace_delta._merge import merge
 
         return merge
     raise AttributeError(f"module 'headrace_delta' has no attribute {name!r}")

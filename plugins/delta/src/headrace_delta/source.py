@@ -435,7 +435,7 @@ class DeltaSource(Source):
         self._new_listed = 0
         pos = self._parse(start)
         end = self._advance(pos, _Budget(limit))
-        self._scan_to_end()
+        self._scan_to_end(end.version)
         return self._offset(end)
 
     def _advance(self, pos: DeltaOffset, budget: _Budget) -> DeltaOffset:
@@ -483,8 +483,10 @@ class DeltaSource(Source):
         cands = [f for f in files if lo is None or f.ev_max is None or f.ev_max >= lo]
 
         def key(f: _SnapFile) -> tuple[int, Any]:
-            m = f.ev_min if lo is None or (f.ev_min is not None and f.ev_min > lo) else lo
-            return (0, 0) if m is None else (1, m)
+            # files without statistics (or only null event times) overlap every range: last
+            if f.ev_min is None:
+                return (2, 0)
+            return (1, f.ev_min if lo is None or f.ev_min > lo else lo)
 
         cands.sort(key=lambda f: (key(f), f.add.modification_time, f.add.path))
         i = 0
@@ -495,13 +497,12 @@ class DeltaSource(Source):
         last = key(cands[i - 1])
         while i < len(cands) and key(cands[i]) == last:  # ties: a range must move forward
             i += 1
-        if i == len(cands):
+        if i == len(cands) or key(cands[i])[0] == 2:
             return DeltaOffset(pos.version + 1, 0, False)
         return DeltaOffset(pos.version, 0, True, key(cands[i])[1])
 
-    def _scan_to_end(self) -> None:
-        """Parse the commits present now (once each), for the backlog metrics."""
-        v = self._known_latest + 1
+    def _scan_to_end(self, v: int) -> None:
+        """Parse the commits present now from ``v`` on (once each), for the backlog metrics."""
         while self._bound is None or v < self._bound.version:
             try:
                 if self._commit(v, strict=False) is None:

@@ -21,7 +21,7 @@ def _dedupe_last(table: pa.Table, keys: Sequence[str]) -> pa.Table:
     idx = pa.array(range(table.num_rows), pa.int64())
     grouped = table.select(list(keys)).append_column("__row", idx).group_by(list(keys), use_threads=False)
     last = grouped.aggregate([("__row", "max")]).column("__row_max")
-    return table.take(pc.sort_indices(last))
+    return table.take(last.take(pc.sort_indices(last)))
 
 
 def merge(
