@@ -108,7 +108,7 @@ SOURCE_OPTIONS = OptionSchema(
                doc="Soft cap on the bytes of new files per micro-batch (a batch always takes at least one file)."),
         # ---------------------------------------------------------------- discovery
         Option("cloudFiles.useIncrementalListing", Choice("auto", "true", "false"), default="auto",
-               doc="List only paths after the last one seen (names that sort lexically). auto: incremental, with a full listing after 7 incremental ones; also full listings forever once a new file sorted before the last seen."),
+               doc="List only paths after the last one seen (names that sort lexically). auto: full listings until one shows new names sorting after those seen, then incremental with a full listing after every 7 incremental ones; full listings for good once a new file sorts before the last seen."),
         Option("cloudFiles.useNotifications", Boolean(), default=False,
                doc="File-event mode: watch the (local) folder with watchdog instead of listing it each trigger; a full listing runs at start and every backfillInterval."),
         Option("cloudFiles.backfillInterval", Duration(min=0.0),

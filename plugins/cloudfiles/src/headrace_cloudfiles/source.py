@@ -334,20 +334,23 @@ class CloudFilesSource(Source):
             found.sort(key=lambda f: f.rel)
             return idx.add(found, allow_overwrites=self.allow_overwrites)
         watermark = idx.get("watermark")
-        lexical = idx.get("lexical", "yes") == "yes"
+        lexical = idx.get("lexical", "unknown")  # auto mode: yes once a full listing showed new names sort last
         streak = int(idx.get("incremental_streak", "0") or 0)
         if self.listing == "false" or watermark is None:
             incremental = False
         elif self.listing == "true":
             incremental = not self._full_due(idx)
         else:  # auto
-            incremental = lexical and streak < _FULL_LISTING_EVERY - 1 and not self._full_due(idx)
+            incremental = lexical == "yes" and streak < _FULL_LISTING_EVERY - 1 and not self._full_due(idx)
         files, last = self._listing(watermark if incremental else None)
         known = idx.known([f.rel for f in files]) if not incremental and watermark is not None else {}
-        if (not incremental and watermark is not None and lexical
-                and any(f.rel <= watermark and f.rel not in known for f in files)):
-            idx.set("lexical", "no")  # a new file sorted before the last seen: names are not lexical
-            log.info("cloudFiles: new files under %s do not sort after the ones seen; using full listings", self.path)
+        if not incremental and watermark is not None and lexical != "no":
+            new = [f.rel for f in files if f.rel not in known]
+            if any(rel <= watermark for rel in new):
+                idx.set("lexical", "no")  # a new file sorted before the last seen: names are not lexical
+                log.info("cloudFiles: new files under %s do not sort after the ones seen; using full listings", self.path)
+            elif new:
+                idx.set("lexical", "yes")
         if last is not None and (watermark is None or last > watermark):
             idx.set("watermark", last)
         idx.set("incremental_streak", str(streak + 1 if incremental else 0))
