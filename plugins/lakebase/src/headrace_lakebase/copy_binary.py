@@ -20,7 +20,7 @@ __all__ = ["FAST_OIDS", "SIGNATURE", "TRAILER", "encode_rows"]
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 TRAILER = struct.pack("!h", -1)
-_NULL = pa.scalar(struct.pack("!i", -1), pa.binary())
+_NULL_BYTES = struct.pack("!i", -1)
 _PG_EPOCH_DAYS = 10957  # 2000-01-01 - 1970-01-01
 _PG_EPOCH_US = _PG_EPOCH_DAYS * 86_400_000_000
 
@@ -67,7 +67,7 @@ def _fixed_segments(arr: pa.Array, oid: int) -> pa.Array:
     buf = pa.py_buffer(rec.tobytes())
     segs = pa.FixedSizeBinaryArray.from_buffers(pa.binary(4 + width), len(nums), [None, buf]).cast(pa.binary())
     if arr.null_count:
-        segs = pc.if_else(arr.is_valid(), segs, _NULL)
+        segs = pc.if_else(arr.is_valid(), segs, pa.scalar(_NULL_BYTES, pa.binary()))
     return segs
 
 
@@ -85,7 +85,7 @@ def _var_segments(arr: pa.Array) -> pa.Array:
     lens = pa.FixedSizeBinaryArray.from_buffers(pa.binary(4), len(lengths), [None, pa.py_buffer(lengths.tobytes())])
     segs = pc.binary_join_element_wise(lens.cast(data.type), data, pa.scalar(b"", data.type))
     if arr.null_count:
-        segs = pc.if_else(arr.is_valid(), segs, pa.scalar(_NULL.as_py(), segs.type))
+        segs = pc.if_else(arr.is_valid(), segs, pa.scalar(_NULL_BYTES, segs.type))
     return segs
 
 

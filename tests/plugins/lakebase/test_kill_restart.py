@@ -1,0 +1,107 @@
+"""Failures mid-stream: PostgreSQL restarted under a running query, SIGKILL of the pipeline
+process (engine crash points and random kills) with upserts of repeated keys."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import headrace as hr
+from headrace.testing import run_pipeline
+from tests.services import Postgres
+
+Query = Callable[..., list[tuple[Any, ...]]]
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.02)
+
+
+def test_postgres_restart_mid_stream_loses_nothing(
+    postgres: Postgres, pg_options: dict[str, Any], table: str, query: Query, tmp_path: Path
+) -> None:
+    total = 60_000
+    q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=500, totalRows=total).load()
+         .write_stream.format("lakebase").options(pg_options).option("batchsize", 250)
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start())  # fmt: skip
+
+    def some_rows() -> bool:
+        try:
+            return bool(query(f"SELECT 1 FROM {table} LIMIT 1"))
+        except Exception:
+            return False
+
+    wait_for(some_rows, 60, "the first rows")
+    assert q.is_active, "the query ended before PostgreSQL could be restarted; raise totalRows"
+    postgres.restart()
+    q.await_termination(120)
+    assert q.exception() is None
+    assert query(f"SELECT count(*), count(DISTINCT value), min(value), max(value) FROM {table}") == [
+        (total, total, 0, total - 1)
+    ]
+    retries = max(p["sink"]["metrics"]["numRetries"] for p in q.recent_progress)
+    assert retries >= 1, "the restart did not hit the query (no retry recorded)"
+
+
+def test_retries_run_out_and_the_query_fails_then_resumes(
+    postgres: Postgres, pg_options: dict[str, Any], table: str, query: Query, tmp_path: Path
+) -> None:
+    opts = {**pg_options, "maxRetries": 2}
+    chk = str(tmp_path / "chk")
+    query(f"CREATE TABLE {table} (value bigint, timestamp timestamptz)")
+    postgres.stop(cleanup=False)
+    try:
+        q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=100, totalRows=400).load()
+             .write_stream.format("lakebase").options(opts).option("checkpointLocation", chk)
+             .trigger(available_now=True).start())  # fmt: skip
+        with pytest.raises(hr.StreamingQueryException, match=r"failed after 2 retries .*raise maxRetries"):
+            q.await_termination(60)
+    finally:
+        postgres.start()
+    q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=100, totalRows=400).load()
+         .write_stream.format("lakebase").options(opts).option("checkpointLocation", chk)
+         .trigger(available_now=True).start())  # fmt: skip
+    q.await_termination(60)
+    assert q.last_progress is not None and q.last_progress["batchId"] == 3
+    assert query(f"SELECT count(*), count(DISTINCT value) FROM {table}") == [(400, 400)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mode, crash",
+    [("upsert", "mid_write:2"), ("insert", "mid_write:2"), ("upsert", "before_sink_commit:1"),
+     ("insert", "random-kills")],
+    ids=["upsert-mid_write", "insert-mid_write", "upsert-before_sink_commit", "insert-random-kills"],
+)  # fmt: skip
+def test_sigkill_and_restart_exactly_once(
+    mode: str, crash: str, pg_options: dict[str, Any], table: str, query: Query, tmp_path: Path
+) -> None:
+    rows = 3000
+    upsert = mode == "upsert"
+    spec = {
+        "source": {"format": "rate-micro-batch", "options": {"rowsPerBatch": 600, "totalRows": rows, "numPartitions": 3}},
+        "transform": "tests.plugins.lakebase.helpers:keyed_mod_100" if upsert else None,
+        "sink": {"format": "lakebase", "options": {**pg_options, "batchsize": 250, **({"upsertkey": "k"} if upsert else {})}},
+        "checkpoint": str(tmp_path / "chk"),
+        "trigger": {"available_now": True},
+    }  # fmt: skip
+    if crash == "random-kills":
+        for delay in (0.8, 1.6):
+            run_pipeline(spec, kill_after=delay)
+    else:
+        assert run_pipeline(spec, crash=crash).killed
+    run_pipeline(spec).check()
+    if upsert:  # the last value of every key, whatever was replayed
+        assert query(f"SELECT k, value FROM {table} ORDER BY k") == [(k, rows - 100 + k) for k in range(100)]
+    else:  # every row exactly once, through the bookkeeping table alone
+        assert query(f"SELECT count(*), count(DISTINCT value), min(value), max(value) FROM {table}") == [
+            (rows, rows, 0, rows - 1)
+        ]
