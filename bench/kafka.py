@@ -1,0 +1,229 @@
+"""Benchmark: headrace's kafka connector vs plain confluent-kafka, same broker, same run.
+
+    .venv/bin/python bench/kafka.py [--rows 200000] [--rt-seconds 5]
+
+Prints (measured, never asserted):
+  1. source: rows/s into Arrow, headrace (kafka -> noop, available_now) vs a plain
+     assign/consume/convert-to-Arrow loop;
+  2. sink: msgs/s, headrace (Arrow rows -> kafka) vs a plain produce loop over the same rows;
+  3. real-time kafka -> kafka at 1,000 msgs/s: end-to-end latency p50/p99 of headrace's
+     trigger(real_time=...) vs a plain consume -> produce relay loop.
+Each line ends with the ratio headrace / plain (goal >= 0.8 for throughput; p99 within 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pyarrow as pa  # noqa: E402
+from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+
+import headrace as hr  # noqa: E402
+from tests.services import KafkaMock  # noqa: E402
+
+PARTITIONS = 4
+LOW_LATENCY = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 10}
+
+
+def fill(servers: str, topic: str, rows: int) -> None:
+    p = Producer({"bootstrap.servers": servers, "linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(rows):
+        while True:
+            try:
+                p.produce(topic, b"%d" % i, None, i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.01)
+    p.flush(60)
+
+
+def plain_consume(servers: str, topic: str, rows: int) -> float:
+    c = Consumer({"bootstrap.servers": servers, "group.id": uuid.uuid4().hex, "enable.auto.commit": False, **LOW_LATENCY})
+    t0 = time.perf_counter()
+    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    n = 0
+    while n < rows:
+        msgs = [m for m in c.consume(10000, timeout=1.0) if m.error() is None]
+        if not msgs:
+            continue
+        ts = [m.timestamp()[1] for m in msgs]
+        batch = pa.RecordBatch.from_pydict({
+            "key": pa.array([m.key() for m in msgs], pa.binary()),
+            "value": pa.array([m.value() for m in msgs], pa.binary()),
+            "topic": pa.array([m.topic() for m in msgs], pa.string()),
+            "partition": pa.array([m.partition() for m in msgs], pa.int32()),
+            "offset": pa.array([m.offset() for m in msgs], pa.int64()),
+            "timestamp": pa.array([t * 1000 for t in ts], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        })  # fmt: skip
+        n += batch.num_rows
+    dt = time.perf_counter() - t0
+    c.close()
+    return rows / dt
+
+
+def headrace_consume(servers: str, topic: str, rows: int) -> float:
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("kafka")
+         .options({"kafka.bootstrap.servers": servers, "subscribe": topic, "startingOffsets": "earliest"}).load()
+         .write_stream.format("noop").trigger(available_now=True).start())  # fmt: skip
+    q.await_termination()
+    dt = time.perf_counter() - t0
+    got = sum(p["numInputRows"] for p in q.recent_progress)
+    assert got == rows, f"headrace read {got} rows, expected {rows}"
+    return rows / dt
+
+
+def values_table(rows: int) -> pa.Table:
+    return pa.table({"value": pa.array([str(i) for i in range(rows)], pa.string())})
+
+
+def plain_produce(servers: str, topic: str, rows: int) -> float:
+    table = values_table(rows)
+    t0 = time.perf_counter()
+    p = Producer({"bootstrap.servers": servers, "enable.idempotence": True})
+    for rb in table.to_batches(max_chunksize=65536):
+        for v in rb.column(0).to_pylist():
+            while True:
+                try:
+                    p.produce(topic, v)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+        p.poll(0)
+    p.flush(60)
+    return rows / (time.perf_counter() - t0)
+
+
+def as_value(t: pa.Table) -> pa.Table:
+    return pa.table({"value": t.column("value").cast(pa.string())})
+
+
+def headrace_produce(servers: str, topic: str, rows: int) -> float:
+    chk = tempfile.mkdtemp(prefix="bench-kafka-")
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("rate-micro-batch").option("rowsPerBatch", rows).option("totalRows", rows).load()
+         .map_batches(as_value)
+         .write_stream.format("kafka").options({"kafka.bootstrap.servers": servers, "topic": topic})
+         .option("checkpointLocation", chk).trigger(available_now=True).start())  # fmt: skip
+    q.await_termination()
+    return rows / (time.perf_counter() - t0)
+
+
+# ------------------------------------------------------------------ real-time latency
+def feed(servers: str, topic: str, rate: int, seconds: float, stop: threading.Event) -> None:
+    p = Producer({"bootstrap.servers": servers, "linger.ms": 0})
+    start = time.perf_counter()
+    i = 0
+    while not stop.is_set() and time.perf_counter() - start < seconds:
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        p.produce(topic, b"%.3f" % (time.time() * 1000), None, i % PARTITIONS)
+        p.poll(0)
+        i += 1
+    p.flush(10)
+
+
+def measure_e2e(servers: str, out_topic: str, expect: int, timeout: float) -> list[float]:
+    c = Consumer({"bootstrap.servers": servers, "group.id": uuid.uuid4().hex, **LOW_LATENCY})
+    parts = len(c.list_topics(out_topic, timeout=10).topics[out_topic].partitions)
+    c.assign([TopicPartition(out_topic, p, 0) for p in range(parts)])
+    lat: list[float] = []
+    deadline = time.monotonic() + timeout
+    while len(lat) < expect and time.monotonic() < deadline:
+        for m in c.consume(1000, timeout=0.05):
+            if m.error() is None:
+                lat.append(time.time() * 1000 - float(m.value()))
+    c.close()
+    return lat
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s))) - 1))] if s else float("nan")
+
+
+def plain_relay(servers: str, src: str, dst: str, stop: threading.Event) -> None:
+    c = Consumer({"bootstrap.servers": servers, "group.id": uuid.uuid4().hex, "enable.auto.commit": False, **LOW_LATENCY})
+    c.assign([TopicPartition(src, p, 0) for p in range(PARTITIONS)])
+    p = Producer({"bootstrap.servers": servers, "linger.ms": 0, "enable.idempotence": True})
+    while not stop.is_set():
+        for m in c.consume(1000, timeout=0.02):
+            if m.error() is None:
+                p.produce(dst, m.value(), m.key())
+        p.poll(0)
+    p.flush(10)
+    c.close()
+
+
+def run_latency(kafka: KafkaMock, mode: str, rate: int, seconds: float) -> list[float]:
+    src = kafka.create_topic(f"rt-in-{mode}-{uuid.uuid4().hex[:6]}", PARTITIONS)
+    dst = kafka.create_topic(f"rt-out-{mode}-{uuid.uuid4().hex[:6]}", 1)
+    servers = kafka.bootstrap_servers
+    stop = threading.Event()
+    q: Any = None
+    if mode == "plain":
+        relay = threading.Thread(target=plain_relay, args=(servers, src, dst, stop))
+        relay.start()
+    else:
+        q = (hr.read_stream.format("kafka")
+             .options({"kafka.bootstrap.servers": servers, "subscribe": src, "startingOffsets": "earliest"}).load()
+             .map_batches(lambda t: t.select(["key", "value"]))
+             .write_stream.format("kafka").options({"kafka.bootstrap.servers": servers, "topic": dst, "kafka.linger.ms": 0})
+             .option("checkpointLocation", tempfile.mkdtemp(prefix="bench-rt-")).trigger(real_time="1 minute").start())  # fmt: skip
+    time.sleep(0.5)
+    feeder = threading.Thread(target=feed, args=(servers, src, rate, seconds, stop))
+    feeder.start()
+    lat = measure_e2e(servers, dst, int(rate * seconds * 0.98), seconds + 10)
+    feeder.join()
+    stop.set()
+    if q is not None:
+        q.stop()
+    else:
+        relay.join()
+    warm = lat[int(len(lat) * 0.05):]  # drop the first 5% (connection set-up)
+    return warm
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=200_000)
+    ap.add_argument("--rt-seconds", type=float, default=5.0)
+    args = ap.parse_args()
+    kafka = KafkaMock()
+    kafka.start()
+    try:
+        servers = kafka.bootstrap_servers
+        topic = kafka.create_topic("bench-src", PARTITIONS)
+        fill(servers, topic, args.rows)
+        plain_consume(servers, topic, args.rows)  # warm-up
+        plain = max(plain_consume(servers, topic, args.rows) for _ in range(2))
+        ours = max(headrace_consume(servers, topic, args.rows) for _ in range(2))
+        print(f"source  rows/s into Arrow: headrace {ours:,.0f}  plain confluent-kafka {plain:,.0f}  ratio {ours / plain:.2f}")
+
+        n = args.rows // 2
+        plain = max(plain_produce(servers, kafka.create_topic(f"bench-p-{k}", PARTITIONS), n) for k in range(2))
+        ours = max(headrace_produce(servers, kafka.create_topic(f"bench-h-{k}", PARTITIONS), n) for k in range(2))
+        print(f"sink    msgs/s:            headrace {ours:,.0f}  plain produce        {plain:,.0f}  ratio {ours / plain:.2f}")
+
+        plain_lat = run_latency(kafka, "plain", 1000, args.rt_seconds)
+        ours_lat = run_latency(kafka, "headrace", 1000, args.rt_seconds)
+        p50p, p99p, p50h, p99h = pct(plain_lat, 50), pct(plain_lat, 99), pct(ours_lat, 50), pct(ours_lat, 99)
+        print(f"real-time kafka->kafka @1000 msgs/s e2e ms: headrace p50 {p50h:.1f} p99 {p99h:.1f} ({len(ours_lat)} msgs)  "
+              f"plain relay p50 {p50p:.1f} p99 {p99p:.1f} ({len(plain_lat)} msgs)  p99 ratio {p99h / p99p:.2f} (goal <= 1.5)")
+    finally:
+        kafka.stop()
+
+
+if __name__ == "__main__":
+    main()
