@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,11 +81,28 @@ def _session(options: Options, region: str | None) -> boto3.Session:
     return boto3.Session(botocore_session=core, region_name=region)
 
 
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+_CONNECTION_OPTIONS = ("streamName", "streamARN", "region", "endpoint", "awsAccessKey", "awsSecretKey", "awsSessionToken",
+                       "roleArn", "roleExternalId", "roleSessionName", "stsEndpoint")  # fmt: skip
+
+
 def make_client(options: Options, *, read_timeout: float = 60.0) -> Any:
     """A Kinesis client for the options' stream, region, endpoint and credentials.
 
-    botocore's own retries are limited (2 attempts); throttling is retried by :func:`with_backoff`.
+    Clients are thread-safe and cost ~0.4 s to build, so one is shared per process for equal
+    connection options. botocore's own retries are limited (2 attempts); throttling is retried
+    by :func:`with_backoff`.
     """
+    key = (read_timeout, *(options.reveal(n) for n in _CONNECTION_OPTIONS))
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = _new_client(options, read_timeout)
+        return client
+
+
+def _new_client(options: Options, read_timeout: float) -> Any:
     ref = stream_ref(options)
     session = _session(options, ref.region)
     region = ref.region or session.region_name

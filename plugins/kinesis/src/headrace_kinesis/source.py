@@ -15,7 +15,6 @@ How a batch is made (see :mod:`headrace_kinesis._shards` for the offset):
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -102,6 +101,7 @@ class KinesisSource(Source):
         self._iters: dict[str, tuple[Position, str, float]] = {}
         self._next_fetch: dict[str, float] = {}
         self._behind: dict[str, int] = {}
+        self._idle: dict[str, bool] = {}
         self._last_list = 0.0
         self._list_due = True
         self._available_now_ms: int | None = None
@@ -110,7 +110,7 @@ class KinesisSource(Source):
     def __getstate__(self) -> dict[str, Any]:
         """A pickled copy (for ``read`` elsewhere) keeps options and stream only: no client, no cache."""
         state = self.__dict__.copy()
-        state.update(_client=None, _lock=None, _cache={}, _iters={}, _next_fetch={}, _behind={})
+        state.update(_client=None, _lock=None, _cache={}, _iters={}, _next_fetch={}, _behind={}, _idle={})
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -251,7 +251,9 @@ class KinesisSource(Source):
         """
         with self._lock:
             self._cache.clear()
-            end = copy.deepcopy(start)
+            # shards finished in an earlier batch are dropped now (not in the batch that finished
+            # them: that batch's end must still hold their last sequence number)
+            end = compact(start)
             if self._list_due or time.monotonic() - self._last_list >= self.list_interval:
                 end = self._list(end)
             shards = eligible(start)
@@ -264,7 +266,10 @@ class KinesisSource(Source):
             rows_left = limit.max_rows
             bytes_left = limit.max_bytes
             deadline = now + self.max_duration
-            active = [f for f in fetches.values() if self._next_fetch.get(f.shard_id, 0.0) <= now]
+            # an idle shard (caught up at its last fetch) is polled again only when due; a shard
+            # with a backlog is waited for (rate limit), within maxFetchDuration
+            active = [f for f in fetches.values()
+                      if not self._idle.get(f.shard_id) or self._next_fetch.get(f.shard_id, 0.0) <= now]  # fmt: skip
             while active:
                 now = time.monotonic()
                 due = [f for f in active if self._next_fetch.get(f.shard_id, 0.0) <= now]
@@ -288,6 +293,10 @@ class KinesisSource(Source):
                 if time.monotonic() >= deadline:
                     break
             for f in fetches.values():
+                if f.caught_up or f.done:
+                    self._idle[f.shard_id] = True
+                elif f.count or f.iterator is not None:
+                    self._idle[f.shard_id] = False
                 st = end["shards"][f.shard_id]
                 if f.last_seq is not None:
                     st.update(seq=f.last_seq, ts=f.last_ts)
@@ -299,7 +308,6 @@ class KinesisSource(Source):
                     self._list_due = True
                 elif f.iterator is not None and f.iterator_ok:
                     self._iters[f.shard_id] = (position(st), f.iterator, time.monotonic())
-            end = compact(end)
             return end if end != start else start
 
     def _fetch_once(self, f: _Fetch, rows_left: int | None) -> tuple[int, int]:
