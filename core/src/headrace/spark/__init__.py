@@ -1,0 +1,183 @@
+"""Run any headrace connector inside Apache Spark, as a PySpark 4 Python data source.
+
+::
+
+    import headrace.spark
+    headrace.spark.register(spark)                 # every installed connector
+    # headrace.spark.register(spark, "kinesis")    # or a chosen few
+
+    df = (spark.readStream.format("headrace.rate-micro-batch")
+            .option("rowsPerBatch", 1000)
+            .option("headraceStatePath", "/chk/q1/sources/0/headrace")   # required, see below
+            .load())
+    (df.writeStream.format("headrace.files").option("path", "/out")
+        .option("checkpointLocation", "/chk/q1").trigger(availableNow=True).start())
+
+Each connector is registered as ``headrace.<name>`` (and ``headrace.<alias>``), with its own
+options, validation and errors: an ``OptionsError`` reaches the user as Spark's
+``AnalysisException`` (reads, at ``load()``) or ``StreamingQueryException`` (writes, when the
+first batch is planned) with headrace's message in it.
+
+What differs from headrace's own engine (see docs/spark.md):
+
+- Spark owns the checkpoint (offsets and commits logs, triggers, retries). A source's own state
+  (``SourceContext.state_path``) goes to the folder given by the reader option
+  ``headraceStatePath``, which is required because Spark does not tell a Python source where
+  its checkpoint is: give a folder that stays the same across restarts, e.g.
+  ``<checkpointLocation>/sources/0/headrace``.
+- A sink's ``SinkContext.query_id`` is Spark's query id, read from ``<checkpointLocation>/metadata``
+  (stable across restarts); its ``state_path`` is ``<checkpointLocation>/sinks/0``.
+- Spark lower-cases option names; declared options get their spelling back, pass-through
+  options (``kafka.*``) reach the client library lower-cased.
+- ``read`` and ``Sink.write`` run on executors: the plugin must be installed there too.
+
+Requires ``pip install 'headrace[spark]'`` (pyspark>=4.1 for the Arrow stream writer).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter  # noqa: F401
+except ImportError as _e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"headrace.spark needs PySpark 4.1 or later ({_e}); fix: pip install 'headrace[spark]'"
+    ) from _e
+
+from pyspark.sql.types import StructType
+
+from headrace.errors import HeadraceError
+from headrace.plugins import ConnectorSpec, Registry, registry
+from headrace.spark._common import FORMAT_PREFIX, STATE_PATH_OPTION
+from headrace.spark.sink import HeadraceCommitMessage, HeadraceStreamWriter
+from headrace.spark.source import HeadraceInputPartition, HeadraceStreamReader, parse_source_options
+from headrace.spark.types import (
+    arrow_to_spark_schema,
+    arrow_to_spark_type,
+    conform_batch,
+    spark_to_arrow_schema,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "FORMAT_PREFIX",
+    "STATE_PATH_OPTION",
+    "HeadraceCommitMessage",
+    "HeadraceDataSource",
+    "HeadraceInputPartition",
+    "HeadraceStreamReader",
+    "HeadraceStreamWriter",
+    "arrow_to_spark_schema",
+    "arrow_to_spark_type",
+    "conform_batch",
+    "data_source_class",
+    "format_name",
+    "register",
+    "spark_to_arrow_schema",
+]
+
+log = logging.getLogger("headrace.spark")
+
+
+def format_name(connector: str) -> str:
+    """The Spark format of a connector: ``"headrace." + connector``."""
+    return FORMAT_PREFIX + connector
+
+
+class HeadraceDataSource(DataSource):
+    """Base class of the Spark data sources that :func:`register` creates, one subclass per
+    connector (name) with the connector's ``ConnectorSpec`` as the class attribute ``spec``.
+
+    Spark creates an instance per ``load()`` / ``start()`` on the driver, pickles it (with
+    cloudpickle: the generated subclass travels by value, the spec with it) to every Python
+    process that builds a reader or writer. Instances hold only Spark's option strings.
+    """
+
+    spec: ClassVar[ConnectorSpec]
+    format_alias: ClassVar[str] = ""
+
+    @classmethod
+    def name(cls) -> str:
+        """The format name Spark registers: ``headrace.<connector>``. Called once at
+        registration."""
+        return format_name(cls.format_alias or cls.spec.name)
+
+    def schema(self) -> StructType:
+        """The Spark schema of the source, from ``Source.schema``.
+
+        Called by Spark once per ``load()`` on the driver when the user gave no schema. Validates
+        the options first (raising :class:`OptionsError`), builds the source to ask its schema,
+        and closes it. Raises :class:`UnsupportedError` for a column type Spark cannot hold.
+        """
+        options, state_path = parse_source_options(self.spec, self.options)
+        from headrace.spark.source import source_context
+
+        self._schema_inferred = True  # pickled with this instance: streamReader knows the schema is ours
+        source = self.spec.load_source()(options, source_context(state_path, None))
+        try:
+            return arrow_to_spark_schema(source.schema)
+        finally:
+            source.close()
+
+    def streamReader(self, schema: StructType) -> HeadraceStreamReader:
+        """A stream reader for this query. Called by Spark on the driver in each process that
+        needs one (see :mod:`headrace.spark.source`); the result is pickled to executors."""
+        user_schema = None if getattr(self, "_schema_inferred", False) else spark_to_arrow_schema(schema)
+        return HeadraceStreamReader(self.spec, dict(self.options), schema, user_schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> HeadraceStreamWriter:
+        """A stream writer for this query. Called by Spark on the driver once per micro-batch
+        and once per commit/abort; the result is pickled to executors."""
+        return HeadraceStreamWriter(self.spec, dict(self.options), schema, overwrite)
+
+
+def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: Registry | None = None) -> type[HeadraceDataSource]:
+    """The Spark ``DataSource`` class for one connector (a name looked up in the registry, or a
+    ``ConnectorSpec``). ``alias`` registers it under ``headrace.<alias>`` instead of its name.
+
+    The class carries the spec, so Spark's workers need the plugin's package installed but do
+    not look it up again. Register it with ``spark.dataSource.register(cls)``.
+    """
+    spec = connector if isinstance(connector, ConnectorSpec) else (reg or registry()).get(connector)
+    safe = "".join(c if c.isalnum() else "_" for c in (alias or spec.name))
+    return type(
+        f"HeadraceDataSource_{safe}",
+        (HeadraceDataSource,),
+        {"spec": spec, "format_alias": alias, "__module__": __name__, "__doc__": f"headrace connector '{spec.name}'"},
+    )
+
+
+def register(spark: SparkSession, *connectors: str | ConnectorSpec, aliases: bool = True,
+             reg: Registry | None = None) -> list[str]:  # fmt: skip
+    """Register headrace connectors as Spark data sources; return the format names.
+
+    With no ``connectors``, every installed connector is registered (plugins that fail to load
+    are skipped with a warning); named ones that cannot be found raise
+    :class:`ConnectorNotFoundError` / :class:`PluginError`. With ``aliases`` a connector's
+    aliases are registered too. Call once per SparkSession, on the driver; registering again
+    replaces the earlier registration.
+    """
+    r = reg or registry()
+    specs: Sequence[ConnectorSpec]
+    if connectors:
+        specs = [c if isinstance(c, ConnectorSpec) else r.get(c) for c in connectors]
+    else:
+        specs = r.specs()
+        for name, dist, err in r.broken():
+            log.warning("headrace.spark: plugin '%s' (%s) failed to load and is not registered: %s",
+                        name, dist, err.splitlines()[0])  # fmt: skip
+    if not specs:
+        raise HeadraceError("no headrace connectors to register; install a plugin (pip install headrace-<name>)")
+    names: list[str] = []
+    for spec in specs:
+        for alias in ("", *(spec.aliases if aliases else ())):
+            cls = data_source_class(spec, alias=alias)
+            spark.dataSource.register(cls)
+            names.append(cls.name())
+    return names
+

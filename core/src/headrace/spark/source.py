@@ -1,0 +1,275 @@
+"""A headrace ``Source`` as a PySpark ``DataSourceStreamReader``.
+
+Where each method runs (PySpark 4.3), and what crosses a process boundary:
+
+- ``HeadraceStreamReader(...)`` is built by ``DataSource.streamReader`` in *three* kinds of
+  process: the long-lived source runner on the driver (one per query run: ``initialOffset``,
+  ``latestOffset``, ``partitions``, ``commit``, ``stop``), the read planner on the driver,
+  whose reader is pickled to the executors for ``read``, and nowhere else. The constructor
+  therefore only validates options; the headrace ``Source`` is built lazily, in the source
+  runner, on the first offset call, and is never pickled with the reader.
+- ``partitions`` returns :class:`HeadraceInputPartition` objects (pickled to executors), each
+  carrying one headrace ``Partition`` and, when the driver's ``Source`` can be pickled, a
+  pickled copy of it (the headrace contract: ``read`` runs on a pickled copy of the source).
+  A source that cannot be pickled (it holds a client connection) is instead constructed again
+  on the executor from the same options and context; its constructor must then be cheap.
+- ``read`` runs on an executor, once per partition per batch, and yields Arrow record batches
+  cast to the query's Spark schema.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxFiles,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.streaming.datasource import ReadLimit as SparkReadLimit
+from pyspark.sql.types import StructType
+
+from headrace.errors import HeadraceError, OptionProblem, OptionsError
+from headrace.options import Options
+from headrace.plugins import ConnectorSpec
+from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
+from headrace.spark._common import STATE_PATH_OPTION, canonical_options, get_option
+from headrace.spark.types import conform_batches, spark_to_arrow_schema
+
+__all__ = ["HeadraceInputPartition", "HeadraceStreamReader", "from_spark_limit", "parse_source_options", "to_spark_limit"]
+
+log = logging.getLogger("headrace.spark")
+
+
+@dataclass(frozen=True)
+class _SourceRecipe:
+    """Everything needed to build the headrace source anywhere: picklable."""
+
+    spec: ConnectorSpec
+    options: Options
+    context: SourceContext
+
+    def build(self) -> Source:
+        cls = self.spec.load_source()
+        return cls(self.options, self.context)
+
+
+class HeadraceInputPartition(InputPartition):
+    """One headrace ``Partition`` of a micro-batch, as Spark ships it to an executor.
+
+    ``source`` is the driver's source pickled once per batch (``None`` when it cannot be
+    pickled). Must be picklable, like everything it holds.
+    """
+
+    def __init__(self, partition: Partition, source: bytes | None, index: int) -> None:
+        super().__init__(index)
+        self.partition = partition
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"HeadraceInputPartition({self.partition!r})"
+
+
+def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[Options, str]:
+    """Validate a Spark reader's options against the connector's schema.
+
+    Returns the options and the absolute ``headraceStatePath``. Raises :class:`OptionsError`
+    listing every problem at once, including a missing ``headraceStatePath``. Pure: no I/O.
+    Called on the driver when Spark creates the source (``load()``) and in each process that
+    builds a reader.
+    """
+    if spec.source is None:
+        raise HeadraceError(
+            f"connector '{spec.name}' cannot be read from (it is a sink only); use it with writeStream"
+        )
+    problems: list[OptionProblem] = []
+    state = get_option(raw, STATE_PATH_OPTION)
+    if not state:
+        problems.append(OptionProblem(
+            STATE_PATH_OPTION,
+            "is required under Spark: a folder that stays the same across restarts of this query, for the "
+            "source's own state (Spark does not tell a Python source its checkpoint location); e.g. "
+            "'<checkpointLocation>/sources/0/headrace'",
+        ))  # fmt: skip
+    options = Options({})
+    try:
+        options = spec.source_options.parse(
+            canonical_options(raw, spec.source_options, drop=(STATE_PATH_OPTION,)), connector=spec.name, role="source"
+        )
+    except OptionsError as e:
+        problems = [*e.problems, *problems]
+    if problems:
+        raise OptionsError(spec.name, "source", problems)
+    return options, os.path.abspath(str(state))
+
+
+def source_context(state_path: str, user_schema: pa.Schema | None) -> SourceContext:
+    """The context a source gets under Spark: its state folder (created here) and a query id
+    derived from it, stable across restarts."""
+    os.makedirs(state_path, exist_ok=True)
+    return SourceContext(
+        query_id=str(uuid.uuid5(uuid.NAMESPACE_URL, "headrace-spark-source:" + state_path)),
+        run_id=str(uuid.uuid4()),
+        source_index=0,
+        state_path=state_path,
+        user_schema=user_schema,
+    )
+
+
+def to_spark_limit(limit: ReadLimit) -> SparkReadLimit:
+    """The one Spark ``ReadLimit`` that stands for a headrace ``ReadLimit``.
+
+    Spark's Python API carries a single limit; the reader keeps the full headrace limit and
+    uses it whenever Spark hands this one back (see :meth:`HeadraceStreamReader.latestOffset`).
+    """
+    if limit.max_files is not None:
+        return ReadMaxFiles(limit.max_files)
+    if limit.max_bytes is not None:
+        return ReadMaxBytes(limit.max_bytes)
+    if limit.max_rows is not None:
+        return ReadMaxRows(limit.max_rows)
+    if limit.min_rows is not None:
+        return ReadMinRows(limit.min_rows)
+    return ReadAllAvailable()
+
+
+def from_spark_limit(limit: SparkReadLimit | None) -> ReadLimit:
+    """A Spark ``ReadLimit`` as a headrace ``ReadLimit``."""
+    if limit is None or isinstance(limit, ReadAllAvailable):
+        return ReadLimit.all_available()
+    if isinstance(limit, ReadMaxFiles):
+        return ReadLimit(max_files=limit.max_files)
+    if isinstance(limit, ReadMaxBytes):
+        return ReadLimit(max_bytes=limit.max_bytes)
+    if isinstance(limit, ReadMaxRows):
+        return ReadLimit(max_rows=limit.max_rows)
+    if isinstance(limit, ReadMinRows):
+        return ReadLimit(min_rows=limit.min_rows)
+    raise HeadraceError(f"unknown Spark read limit {limit!r}")
+
+
+class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Drives a headrace ``Source`` for Spark. Created by ``HeadraceDataSource.streamReader``.
+
+    Only the recipe (spec, validated options, context) and the Spark schema are pickled; the
+    live source exists in the driver's source runner process only.
+    """
+
+    def __init__(self, spec: ConnectorSpec, raw_options: Mapping[str, Any], schema: StructType,
+                 user_schema: pa.Schema | None) -> None:  # fmt: skip
+        """Validate the options (raising :class:`OptionsError`) without building the source.
+        Called by Spark once per query start in each driver-side process that needs a reader."""
+        options, state_path = parse_source_options(spec, raw_options)
+        self._recipe = _SourceRecipe(spec, options, source_context(state_path, user_schema))
+        self._spark_schema = schema
+        self._target = spark_to_arrow_schema(schema)
+        self._source: Source | None = None
+        self._initial: Offset | None = None
+        self._default_hr: ReadLimit | None = None
+        self._default_spark: SparkReadLimit | None = None
+        self._available_now_native: bool | None = None
+        self._available_now_target: Offset | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_source"] = None
+        return state
+
+    @property
+    def source(self) -> Source:
+        """The live headrace source, built on first use (driver's source runner process)."""
+        if self._source is None:
+            self._source = self._recipe.build()
+        return self._source
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Where a new query starts: ``Source.initial_offset()``. Spark calls it once or twice
+        per query start on the driver; the first answer is kept so both agree."""
+        if self._initial is None:
+            self._initial = dict(self.source.initial_offset())
+        return dict(self._initial)
+
+    def getDefaultReadLimit(self) -> SparkReadLimit:
+        """The connector's rate options as a Spark read limit (``Source.default_read_limit()``).
+        Called once per query run on the driver."""
+        if self._default_hr is None:
+            self._default_hr = self.source.default_read_limit()
+            self._default_spark = to_spark_limit(self._default_hr)
+        assert self._default_spark is not None
+        return self._default_spark
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """``trigger(availableNow=True)``: calls ``Source.prepare_for_available_now()`` once at
+        query start, on the driver. A source that does not support it gets Spark's fallback:
+        one batch of everything available now, then no more."""
+        self._available_now_native = bool(self.source.prepare_for_available_now())
+
+    def _limit(self, limit: SparkReadLimit | None) -> ReadLimit:
+        if self._available_now_native is False:
+            return ReadLimit.all_available()
+        if self._default_spark is not None and limit == self._default_spark and self._default_hr is not None:
+            return self._default_hr  # the full limit (several bounds, maxTriggerDelay) behind Spark's one
+        return from_spark_limit(limit)
+
+    def latestOffset(self, start: dict[str, Any], limit: SparkReadLimit) -> dict[str, Any]:
+        """The end of the next micro-batch: ``Source.latest_offset(start, limit)``.
+
+        Called once per trigger on the driver; returning ``start`` means no new data. ``limit``
+        is Spark's; when it is the default this reader reported, the source's full headrace
+        limit applies.
+        """
+        if self._available_now_native is False and self._available_now_target is not None:
+            return dict(self._available_now_target)
+        end = dict(self.source.latest_offset(dict(start), self._limit(limit)))
+        if self._available_now_native is False:
+            self._available_now_target = end
+        return end
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        """Split ``[start, end)`` with ``Source.partitions``. Called once per micro-batch (again
+        on replay) on the driver. Every partition and the source copy it carries are pickled."""
+        if start == end:
+            return []
+        parts = self.source.partitions(dict(start), dict(end))
+        if not parts:
+            return []
+        try:
+            blob: bytes | None = pickle.dumps(self.source, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # a live client: executors build their own source
+            log.debug("source '%s' is not picklable (%s); executors construct it", self._recipe.spec.name, e)
+            blob = None
+        return [HeadraceInputPartition(p, blob, i) for i, p in enumerate(parts)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Read one partition on an executor: ``Source.read`` on the pickled copy carried by the
+        partition (or a source built here), each batch cast to the Spark schema. Called once
+        per partition per micro-batch; the copy is closed afterwards."""
+        assert isinstance(partition, HeadraceInputPartition)
+        source: Source = pickle.loads(partition.source) if partition.source is not None else self._recipe.build()
+        try:
+            yield from conform_batches(source.read(partition.partition), self._target, connector=self._recipe.spec.name)
+        finally:
+            source.close()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed every batch up to ``end``: ``Source.commit(end)`` (upstream acks,
+        cleanup). Called once per micro-batch on the driver, after the sink committed."""
+        self.source.commit(dict(end))
+
+    def stop(self) -> None:
+        """The query stopped: ``Source.close()``. Called once per run on the driver; safe to
+        call when the source was never built."""
+        if self._source is not None:
+            source, self._source = self._source, None
+            source.close()
