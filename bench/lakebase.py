@@ -1,0 +1,131 @@
+"""Benchmark of the lakebase sink: upserts of N rows (default 1,000,000; half of the keys exist
+already) through headrace, against the same work done by hand with psycopg in the same run:
+
+- ``copy+upsert``: a hand-written loop, per chunk of ``--batchsize`` rows one transaction of
+  COPY (binary, ``write_row``) into a temporary staging table + ``INSERT ... SELECT ... ON
+  CONFLICT DO UPDATE`` (what the sink does, minus its bookkeeping and vectorised encoding);
+- ``executemany``: ``cursor.executemany(INSERT ... VALUES ... ON CONFLICT ...)`` per chunk,
+  on the first ``--executemany-rows`` rows (it is much slower), reported as rows/s.
+
+Run from the repository root: ``.venv/bin/python bench/lakebase.py [--rows N]``. It starts its
+own PostgreSQL (tests/services). Measures and prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import psycopg  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+import headrace as hr  # noqa: E402
+from headrace.testing import memory_stream  # noqa: E402
+from tests.services import Postgres  # noqa: E402
+
+DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, v bigint, ts timestamptz, s text)"
+
+
+def make_data(n: int, seed: int = 7) -> pa.Table:
+    """``n`` rows with keys 0..n-1 in random order; the table is pre-filled with keys < n/2."""
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(n).astype(np.int64)
+    ts = pa.array(1_700_000_000_000_000 + ids * 1000).cast(pa.timestamp("us", tz="UTC"))
+    s = pa.array([f"row-{i}" for i in ids.tolist()])
+    return pa.table({"id": ids, "v": ids * 2, "ts": ts, "s": s})
+
+
+def reset(conn: psycopg.Connection, table: str, prefill: pa.Table) -> None:
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute(DDL.format(t=table))
+    with conn.cursor().copy(f"COPY {table} (id, v, ts, s) FROM STDIN") as cp:
+        for row in zip(*(c.to_pylist() for c in prefill.columns), strict=True):
+            cp.write_row(row)
+    conn.execute(f"VACUUM ANALYZE {table}")
+
+
+def run_headrace(dsn: str, table: str, data: pa.Table, batchsize: int) -> float:
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    stream = memory_stream(name)
+    for b in data.to_batches(max_chunksize=65536):
+        stream.add(b)
+    with tempfile.TemporaryDirectory() as chk:
+        t0 = time.perf_counter()
+        q = (hr.read_stream.format("memory").option("name", name).load()
+             .write_stream.format("lakebase").option("url", dsn).option("dbtable", table)
+             .option("upsertkey", "id").option("batchsize", batchsize)
+             .option("checkpointLocation", chk).trigger(available_now=True).start())  # fmt: skip
+        q.await_termination()
+        return time.perf_counter() - t0
+
+
+def run_copy_upsert(conn: psycopg.Connection, table: str, data: pa.Table, batchsize: int) -> float:
+    t0 = time.perf_counter()
+    conn.execute(f"CREATE TEMP TABLE stage ON COMMIT DELETE ROWS AS SELECT id, v, ts, s FROM {table} WITH NO DATA")
+    for start in range(0, data.num_rows, batchsize):
+        chunk = data.slice(start, batchsize)
+        cols = [c.to_pylist() for c in chunk.columns]
+        with conn.transaction(), conn.cursor() as cur:
+            with cur.copy("COPY stage (id, v, ts, s) FROM STDIN (FORMAT BINARY)") as cp:
+                cp.set_types(["int8", "int8", "timestamptz", "text"])
+                for row in zip(*cols, strict=True):
+                    cp.write_row(row)
+            cur.execute(f"INSERT INTO {table} (id, v, ts, s) SELECT id, v, ts, s FROM stage "
+                        "ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v, ts = EXCLUDED.ts, s = EXCLUDED.s")  # fmt: skip
+    conn.execute("DROP TABLE stage")
+    return time.perf_counter() - t0
+
+
+def run_executemany(conn: psycopg.Connection, table: str, data: pa.Table, batchsize: int) -> float:
+    t0 = time.perf_counter()
+    sql = (f"INSERT INTO {table} (id, v, ts, s) VALUES (%s, %s, %s, %s) "
+           "ON CONFLICT (id) DO UPDATE SET v = EXCLUDED.v, ts = EXCLUDED.ts, s = EXCLUDED.s")  # fmt: skip
+    for start in range(0, data.num_rows, batchsize):
+        chunk = data.slice(start, batchsize)
+        rows = list(zip(*(c.to_pylist() for c in chunk.columns), strict=True))
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(sql, rows)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--batchsize", type=int, default=10_000)
+    ap.add_argument("--executemany-rows", type=int, default=100_000)
+    args = ap.parse_args()
+    n = args.rows
+    data = make_data(n)
+    prefill = data.filter(pa.compute.less(data["id"], n // 2))
+    with Postgres() as pg:
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
+            results: dict[str, tuple[int, float]] = {}
+            reset(conn, "bench_raw", prefill)
+            results["copy+upsert (hand-written)"] = (n, run_copy_upsert(conn, "bench_raw", data, args.batchsize))
+            reset(conn, "bench_hr", prefill)
+            results["headrace lakebase"] = (n, run_headrace(pg.dsn, "bench_hr", data, args.batchsize))
+            m = min(n, args.executemany_rows)
+            reset(conn, "bench_many", prefill)
+            results["executemany"] = (m, run_executemany(conn, "bench_many", data.slice(0, m), args.batchsize))
+            for t in ("bench_raw", "bench_hr"):
+                count, total = conn.execute(f"SELECT count(*), sum(v) FROM {t}").fetchone()  # type: ignore[misc]
+                assert count == n and total == sum(range(n)) * 2, f"{t}: wrong result {count} {total}"
+    rate = {k: rows / secs for k, (rows, secs) in results.items()}
+    print(f"lakebase upsert bench: {n:,} rows (half existing keys), batchsize {args.batchsize:,}")
+    for k, (rows, secs) in results.items():
+        print(f"  {k:28s} {rows:>10,} rows in {secs:7.2f} s = {rate[k]:>10,.0f} rows/s")
+    hr_rate = rate["headrace lakebase"]
+    print(f"  ratio headrace / hand-written copy+upsert: {hr_rate / rate['copy+upsert (hand-written)']:.2f} (goal >= 0.8)")
+    print(f"  ratio headrace / executemany:              {hr_rate / rate['executemany']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
