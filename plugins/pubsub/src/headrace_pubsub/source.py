@@ -53,6 +53,21 @@ _IDLE_POLL = 0.02  # seconds between pulls while the subscription has nothing to
 _RPC_TIMEOUT = 60.0
 
 
+def _crash_point() -> tuple[str, int]:
+    """Test hook, like the engine's: ``HEADRACE_TEST_CRASH=pubsub_after_pull:<seq>`` (messages pulled
+    and leased, nothing staged) or ``pubsub_after_stage:<seq>`` (staged, not acked) SIGKILLs the
+    process while the source prepares segment ``seq``."""
+    point, _, seq = os.environ.get("HEADRACE_TEST_CRASH", "").partition(":")
+    return (point, int(seq)) if point.startswith("pubsub_") and seq.isdigit() else ("", -1)
+
+
+def _maybe_crash(point: str, seq: int) -> None:
+    if _crash_point() == (point, seq):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _seconds(value: Any) -> float:
     """Option defaults are stored as written ("10 seconds"); given values are already floats."""
     return float(Duration().parse(value))
@@ -71,6 +86,7 @@ class _Budget:
         self.rows = rows
         self.max_bytes = max_bytes
         self.bytes = 0
+        self.messages = 0
         self.stop = False
 
     def reserve(self, n: int) -> int:
@@ -83,15 +99,27 @@ class _Budget:
             self.rows -= got
             return got
 
+    def estimate(self, n: int) -> int:
+        """With a byte limit, ask for about as many messages as fit in the bytes left (by the mean
+        size seen so far; 10 before any), so the soft limit is overshot by little."""
+        if self.max_bytes is None:
+            return n
+        with self._lock:
+            if self.messages == 0:
+                return min(n, 10)
+            mean = max(1.0, self.bytes / self.messages)
+            return max(1, min(n, int((self.max_bytes - self.bytes) / mean) + 1))
+
     def give_back(self, n: int) -> None:
         if n > 0 and self.rows is not None:
             with self._lock:
                 self.rows += n
 
-    def add_bytes(self, n: int) -> bool:
-        """Count ``n`` payload bytes; False once the byte limit is reached."""
+    def add_bytes(self, n: int, messages: int) -> bool:
+        """Count ``n`` payload bytes of ``messages`` messages; False once the byte limit is reached."""
         with self._lock:
             self.bytes += n
+            self.messages += messages
             return self.max_bytes is None or self.bytes < self.max_bytes
 
 
@@ -281,6 +309,7 @@ class PubSubSource(Source):
                 self._settle(duplicates, late, stats)
                 return dict(start)
             seq = s + 1
+            _maybe_crash("pubsub_after_pull", seq)
             t = time.monotonic()
             batches = [messages_to_batch(f.messages) if f.messages else None for f in fetched]
             ids = [m.message.message_id for m in messages]
@@ -291,6 +320,7 @@ class PubSubSource(Source):
             lease.stop()  # nothing acked: Pub/Sub redelivers after the deadline
             raise
         lease.stop()
+        _maybe_crash("pubsub_after_stage", seq)
         with self._seen_lock:
             for mid in ids:
                 self._seen[mid] = manifest["stagedAtMs"]
@@ -425,7 +455,7 @@ class PubSubSource(Source):
             now = time.monotonic()
             if now >= deadline:
                 break
-            want = budget.reserve(min(_MAX_PULL, self.max_records - len(out.messages)))
+            want = budget.reserve(budget.estimate(min(_MAX_PULL, self.max_records - len(out.messages))))
             if want <= 0:
                 break
             received = self._pull(want)
@@ -457,7 +487,7 @@ class PubSubSource(Source):
                     size += len(m.data)
             lease.add(new_ids)
             out.bytes += size
-            if not budget.add_bytes(size):
+            if not budget.add_bytes(size, len(new_ids)):
                 break
         return out
 
