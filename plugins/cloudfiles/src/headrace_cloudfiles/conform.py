@@ -58,6 +58,14 @@ def stringify(v: Any) -> str | None:
     return str(v)
 
 
+_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError)
+
+
+def _lossy(v: Any, t: pa.DataType) -> bool:
+    """pyarrow truncates 2.5 to 2 when building an integer array from Python: refuse that."""
+    return isinstance(v, float) and pa.types.is_integer(t) and not v.is_integer()
+
+
 def _cast_one(v: Any, t: pa.DataType) -> tuple[bool, Any]:
     """``(True, value)`` when ``v`` fits type ``t``, else ``(False, None)``."""
     if v is None:
@@ -65,12 +73,14 @@ def _cast_one(v: Any, t: pa.DataType) -> tuple[bool, Any]:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return True, stringify(v)
     try:
-        return True, pa.array([v], type=t)[0].as_py()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        pass
-    try:
         return True, pa.array([v]).cast(t, safe=True)[0].as_py()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError):
+    except _ERRORS:
+        pass
+    if _lossy(v, t):
+        return False, None
+    try:
+        return True, pa.array([v], type=t)[0].as_py()
+    except _ERRORS:
         return False, None
 
 
@@ -97,11 +107,12 @@ class Conformed:
 
 
 def _column_from_values(name: str, values: list[Any], t: pa.DataType, out: Conformed, rescue: bool) -> pa.Array:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pa.array([stringify(v) for v in values], type=t)
     try:
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            return pa.array([stringify(v) for v in values], type=t)
-        return pa.array(values, type=t)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        arr = pa.array(values)
+        return arr if arr.type == t else arr.cast(t, safe=True)
+    except _ERRORS:
         pass
     fixed = []
     for i, v in enumerate(values):
