@@ -24,11 +24,11 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import pyarrow as pa  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+import pyarrow as pa
+from confluent_kafka import Consumer, Producer, TopicPartition
 
-import headrace as hr  # noqa: E402
-from tests.services import KafkaMock  # noqa: E402
+import headrace as hr
+from tests.services import KafkaMock
 
 PARTITIONS = 4
 LOW_LATENCY = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 10}
@@ -150,7 +150,7 @@ def measure_e2e(servers: str, out_topic: str, expect: int, timeout: float) -> li
 
 def pct(values: list[float], q: float) -> float:
     s = sorted(values)
-    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s))) - 1))] if s else float("nan")
+    return s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))] if s else float("nan")
 
 
 def plain_relay(servers: str, src: str, dst: str, stop: threading.Event) -> None:
