@@ -125,4 +125,4 @@ def test_stored_schema_is_reused_after_restart(tmp_path: Path) -> None:
     run(src, out, chk, **opts(tmp_path))
     t = output(out)
     assert t.schema.field("id").type == pa.int64()
-    assert json.loads([r for r in t.to_pylist() if r["_rescued_data"]][0]["_rescued_data"])["id"] == 2.5
+    assert json.loads(next(r for r in t.to_pylist() if r["_rescued_data"])["_rescued_data"])["id"] == 2.5
