@@ -189,9 +189,14 @@ class StreamingQuery:
 
     @property
     def delivery_guarantee(self) -> str:
-        """``exactly-once`` when every source is replayable and the sink's commit idempotent."""
-        replayable = all(getattr(p.source_class, "replayable", False) for p in self._plans)
-        idempotent = bool(getattr(self._sink_class, "idempotent_commit", False))
+        """``exactly-once`` when every source is replayable and the sink's commit idempotent.
+
+        Asks the source and sink instances once they exist (a sink may become idempotent
+        through its options, e.g. Kafka transactions), the classes before."""
+        sources: list[Any] = list(self._sources) or [p.source_class for p in self._plans]
+        sink: Any = self._sink if self._sink is not None else self._sink_class
+        replayable = all(getattr(s, "replayable", False) for s in sources)
+        idempotent = bool(getattr(sink, "idempotent_commit", False))
         return "exactly-once" if replayable and idempotent else "at-least-once"
 
     @property
