@@ -28,7 +28,10 @@ class TestPubSubSourceContract(SourceContract):
 
     @pytest.fixture
     def seed(self, topic: Topic) -> Callable[[int], None]:
-        return lambda n: None if topic.publish_ints(n) is None else None
+        def seed(n: int) -> None:
+            topic.publish_ints(n)
+
+        return seed
 
 
 class TestPubSubSinkContract(SinkContract):
