@@ -1,0 +1,193 @@
+"""Benchmark: headrace's pubsub source and sink vs plain google-cloud-pubsub, same run, same emulator.
+
+    .venv/bin/python bench/pubsub.py [--messages 20000] [--size 100]
+
+Source: N messages are published once to a topic with three subscriptions; then each consumer
+drains its own subscription:
+  - baseline: the client's streaming pull (``SubscriberClient.subscribe``) acking each message;
+  - also shown: a unary pull-and-ack loop (what headrace does underneath);
+  - headrace: a pubsub -> noop query with trigger(available_now=True) (pull, stage to the
+    checkpoint as Arrow IPC, ack, read back), from start() to the end.
+Sink: N rows published to a topic:
+  - baseline: ``PublisherClient.publish`` per message with the same batch settings, then every future;
+  - headrace: rate-micro-batch -> map_batches (value -> bytes) -> pubsub sink, available_now.
+Prints msgs/s and the ratio headrace / baseline (goal >= 0.8). Measures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pyarrow as pa
+
+from tests.services import PubSubEmulator
+
+PROJECT = "headrace-bench"
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _publish(emu: PubSubEmulator, topic: str, n: int, size: int) -> None:
+    from google.cloud import pubsub_v1
+
+    pub = emu.publisher(batch_settings=pubsub_v1.types.BatchSettings(max_messages=1000, max_latency=0.01))
+    body = b"x" * size
+    futures = [pub.publish(topic, body, i=str(i)) for i in range(n)]
+    for f in futures:
+        f.result()
+    pub.transport.close()
+
+
+def bench_streaming_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
+    from google.cloud import pubsub_v1
+
+    client = emu.subscriber()
+    got = 0
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def callback(message: pubsub_v1.subscriber.message.Message) -> None:
+        nonlocal got
+        message.ack()
+        with lock:
+            got += 1
+            if got >= n:
+                done.set()
+
+    t0 = time.perf_counter()
+    future = client.subscribe(sub, callback, flow_control=pubsub_v1.types.FlowControl(max_messages=5000))
+    done.wait(600)
+    elapsed = time.perf_counter() - t0
+    future.cancel()
+    client.close()
+    return n / elapsed
+
+
+def bench_unary_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
+    from google.pubsub_v1 import PullResponse
+
+    client = emu.subscriber()
+    t0 = time.perf_counter()
+    got = 0
+    while got < n:
+        resp = PullResponse.pb(client.pull(request={"subscription": sub, "max_messages": 1000}))
+        ids = [m.ack_id for m in resp.received_messages]
+        payloads = [m.message.data for m in resp.received_messages]
+        got += len(payloads)
+        if ids:
+            client.acknowledge(subscription=sub, ack_ids=ids)
+    elapsed = time.perf_counter() - t0
+    client.close()
+    return n / elapsed
+
+
+def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: int, partitions: int) -> tuple[float, int]:
+    import headrace as hr
+
+    chk = tempfile.mkdtemp(prefix="bench-pubsub-")
+    opts = {"projectId": PROJECT, "topicId": topic_id, "subscriptionId": sub_id, "endpoint": emu.host,
+            "maxRecordsPerFetch": 10000, "numFetchPartitions": partitions, "fetchIdleTimeout": "200 ms"}  # fmt: skip
+    t0 = time.perf_counter()
+    q = hr.read_stream.format("pubsub").options(opts).load().write_stream.format("noop") \
+        .option("checkpointLocation", chk).trigger(available_now=True).start()  # fmt: skip
+    q.await_termination()
+    elapsed = time.perf_counter() - t0
+    rows = sum(p["numInputRows"] for p in q.recent_progress)
+    return rows / elapsed, rows
+
+
+def bench_plain_publish(emu: PubSubEmulator, topic: str, n: int, size: int) -> float:
+    from google.cloud import pubsub_v1
+
+    pub = emu.publisher(batch_settings=pubsub_v1.types.BatchSettings(max_messages=100, max_latency=0.01))
+    t0 = time.perf_counter()
+    futures = [pub.publish(topic, str(i).encode().ljust(size, b" "), value=str(i)) for i in range(n)]
+    for f in futures:
+        f.result()
+    elapsed = time.perf_counter() - t0
+    pub.transport.close()
+    return n / elapsed
+
+
+_SIZE = 100
+
+
+def _to_message(table: pa.Table) -> pa.Table:
+    values = table.column("value").to_pylist()
+    return pa.table({
+        "data": pa.array([str(v).encode().ljust(_SIZE, b" ") for v in values], pa.binary()),
+        "attributes": pa.array([[("value", str(v))] for v in values], pa.map_(pa.string(), pa.string())),
+    })  # fmt: skip
+
+
+def bench_headrace_sink(emu: PubSubEmulator, topic_id: str, n: int) -> float:
+    import headrace as hr
+
+    chk = tempfile.mkdtemp(prefix="bench-pubsub-sink-")
+    t0 = time.perf_counter()
+    q = hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=5000, totalRows=n).load() \
+        .map_batches(_to_message).write_stream.format("pubsub") \
+        .options(projectId=PROJECT, topicId=topic_id, endpoint=emu.host, batchMaxMessages=100, batchMaxLatency="10 ms") \
+        .option("checkpointLocation", chk).trigger(available_now=True).start()  # fmt: skip
+    q.await_termination()
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    global _SIZE
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=1, help="numFetchPartitions of the headrace source")
+    args = ap.parse_args()
+    n, _SIZE = args.messages, args.size
+    emu = PubSubEmulator(project_id=PROJECT)
+    emu.start()
+    try:
+        import headrace_pubsub.source  # noqa: F401  (import cost outside the timings, as for the baselines)
+
+        pub = emu.publisher()
+        sub_client = emu.subscriber()
+        topic_id = _name("bench")
+        topic = f"projects/{PROJECT}/topics/{topic_id}"
+        pub.create_topic(name=topic)
+        subs = {k: _name(k) for k in ("stream", "unary", "headrace")}
+        for s in subs.values():
+            sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
+        _publish(emu, topic, n, args.size)
+        path = f"projects/{PROJECT}/subscriptions/"
+        stream = bench_streaming_pull(emu, path + subs["stream"], n)
+        unary = bench_unary_pull(emu, path + subs["unary"], n)
+        hr_src, rows = bench_headrace_source(emu, topic_id, subs["headrace"], n, args.partitions)
+        print(f"source ({n} msgs of {args.size} B, numFetchPartitions={args.partitions}):")
+        print(f"  plain streaming pull + ack   {stream:10,.0f} msgs/s")
+        print(f"  plain unary pull + ack       {unary:10,.0f} msgs/s")
+        print(f"  headrace pubsub -> noop      {hr_src:10,.0f} msgs/s  ({rows} rows, staged + acked + read back)")
+        print(f"  ratio vs streaming pull      {hr_src / stream:10.2f}   (goal >= 0.8)")
+        print(f"  ratio vs unary pull loop     {hr_src / unary:10.2f}")
+
+        sink_topics = [_name("sink"), _name("sink")]
+        for t in sink_topics:
+            pub.create_topic(name=f"projects/{PROJECT}/topics/{t}")
+        plain = bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n, args.size)
+        hr_sink = bench_headrace_sink(emu, sink_topics[1], n)
+        print(f"sink ({n} msgs of {args.size} B, batchMaxMessages=100):")
+        print(f"  plain PublisherClient.publish {plain:9,.0f} msgs/s")
+        print(f"  headrace rate -> pubsub       {hr_sink:9,.0f} msgs/s")
+        print(f"  ratio                         {hr_sink / plain:9.2f}   (goal >= 0.8)")
+    finally:
+        emu.stop()
+
+
+if __name__ == "__main__":
+    main()
