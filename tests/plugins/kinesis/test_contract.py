@@ -36,8 +36,8 @@ class TestKinesisSinkContract(SinkContract):
     connector = "kinesis"
     transform = "tests.plugins.kinesis.helpers:to_kinesis"
     supports_abort = False  # records accepted by PutRecords cannot be taken back
-    kill_rows = 1200
-    kill_rows_per_batch = 300
+    kill_rows = 600
+    kill_rows_per_batch = 150
 
     @pytest.fixture
     def sink_options(self, kinesis: Any) -> dict[str, Any]:

@@ -243,3 +243,17 @@ def test_available_now_ends_at_start_time(kinesis: Any) -> None:
     assert q.await_termination(60)
     assert sorted(values(hr.memory_table(f"an-{s}"))) == list(range(8))
     wait_for(lambda: not q.is_active)
+
+
+def test_role_arn_assumed_through_sts(kinesis: Any, s3: Any) -> None:
+    """roleArn: credentials come from STS AssumeRole (moto's STS), then Kinesis is read with them."""
+    c = kinesis.client()
+    s = create_stream(c)
+    put_values(c, s, range(3))
+    opts = source_opts(kinesis, s, roleArn="arn:aws:iam::123456789012:role/reader", roleExternalId="ext-1",
+                       stsEndpoint=s3.endpoint_url)  # fmt: skip
+    src = make_source(opts)
+    creds = src.client._request_signer._credentials.get_frozen_credentials()
+    assert creds.access_key != kinesis.aws_access_key_id and creds.token, "credentials did not come from AssumeRole"
+    batches, _ = drain(src, src.initial_offset())
+    assert sorted(v for t in batches for v in values(t)) == [0, 1, 2]
