@@ -54,7 +54,7 @@ def test_plugin_module_does_not_import_readers() -> None:
         pytest.param({"cloudFiles.cleanSource": "MOVE"}, "moveDestination: is required with cloudFiles.cleanSource=MOVE", id="move-no-dest"),
         pytest.param({"cloudFiles.cleanSource.moveDestination": "/a"}, "only applies with cloudFiles.cleanSource=MOVE", id="dest-no-move"),
         pytest.param({"modifiedAfter": "2024-02-01", "modifiedBefore": "2024-01-01"}, "must be earlier than", id="time-window"),
-        pytest.param({"cloudFiles.queueUrl": "https://sqs"}, "not supported by headrace: it configures an SQS queue", id="sqs"),
+        pytest.param({"cloudFiles.queueUrl": "https://sqs"}, "not supported by headrace: sets up an SQS queue", id="sqs"),
         pytest.param({"cloudFiles.useManagedFileEvents": "true"}, "Unity Catalog", id="managed-events"),
         pytest.param({"cloudFiles.useNotifications": "true", "cloudFiles.useIncrementalListing": "true"},
                      "applies to directory listing mode only", id="notifications-and-listing"),

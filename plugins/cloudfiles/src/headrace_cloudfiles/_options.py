@@ -30,9 +30,8 @@ FORMATS = ("json", "csv", "parquet", "text", "binaryFile", "avro")
 UNSUPPORTED_FORMATS = ("orc", "xml")
 
 _CLOUD_QUEUE = (
-    "it configures {what} for Databricks' file notification mode on {cloud}; headrace's file-event "
-    "mode (cloudFiles.useNotifications) watches local disks with watchdog, and S3 is read with directory "
-    "listing (credentials: s3.accessKeyId / s3.secretAccessKey or the AWS environment)"
+    "sets up {what} for Databricks' file notification mode on {cloud}; headrace uses "
+    "cloudFiles.useNotifications (watchdog) on local folders and directory listing on S3"
 )
 
 
