@@ -105,19 +105,18 @@ def main() -> None:
     n = args.rows
     data = make_data(n)
     prefill = data.filter(pa.compute.less(data["id"], n // 2))
-    with Postgres() as pg:
-        with psycopg.connect(pg.dsn, autocommit=True) as conn:
-            results: dict[str, tuple[int, float]] = {}
-            reset(conn, "bench_raw", prefill)
-            results["copy+upsert (hand-written)"] = (n, run_copy_upsert(conn, "bench_raw", data, args.batchsize))
-            reset(conn, "bench_hr", prefill)
-            results["headrace lakebase"] = (n, run_headrace(pg.dsn, "bench_hr", data, args.batchsize))
-            m = min(n, args.executemany_rows)
-            reset(conn, "bench_many", prefill)
-            results["executemany"] = (m, run_executemany(conn, "bench_many", data.slice(0, m), args.batchsize))
-            for t in ("bench_raw", "bench_hr"):
-                count, total = conn.execute(f"SELECT count(*), sum(v) FROM {t}").fetchone()  # type: ignore[misc]
-                assert count == n and total == sum(range(n)) * 2, f"{t}: wrong result {count} {total}"
+    with Postgres() as pg, psycopg.connect(pg.dsn, autocommit=True) as conn:
+        results: dict[str, tuple[int, float]] = {}
+        reset(conn, "bench_raw", prefill)
+        results["copy+upsert (hand-written)"] = (n, run_copy_upsert(conn, "bench_raw", data, args.batchsize))
+        reset(conn, "bench_hr", prefill)
+        results["headrace lakebase"] = (n, run_headrace(pg.dsn, "bench_hr", data, args.batchsize))
+        m = min(n, args.executemany_rows)
+        reset(conn, "bench_many", prefill)
+        results["executemany"] = (m, run_executemany(conn, "bench_many", data.slice(0, m), args.batchsize))
+        for t in ("bench_raw", "bench_hr"):
+            count, total = conn.execute(f"SELECT count(*), sum(v) FROM {t}").fetchone()  # type: ignore[misc]
+            assert count == n and total == sum(range(n)) * 2, f"{t}: wrong result {count} {total}"
     rate = {k: rows / secs for k, (rows, secs) in results.items()}
     print(f"lakebase upsert bench: {n:,} rows (half existing keys), batchsize {args.batchsize:,}")
     for k, (rows, secs) in results.items():
