@@ -45,7 +45,7 @@ def test_defaults_and_case_insensitive_names() -> None:
     ],
     ids=["starting-both", "skip-and-ignore-changes", "event-order-no-column", "column-no-event-order",
          "bad-starting-version", "zero-files", "unity-catalog", "typo", "txn-app-alone", "txn-version-alone",
-         "merge-and-overwrite-schema", "optimize-write"],  # fmt: skip
+         "merge-and-overwrite-schema", "optimize-write"],
 )
 def test_invalid_options_are_named(role: str, raw: dict, message: str) -> None:
     with pytest.raises(OptionsError) as e:

@@ -16,7 +16,7 @@ import headrace as hr
 from headrace.errors import DataLossError, SchemaChangedError, UnsupportedError
 from headrace.plugins import registry
 from headrace.protocols import ReadLimit, SourceContext
-from tests.plugins.delta.helpers import append, data_files, rows, run_stream
+from tests.plugins.delta.helpers import append, data_files, delete_with_deletion_vector, rows, run_stream
 
 
 def make_source(path: str, **options: object):  # type: ignore[no-untyped-def]
@@ -420,3 +420,16 @@ def test_checkpoint_inside_the_source_table_is_ignored(table: str) -> None:
 def test_missing_table_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(hr.HeadraceError, match="no Delta table at"):
         make_source(str(tmp_path / "nope"))
+
+
+def test_deletion_vectors_are_honoured(table: str, tmp_path: Path) -> None:
+    append(table, list(range(10)))
+    chk = str(tmp_path / "chk")
+    assert rows(run_stream(table, chk, ignoreChanges=True)) == list(range(10))
+    version = delete_with_deletion_vector(table, [1, 3, 5])
+    # a new stream's snapshot leaves the deleted rows out
+    assert sorted(rows(run_stream(table))) == [0, 2, 4, 6, 7, 8, 9]
+    # the running stream sees a change commit: ignoreChanges re-emits the file, minus deleted rows
+    assert sorted(rows(run_stream(table, chk, ignoreChanges=True))) == [0, 2, 4, 6, 7, 8, 9]
+    with pytest.raises(hr.StreamingQueryException, match=f"version {version} \\(DELETE\\)"):
+        run_stream(table, startingVersion=version)
