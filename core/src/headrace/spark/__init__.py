@@ -175,7 +175,8 @@ def register(spark: SparkSession, *connectors: str | ConnectorSpec, aliases: boo
         raise HeadraceError("no headrace connectors to register; install a plugin (pip install headrace-<name>)")
     names: list[str] = []
     for spec in specs:
-        for alias in ("", *(spec.aliases if aliases else ())):
+        extra = [a for a in (spec.aliases if aliases else ()) if a.lower() != spec.name.lower()]
+        for alias in ("", *dict.fromkeys(extra)):
             cls = data_source_class(spec, alias=alias)
             spark.dataSource.register(cls)
             names.append(cls.name())
