@@ -141,7 +141,6 @@ def read_file(
     out_schema: pa.Schema,
     event_column: str | None,
     fail_on_data_loss: bool,
-    commit_timestamps: dict[int, int] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the rows of one data file as batches of ``out_schema``.
 
