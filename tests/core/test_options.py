@@ -178,3 +178,12 @@ def test_options_pickle_keeps_secrets_hidden() -> None:
     again = pickle.loads(pickle.dumps(opts))
     assert again.reveal("password") == "pw"
     assert "pw'" not in repr(again)
+
+
+def test_defaults_are_parsed_like_given_values() -> None:
+    schema = OptionSchema([Option("period", Duration(), default="10 seconds"), Option("size", Size(), default="1m")])
+    opts = schema.parse({})
+    assert opts["period"] == 10.0 and opts["size"] == 1 << 20
+    assert "10 seconds" in schema.render("x")
+    with pytest.raises(ValueError, match="option 'period': bad default 'soon'"):
+        OptionSchema([Option("period", Duration(), default="soon")])

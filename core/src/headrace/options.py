@@ -553,6 +553,15 @@ class OptionSchema:
         self.passthrough = list(passthrough)
         self.ignore = {i.lower() for i in ignore}
         self._by_lower: dict[str, Option] = {}
+        # defaults are written as a user would write them ("10 seconds"); parse them once here
+        # so connectors always get typed values, and a bad default fails at declaration
+        self._defaults: dict[str, Any] = {}
+        for o in self.options:
+            if o.default is not None and not o.unsupported:
+                try:
+                    self._defaults[o.name] = o.type.parse(o.default)
+                except ValueError as e:
+                    raise ValueError(f"option {o.name!r}: bad default {o.default!r}: {e}") from None
         for o in self.options:
             for n in (o.name, *o.aliases):
                 if n.lower() in self._by_lower:
@@ -616,7 +625,7 @@ class OptionSchema:
             if opt.required and opt.name not in seen:
                 problems.append(OptionProblem(opt.name, "is required" + (f": {opt.doc}" if opt.doc else "")))
                 continue
-            values[opt.name] = opt.default
+            values[opt.name] = self._defaults.get(opt.name)
         opts = Options(values, given, passthrough)
         if not problems:
             for r in self.rules:

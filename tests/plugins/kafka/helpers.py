@@ -12,6 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from headrace.testing import wait_for
+
 __all__ = ["consume_all", "int_values", "produce", "to_kafka_value", "unique", "wait_for"]
 
 
@@ -86,18 +88,6 @@ def consume_all(servers: str, topic: str, partitions: int | None = None, *, time
 
 def int_values(msgs: Iterable[Any]) -> list[int]:
     return [int(m.value()) for m in msgs]
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``cond`` until truthy (returned) or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def to_kafka_value(table: pa.Table) -> pa.Table:

@@ -3,34 +3,28 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import pyarrow as pa
 
-__all__ = ["create_stream", "put_values", "read_all_values", "sink_opts", "source_opts", "to_kinesis", "wait_for"]
+from headrace.testing import wait_for
 
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    """Poll ``cond`` until it is truthy (returns its value) or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
+__all__ = ["create_stream", "put_values", "read_all_values", "sink_opts", "source_opts", "to_kinesis", "wait_active", "wait_for"]
 
 
 def create_stream(client: Any, shards: int = 1, prefix: str = "t") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:10]}"
     client.create_stream(StreamName=name, ShardCount=shards)
+    wait_active(client, name)
+    return name
+
+
+def wait_active(client: Any, name: str) -> None:
+    """Wait until a stream is ACTIVE again (after create, split or merge)."""
     wait_for(lambda: client.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE",
              what=f"stream {name} active")  # fmt: skip
-    return name
 
 
 def put_values(client: Any, stream: str, values: Iterable[int], *, key: Callable[[int], str] = lambda v: f"k{v}") -> None:

@@ -12,7 +12,7 @@ import pytest
 from headrace.errors import DataLossError, HeadraceError
 from headrace.plugins import registry
 from headrace.protocols import Offset, ReadLimit, SourceContext
-from tests.plugins.kinesis.helpers import create_stream, put_values, source_opts, wait_for
+from tests.plugins.kinesis.helpers import create_stream, put_values, source_opts, wait_active, wait_for
 
 ALL = ReadLimit.all_available()
 
@@ -141,8 +141,10 @@ def test_split_and_merge_mid_stream_parents_before_children(kinesis: Any) -> Non
     cur = end
     # split shard 0 into 1 and 2, write, then merge 1 and 2 into 3, write again
     c.split_shard(StreamName=s, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    wait_active(c, s)
     put_values(c, s, range(20, 40))
     c.merge_shards(StreamName=s, ShardToMerge="shardId-000000000001", AdjacentShardToMerge="shardId-000000000002")
+    wait_active(c, s)
     put_values(c, s, range(40, 60))
     order: list[list[str]] = []
     for _ in range(30):

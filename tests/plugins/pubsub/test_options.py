@@ -24,7 +24,7 @@ def parse(raw: dict[str, Any]) -> Any:
 def test_defaults_match_the_reference() -> None:
     o = parse(BASE)
     assert o["maxRecordsPerFetch"] == 1000
-    assert o["maxFetchPeriod"] == "10 seconds"
+    assert o["maxFetchPeriod"] == 10.0  # "10 seconds", parsed
     assert o["deleteSubscriptionOnStreamStop"] is False
     assert o["maxBytesPerTrigger"] is None
     assert o["numFetchPartitions"] == 1

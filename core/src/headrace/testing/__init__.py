@@ -5,6 +5,7 @@
 - :func:`memory_stream`, :class:`MemorySource`, :class:`MemorySink`: in-process streams.
 - :func:`run_pipeline`, :func:`run_until_done`: run a pipeline spec in a subprocess, SIGKILLed at
   an engine crash point (``crash="mid_write:1"``) or after a delay, for crash tests.
+- :func:`wait_for`: poll a condition with a deadline instead of sleeping.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from headrace.connectors.memory import MemorySink, MemorySource, MemoryStream, memory_stream, memory_table
 from headrace.testing._pipeline import PipelineResult, run_pipeline, run_until_done
+from headrace.testing._wait import wait_for
 
 __all__ = [
     "CRASH_POINTS",
@@ -27,6 +29,7 @@ __all__ = [
     "row_keys",
     "run_pipeline",
     "run_until_done",
+    "wait_for",
 ]
 
 

@@ -59,7 +59,7 @@ from headrace.testing._pipeline import _load, run_pipeline
 
 __all__ = ["CRASH_POINTS", "SinkContract", "SourceContract", "row_keys"]
 
-CRASH_POINTS = ("after_offsets", "mid_write", "before_sink_commit", "after_sink_commit", "after_commit")
+CRASH_POINTS = ("before_offsets", "after_offsets", "mid_write", "before_sink_commit", "after_sink_commit", "after_commit")
 
 
 def row_keys(table: pa.Table) -> list[str]:

@@ -22,7 +22,7 @@ from google.api_core import exceptions as gexc
 from google.cloud.pubsub_v1 import types as ps_types
 
 from headrace.errors import HeadraceError
-from headrace.options import Duration, Options
+from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace_pubsub._client import PubSubError, describe_api_error, publisher_client, resolve_endpoint
 
@@ -42,7 +42,8 @@ class Published(CommitMessage):
 
 
 def _seconds(value: Any) -> float:
-    return float(Duration().parse(value))
+    """Durations are parsed to seconds by the option schema (defaults included)."""
+    return float(value)
 
 
 def _as_bytes(col: pa.ChunkedArray | pa.Array, name: str) -> list[bytes | None]:

@@ -37,7 +37,7 @@ from google.api_core import exceptions as gexc
 from google.pubsub_v1 import PullResponse
 
 from headrace.errors import HeadraceError
-from headrace.options import Duration, Options
+from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_pubsub._client import PubSubError, describe_api_error, resolve_endpoint, subscriber_client
 from headrace_pubsub._schema import SCHEMA, messages_to_batch
@@ -69,8 +69,8 @@ def _maybe_crash(point: str, seq: int) -> None:
 
 
 def _seconds(value: Any) -> float:
-    """Option defaults are stored as written ("10 seconds"); given values are already floats."""
-    return float(Duration().parse(value))
+    """Durations are parsed to seconds by the option schema (defaults included)."""
+    return float(value)
 
 
 @dataclass(frozen=True)
