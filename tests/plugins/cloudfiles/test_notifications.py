@@ -7,7 +7,8 @@ from pathlib import Path
 import headrace as hr
 from headrace.plugins import registry
 from headrace.protocols import ReadLimit, SourceContext
-from tests.plugins.cloudfiles.helpers import wait_for, write_json
+from headrace.testing import wait_for
+from tests.plugins.cloudfiles.helpers import write_json
 
 
 def test_files_arriving_are_picked_up_from_events(tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from headrace.errors import StreamingQueryException
 from headrace.options import Options
 from headrace.plugins import registry
 from headrace.protocols import ReadLimit, SourceContext
-from tests.plugins.cloudfiles.helpers import output, run, wait_for, write_json
+from headrace.testing import wait_for
+from tests.plugins.cloudfiles.helpers import output, run, write_json
 
 JSON = {"cloudFiles.format": "json", "cloudFiles.inferColumnTypes": "true"}
 
