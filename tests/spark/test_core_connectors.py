@@ -10,7 +10,14 @@ import pytest
 
 import headrace.spark
 from tests.spark._connectors import RECORD_SPEC, calls, committed
-from tests.spark._util import commit_markers, files_rows, run_available_now, total_input_rows, values, wait_for
+from tests.spark._util import (
+    commit_markers,
+    files_rows,
+    run_available_now,
+    total_input_rows,
+    values,
+    wait_for,
+)
 
 pytestmark = pytest.mark.spark
 

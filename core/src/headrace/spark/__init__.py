@@ -91,21 +91,30 @@ def format_name(connector: str) -> str:
 
 class HeadraceDataSource(DataSource):
     """Base class of the Spark data sources that :func:`register` creates, one subclass per
-    connector (name) with the connector's ``ConnectorSpec`` as the class attribute ``spec``.
+    connector (name), whose class attribute ``connector`` names the connector.
 
-    Spark creates an instance per ``load()`` / ``start()`` on the driver, pickles it (with
-    cloudpickle: the generated subclass travels by value, the spec with it) to every Python
-    process that builds a reader or writer. Instances hold only Spark's option strings.
+    Spark creates an instance per ``load()`` / ``start()`` on the driver and pickles it (with
+    cloudpickle: the generated subclass travels by value) to every Python process that builds a
+    reader or writer. Instances hold only Spark's option strings. Each process looks the
+    connector up in its own plugin registry (so the plugin must be installed on executors too),
+    except for a ``ConnectorSpec`` that no installed plugin provides, which travels inline.
     """
 
-    spec: ClassVar[ConnectorSpec]
+    connector: ClassVar[str] = ""
+    inline_spec: ClassVar[ConnectorSpec | None] = None
     format_alias: ClassVar[str] = ""
+
+    @classmethod
+    def connector_spec(cls) -> ConnectorSpec:
+        """The connector's spec: from this process's registry, or the inline one. Called once
+        per reader, writer or schema request."""
+        return cls.inline_spec if cls.inline_spec is not None else registry().get(cls.connector)
 
     @classmethod
     def name(cls) -> str:
         """The format name Spark registers: ``headrace.<connector>``. Called once at
         registration."""
-        return format_name(cls.format_alias or cls.spec.name)
+        return format_name(cls.format_alias or cls.connector)
 
     def schema(self) -> StructType:
         """The Spark schema of the source, from ``Source.schema``.
@@ -114,11 +123,12 @@ class HeadraceDataSource(DataSource):
         the options first (raising :class:`OptionsError`), builds the source to ask its schema,
         and closes it. Raises :class:`UnsupportedError` for a column type Spark cannot hold.
         """
-        options, state_path = parse_source_options(self.spec, self.options)
+        spec = self.connector_spec()
+        options, state_path = parse_source_options(spec, self.options)
         from headrace.spark.source import source_context
 
         self._schema_inferred = True  # pickled with this instance: streamReader knows the schema is ours
-        source = self.spec.load_source()(options, source_context(state_path, None))
+        source = spec.load_source()(options, source_context(state_path, None))
         try:
             return arrow_to_spark_schema(source.schema)
         finally:
@@ -128,27 +138,39 @@ class HeadraceDataSource(DataSource):
         """A stream reader for this query. Called by Spark on the driver in each process that
         needs one (see :mod:`headrace.spark.source`); the result is pickled to executors."""
         user_schema = None if getattr(self, "_schema_inferred", False) else spark_to_arrow_schema(schema)
-        return HeadraceStreamReader(self.spec, dict(self.options), schema, user_schema)
+        return HeadraceStreamReader(self.connector_spec(), dict(self.options), schema, user_schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> HeadraceStreamWriter:
         """A stream writer for this query. Called by Spark on the driver once per micro-batch
         and once per commit/abort; the result is pickled to executors."""
-        return HeadraceStreamWriter(self.spec, dict(self.options), schema, overwrite)
+        return HeadraceStreamWriter(self.connector_spec(), dict(self.options), schema, overwrite)
 
 
 def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: Registry | None = None) -> type[HeadraceDataSource]:
     """The Spark ``DataSource`` class for one connector (a name looked up in the registry, or a
     ``ConnectorSpec``). ``alias`` registers it under ``headrace.<alias>`` instead of its name.
 
-    The class carries the spec, so Spark's workers need the plugin's package installed but do
-    not look it up again. Register it with ``spark.dataSource.register(cls)``.
+    An installed connector is referred to by name (Spark's workers look it up in their own
+    registry); a spec no installed plugin provides (an application's private connector) is
+    carried inline, pickled with the class. Register the class with
+    ``spark.dataSource.register(cls)``.
     """
-    spec = connector if isinstance(connector, ConnectorSpec) else (reg or registry()).get(connector)
+    r = reg or registry()
+    spec = connector if isinstance(connector, ConnectorSpec) else r.get(connector)
+    inline: ConnectorSpec | None = spec
+    if reg is None:
+        try:
+            found = r.get(spec.name)
+            if (found.source, found.sink) == (spec.source, spec.sink):
+                inline = None
+        except HeadraceError:
+            pass
     safe = "".join(c if c.isalnum() else "_" for c in (alias or spec.name))
     return type(
         f"HeadraceDataSource_{safe}",
         (HeadraceDataSource,),
-        {"spec": spec, "format_alias": alias, "__module__": __name__, "__doc__": f"headrace connector '{spec.name}'"},
+        {"connector": spec.name, "inline_spec": inline, "format_alias": alias, "__module__": __name__,
+         "__doc__": f"headrace connector '{spec.name}' as a Spark data source"},
     )
 
 
