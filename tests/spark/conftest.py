@@ -35,8 +35,9 @@ def _skip_reason() -> str | None:
     try:
         import pyspark  # noqa: F401
         from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401
+        from pyspark.sql.streaming.datasource import ReadLimit  # noqa: F401
     except ImportError as e:
-        return f"pyspark>=4.1 is not installed ({e}); install it with: pip install 'headrace[spark]'"
+        return f"pyspark>=4.2 is not installed ({e}); install it with: pip install 'headrace[spark]' 'pyspark>=4.2'"
     if _java_home() is None:
         return "no Java runtime for Spark; install Java 17 (apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
     return None

@@ -31,7 +31,8 @@ What differs from headrace's own engine (see docs/spark.md):
   options (``kafka.*``) reach the client library lower-cased.
 - ``read`` and ``Sink.write`` run on executors: the plugin must be installed there too.
 
-Requires ``pip install 'headrace[spark]'`` (pyspark>=4.1 for the Arrow stream writer).
+Requires ``pip install 'headrace[spark]'`` and PySpark 4.2 or later (read limits and the Arrow
+stream writer; developed against 4.3).
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-try:
+try:  # DataSourceStreamArrowWriter: PySpark 4.1; latestOffset(start, limit) and read limits: 4.2
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter  # noqa: F401
+    from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow  # noqa: F401
 except ImportError as _e:  # pragma: no cover - depends on the environment
     raise ImportError(
-        f"headrace.spark needs PySpark 4.1 or later ({_e}); fix: pip install 'headrace[spark]'"
+        f"headrace.spark needs PySpark 4.2 or later ({_e}); fix: pip install 'headrace[spark]' 'pyspark>=4.2'"
     ) from _e
 
 from pyspark.sql.types import StructType
