@@ -233,7 +233,10 @@ class Source:
         return {}
 
     def close(self) -> None:
-        """Release connections and threads. Called once when the query stops; idempotent."""
+        """Release connections and threads. Called once when the query stops; idempotent.
+
+        Under ``headrace.spark`` it is also called on each executor's pickled (or rebuilt) copy
+        after its ``read``: release only what that copy holds, never shared state."""
 
 
 class Sink:
