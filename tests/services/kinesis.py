@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.services._aws import AwsEndpoint
 from tests.services._base import REPO_ROOT, Service, ServiceUnavailable, http_get
 
 KINESALITE_VERSION = "3.3.3"
@@ -24,21 +25,15 @@ KINESALITE_DIR = REPO_ROOT / ".tools" / "kinesalite" / "node_modules" / "kinesal
 SERVER_JS = Path(__file__).with_name("kinesalite_server.js")
 
 
-class Kinesis(Service):
+class Kinesis(AwsEndpoint, Service):
     """kinesalite; use ``endpoint_url``, ``region``, the dummy credentials, or :meth:`client`."""
 
     name = "kinesalite"
-    region = "us-east-1"
-    aws_access_key_id = "testing"
-    aws_secret_access_key = "testing"
+    endpoint_env = "AWS_ENDPOINT_URL_KINESIS"
 
     def __init__(self, *, port: int | None = None, startup_timeout: float = 30.0) -> None:
         super().__init__(port=port, startup_timeout=startup_timeout)
         self.node = shutil.which("node")
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.bind_host}:{self.port}"
 
     def check_available(self) -> None:
         if self.node is None:
@@ -57,25 +52,6 @@ class Kinesis(Service):
     def is_ready(self) -> bool:
         # kinesalite answers any GET with an error document: an answer at all means ready.
         return http_get(self.endpoint_url) is not None
-
-    def credentials(self) -> dict[str, str]:
-        """boto3 keyword arguments: endpoint, region and dummy credentials."""
-        return {
-            "endpoint_url": self.endpoint_url,
-            "region_name": self.region,
-            "aws_access_key_id": self.aws_access_key_id,
-            "aws_secret_access_key": self.aws_secret_access_key,
-        }
-
-    def env(self) -> dict[str, str]:
-        """Environment variables for a subprocess using the AWS SDK against this server."""
-        return {
-            "AWS_ENDPOINT_URL_KINESIS": self.endpoint_url,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_ACCESS_KEY_ID": self.aws_access_key_id,
-            "AWS_SECRET_ACCESS_KEY": self.aws_secret_access_key,
-        }
 
     def client(self, **kwargs: Any) -> Any:
         """A boto3 Kinesis client for this server."""

@@ -19,20 +19,14 @@ from collections.abc import Sequence
 from importlib.util import find_spec
 from typing import Any
 
+from tests.services._aws import AwsEndpoint
 from tests.services._base import Service, ServiceUnavailable, http_get
 
 
-class S3(Service):
+class S3(AwsEndpoint, Service):
     """moto server; use ``endpoint_url``, ``region``, the dummy credentials, or :meth:`client`."""
 
     name = "moto-s3"
-    region = "us-east-1"
-    aws_access_key_id = "testing"
-    aws_secret_access_key = "testing"
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{self.bind_host}:{self.port}"
 
     def check_available(self) -> None:
         if find_spec("moto") is None or find_spec("flask") is None:
@@ -46,25 +40,6 @@ class S3(Service):
     def is_ready(self) -> bool:
         got = http_get(f"{self.endpoint_url}/moto-api/")
         return got is not None and got[0] == 200
-
-    def credentials(self) -> dict[str, str]:
-        """boto3 keyword arguments: endpoint, region and dummy credentials."""
-        return {
-            "endpoint_url": self.endpoint_url,
-            "region_name": self.region,
-            "aws_access_key_id": self.aws_access_key_id,
-            "aws_secret_access_key": self.aws_secret_access_key,
-        }
-
-    def env(self) -> dict[str, str]:
-        """Environment variables for a subprocess using an AWS SDK against this server."""
-        return {
-            "AWS_ENDPOINT_URL": self.endpoint_url,
-            "AWS_REGION": self.region,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_ACCESS_KEY_ID": self.aws_access_key_id,
-            "AWS_SECRET_ACCESS_KEY": self.aws_secret_access_key,
-        }
 
     def client(self, service: str = "s3", **kwargs: Any) -> Any:
         """A boto3 client (S3 by default, path-style addressing) for this server."""
