@@ -9,7 +9,10 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 pkgs=(-e "core[spark]")
 for d in plugins/*/; do
-  [ -f "$d/pyproject.toml" ] && pkgs+=(-e "$d")
+  d=${d%/}
+  [ -f "$d/pyproject.toml" ] || continue
+  # a plugin's optional client libraries (extra "all") are needed by its tests
+  if grep -qE '^all *=' "$d/pyproject.toml"; then pkgs+=(-e "$d[all]"); else pkgs+=(-e "$d"); fi
 done
 echo "== installing ${pkgs[*]} -r requirements-dev.txt"
 pip_log=$(mktemp)
