@@ -32,8 +32,10 @@ __all__ = [
     "TEXT_SCHEMA",
     "fixed_schema",
     "infer_data_schema",
+    "inference_bytes",
     "merge_fields",
     "parse_file",
+    "read_prefix",
 ]
 
 TEXT_SCHEMA = pa.schema([pa.field("value", pa.string())])
@@ -137,10 +139,18 @@ def _json_rows(text: str, multiline: bool) -> tuple[list[dict[str, Any] | None],
     return rows, bad
 
 
-def _parse_json(store: Store, rel: str, size: int, cfg: ReaderConfig, schema: pa.Schema | None) -> Parsed:
+def _open(store: Store, rel: str, data: bytes | None) -> pa.NativeFile:
+    return store.open(rel) if data is None else pa.BufferReader(data)
+
+
+def _parse_json(
+    store: Store, rel: str, size: int, cfg: ReaderConfig, schema: pa.Schema | None, data: bytes | None = None
+) -> Parsed:
+    if data is not None:
+        size = len(data)
     if not cfg.multiline:
         try:
-            with store.open(rel) as f:
+            with _open(store, rel, data) as f:
                 ro = pjson.ReadOptions(block_size=_block_size(size))
                 if schema is not None and cfg.typed:
                     po = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
@@ -148,14 +158,19 @@ def _parse_json(store: Store, rel: str, size: int, cfg: ReaderConfig, schema: pa
                 return Parsed(table=pjson.read_json(f, read_options=ro))
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             pass  # a malformed record or mixed types: read record by record below
-    rows, bad = _json_rows(_decode(_read_all(store, rel), store.uri(rel)), cfg.multiline)
+    raw = _read_all(store, rel) if data is None else data
+    rows, bad = _json_rows(_decode(raw, store.uri(rel)), cfg.multiline)
     return Parsed(rows=rows, malformed=bad)
 
 
 # ---------------------------------------------------------------------------------- csv
 
 
-def _parse_csv(store: Store, rel: str, size: int, cfg: ReaderConfig, schema: pa.Schema | None) -> Parsed:
+def _parse_csv(
+    store: Store, rel: str, size: int, cfg: ReaderConfig, schema: pa.Schema | None, data: bytes | None = None
+) -> Parsed:
+    if data is not None:
+        size = len(data)
     bad: list[str] = []
 
     def on_invalid(row: Any) -> str:
@@ -176,7 +191,7 @@ def _parse_csv(store: Store, rel: str, size: int, cfg: ReaderConfig, schema: pa.
         co = pcsv.ConvertOptions(
             column_types=types, null_values=[cfg.null_value], strings_can_be_null=True, quoted_strings_can_be_null=False
         )
-        with store.open(rel) as f:
+        with _open(store, rel, data) as f:
             try:
                 t = pcsv.read_csv(f, read_options=ro, parse_options=po, convert_options=co)
             except pa.ArrowInvalid as e:
@@ -220,16 +235,41 @@ def _parse_parquet(store: Store, rel: str) -> Parsed:
         raise CorruptFileError(f"{store.uri(rel)} is not a readable Parquet file ({e})") from e
 
 
-def _parse_avro(store: Store, rel: str) -> Parsed:
+class _Counting:
+    """A file-like reader that counts the bytes read (avro inference stops after a prefix)."""
+
+    def __init__(self, f: pa.NativeFile) -> None:
+        self.f = f
+        self.n = 0
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.f.read() if n is None or n < 0 else self.f.read(n)
+        self.n += len(b)
+        return bytes(b)
+
+
+def _parse_avro(store: Store, rel: str, limit: int | None = None) -> Parsed:
+    """Every record, or (``limit``) the records of the blocks that start in the first ``limit``
+    bytes (schema inference: the header and a few blocks are read, not the whole file)."""
     try:
         import fastavro
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise HeadraceError("cloudFiles.format=avro needs fastavro; fix: pip install 'headrace-cloudfiles[avro]'") from e
-    data = _read_all(store, rel)
     import io
 
     try:
-        rows: list[dict[str, Any] | None] = [dict(r) for r in fastavro.reader(io.BytesIO(data))]  # type: ignore[arg-type]
+        if limit is None:
+            rows: list[dict[str, Any] | None] = [dict(r) for r in fastavro.reader(io.BytesIO(_read_all(store, rel)))]  # type: ignore[arg-type]
+        else:
+            rows = []
+            with store.open_stream(rel) as f:
+                counting = _Counting(f)
+                for r in fastavro.reader(counting):  # type: ignore[arg-type]
+                    rows.append(dict(r))  # type: ignore[arg-type]
+                    if counting.n >= limit:
+                        break
+    except FileNotFoundError:
+        raise
     except Exception as e:
         raise CorruptFileError(f"{store.uri(rel)} is not a readable Avro file ({type(e).__name__}: {e})") from e
     return Parsed(rows=rows, malformed=[None] * len(rows))
@@ -323,24 +363,101 @@ def _fields_of(parsed: Parsed) -> list[pa.Field]:
     return [pa.field(n, _infer_type([r.get(n) for r in rows])) for n in names]
 
 
+def _prefix_format(cfg: ReaderConfig) -> bool:
+    return cfg.key == "csv" or (cfg.key == "json" and not cfg.multiline)
+
+
+def inference_bytes(cfg: ReaderConfig, size: int, prefix_bytes: int) -> int:
+    """About how many bytes schema inference reads from a file of ``size`` bytes (what
+    ``schemaInference.sampleSize.numBytes`` bounds): a prefix of json lines, csv and avro files
+    and the footer of parquet files; multiLine json is read whole."""
+    if cfg.key == "json" and cfg.multiline:
+        return size
+    return min(size, prefix_bytes)
+
+
+def read_prefix(store: Store, rel: str, limit: int) -> tuple[bytes, bool]:
+    """The first ``limit`` (decompressed) bytes of a file, cut after its last complete line, and
+    whether that is the whole file. A first line longer than ``limit`` is read to its end."""
+    with store.open_stream(rel) as f:
+        data = bytes(f.read(limit))
+        if len(data) < limit or not f.read(1):
+            return data, True
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if cut >= 0:
+            return data[: cut + 1], False
+        chunks = [data]
+        while True:  # no line end yet: read on to the end of the first line
+            more = bytes(f.read(limit))
+            if not more:
+                return b"".join(chunks), True
+            ends = [i for i in (more.find(b"\n"), more.find(b"\r")) if i >= 0]
+            if ends:
+                chunks.append(more[: min(ends) + 1])
+                return b"".join(chunks), False
+            chunks.append(more)
+
+
+def _parquet_fields(store: Store, rel: str) -> list[pa.Field]:
+    try:
+        with store.open(rel, decompress=False) as f:
+            return list(pq.read_schema(f))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as e:
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise CorruptFileError(f"{store.uri(rel)} is not a readable Parquet file ({e})") from e
+
+
+def _sample_fields(
+    store: Store, rel: str, size: int, mtime: int, cfg: ReaderConfig, prefix_bytes: int | None
+) -> list[pa.Field]:
+    k = cfg.key
+    if prefix_bytes is None or size == 0:
+        return _fields_of(parse_file(store, rel, size, mtime, cfg, None))
+    if k == "parquet":
+        return _parquet_fields(store, rel)
+    if k == "avro":
+        return _fields_of(_parse_avro(store, rel, prefix_bytes))
+    if not _prefix_format(cfg):
+        return _fields_of(parse_file(store, rel, size, mtime, cfg, None))
+    data, whole = read_prefix(store, rel, prefix_bytes)
+    parse = _parse_json if k == "json" else _parse_csv
+    try:
+        return _fields_of(parse(store, rel, len(data), cfg, None, data))
+    except CorruptFileError:
+        if whole:
+            raise
+        # e.g. a quoted csv value with line breaks cut by the prefix: read the whole file
+        return _fields_of(parse_file(store, rel, size, mtime, cfg, None))
+
+
 def infer_data_schema(
-    store: Store, files: Sequence[tuple[str, int, int]], cfg: ReaderConfig, *, ignore_corrupt: bool
+    store: Store,
+    files: Sequence[tuple[str, int, int]],
+    cfg: ReaderConfig,
+    *,
+    ignore_corrupt: bool,
+    prefix_bytes: int | None = None,
 ) -> pa.Schema:
     """The data columns of a sample of ``(rel, size, mtime_ms)`` files, merged in order.
 
-    json and csv columns are strings unless ``cfg.typed``; all-null columns are strings.
+    With ``prefix_bytes``, only a bounded part of each file is read: the first ``prefix_bytes``
+    of json lines and csv files cut at a line end, the blocks of avro files starting in them, the
+    footer of parquet files (multiLine json is read whole). Columns that first appear later in a
+    file are then found by schema evolution (or rescued). json and csv columns are strings unless
+    ``cfg.typed``; all-null columns are strings.
     """
     fields: list[pa.Field] = []
     for rel, size, mtime in files:
         try:
-            parsed = parse_file(store, rel, size, mtime, cfg, None)
+            more = _sample_fields(store, rel, size, mtime, cfg, prefix_bytes)
         except FileNotFoundError:
             continue
         except CorruptFileError:
             if ignore_corrupt:
                 continue
             raise
-        fields = merge_fields(fields, _fields_of(parsed))
+        fields = merge_fields(fields, more)
     out = []
     for f in fields:
         t = f.type

@@ -25,7 +25,7 @@ import pyarrow as pa
 from headrace.errors import HeadraceError, OptionProblem, OptionsError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
-from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_schema
+from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_schema, inference_bytes
 from headrace_cloudfiles.index import FileIndex
 from headrace_cloudfiles.reader import FilesPartition, ReadPlan, partition_values, read_partition
 from headrace_cloudfiles.schemas import SchemaStore, apply_hints
@@ -120,6 +120,7 @@ class CloudFilesSource(Source):
         self.no_partition_inference = bool(o["recursiveFileLookup"])
         self.sample_files = int(o["cloudFiles.schemaInference.sampleSize.numFiles"])
         self.sample_bytes = int(o["cloudFiles.schemaInference.sampleSize.numBytes"])
+        self.prefix_bytes = max(1, int(o["cloudFiles.schemaInference.bytesPerFile"]))
         self.ignore_missing = bool(o["ignoreMissingFiles"])
         self.ignore_corrupt = bool(o["ignoreCorruptFiles"])
         self._check(o)
@@ -223,7 +224,7 @@ class CloudFilesSource(Source):
                 part_names = self._partition_names(sample)
                 inferred = infer_data_schema(
                     self.store, [(f.rel, f.size, f.mtime_ms) for f in sample], self.config,
-                    ignore_corrupt=self.ignore_corrupt,
+                    ignore_corrupt=self.ignore_corrupt, prefix_bytes=self.prefix_bytes,
                 )  # fmt: skip
                 inferred = pa.schema([f for f in inferred if f.name not in part_names and f.name != self.rescue_column])
                 if not len(inferred) and not self.hints:
@@ -263,7 +264,7 @@ class CloudFilesSource(Source):
             if not self._wanted(f, now):
                 continue
             out.append(f)
-            total += f.size
+            total += inference_bytes(self.config, f.size, self.prefix_bytes)
             if len(out) >= self.sample_files or total >= self.sample_bytes:
                 break
         return out

@@ -65,6 +65,11 @@ class Store:
         Raises FileNotFoundError when the file is gone."""
         raise NotImplementedError
 
+    def open_stream(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
+        """The file's bytes as a forward-only Arrow stream that fetches only what is read (schema
+        inference reads a prefix). Raises FileNotFoundError when the file is gone."""
+        return self.open(rel, decompress=decompress)
+
     def uri(self, rel: str) -> str:
         """The file's full path or URL (for the ``_file_path`` and messages)."""
         raise NotImplementedError
@@ -239,6 +244,13 @@ class S3Store(Store):
         except self.client.exceptions.NoSuchKey:
             raise FileNotFoundError(self.uri(rel)) from None
         return _maybe_decompress(pa.BufferReader(body), rel, decompress)
+
+    def open_stream(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=self._key(rel))["Body"]
+        except self.client.exceptions.NoSuchKey:
+            raise FileNotFoundError(self.uri(rel)) from None
+        return _maybe_decompress(pa.PythonFile(body, mode="r"), rel, decompress)
 
     def uri(self, rel: str) -> str:
         return f"s3://{self.bucket}/{self._key(rel)}"
