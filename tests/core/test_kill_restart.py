@@ -13,8 +13,9 @@ from headrace.checkpoint import Checkpoint
 from headrace.connectors.files import read_files
 from headrace.testing import CRASH_POINTS, run_pipeline
 
-TOTAL = 120_000
-PER_BATCH = 4_000
+# enough batches that 20 short runs (each killed within about a second) cannot finish them
+TOTAL = 400_000
+PER_BATCH = 2_000
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from headrace.testing import wait_for
 from tests.services import (
     S3,
     KafkaError,
@@ -339,6 +340,8 @@ def test_kinesis_put_get_and_reshard(kinesis: Kinesis) -> None:
 
     # resharding: the closed parent shard ends (NextShardIterator absent), unlike moto
     client.split_shard(StreamName=stream, ShardToSplit=shard_id, NewStartingHashKey=str(2**127))
+    wait_for(lambda: client.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE",
+             what="the stream to be ACTIVE after the split")  # fmt: skip
     shards = client.list_shards(StreamName=stream)["Shards"]
     assert len(shards) == 3
     it = client.get_shard_iterator(StreamName=stream, ShardId=shard_id, ShardIteratorType="TRIM_HORIZON")

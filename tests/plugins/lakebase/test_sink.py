@@ -297,3 +297,28 @@ def test_wrong_password_fails_without_showing_it(postgres: Any, table: str) -> N
         write(sink, 0, pa.table({"v": [1]}))
     sink.close()
     assert "wrong-pass-123" not in str(e.value)
+
+
+def test_writers_creating_the_same_table_at_once_do_not_collide(postgres: Any, table: str) -> None:
+    """Spark tasks of one batch each find the table missing; exactly one creates it."""
+    from headrace_lakebase._options import parse_dbtable
+    from headrace_lakebase.table import plan_table
+
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(4)
+
+    def create() -> None:
+        try:
+            with psycopg.connect(postgres.dsn) as conn:
+                barrier.wait()
+                plan_table(conn, parse_dbtable(table), schema, ["id"])
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=create) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors

@@ -155,6 +155,13 @@ def plan_table(
     with conn.transaction(), conn.cursor() as cur:
         columns = read_columns(cur, table)
         if columns is None:
+            # Several writers (Spark tasks, concurrent queries) may find the table missing at
+            # once: CREATE ... IF NOT EXISTS is not safe against that race in PostgreSQL
+            # (pg_type unique violation), so creators queue on a transaction-scoped advisory
+            # lock named after the table and look again once they hold it.
+            cur.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"headrace-create:{table}",))
+            columns = read_columns(cur, table)
+        if columns is None:
             keys = list(upsert_key or [])
             _check_keys(table, keys, schema)
             defs = []
