@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Message
 
-__all__ = ["HEADERS_TYPE", "schema", "to_record_batch"]
+__all__ = ["HEADERS_TYPE", "convert", "schema", "to_record_batch"]
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 _TS = pa.timestamp("us", tz="UTC")
-_TS_MS = pa.timestamp("ms", tz="UTC")
 _SPARK_CREATE_TIME = pa.scalar(0, pa.int32())
 
 _BASE = [
@@ -46,25 +46,73 @@ def _headers(msgs: Sequence[Any]) -> pa.Array:
 _key = Message.key
 _value = Message.value
 _offset = Message.offset
+_topic = cast("Callable[[Message], str]", Message.topic)  # never None for a message without error
+_partition = cast("Callable[[Message], int]", Message.partition)
 _timestamp = Message.timestamp
 _first, _second = itemgetter(0), itemgetter(1)
 _CREATE_TIME = 1  # librdkafka's TIMESTAMP_CREATE_TIME
+_MS_TO_US = (1000).__mul__
 _NULL_TS = pa.scalar(None, pa.int64())
 
 
-def _timestamps(msgs: Sequence[Any], n: int) -> tuple[pa.Array, pa.Array]:
-    """(timestamp, timestampType) columns; no per-message Python bytecode (``map`` over C methods)."""
+def _timestamps(msgs: Sequence[Any], n: int) -> tuple[pa.Array, pa.Array, list[int]]:
+    """(timestamp, timestampType) columns and the epoch-ms list; no Python bytecode per message."""
     if n == 0:
-        return pa.array([], _TS), pa.array([], pa.int32())
+        return pa.array([], _TS), pa.array([], pa.int32()), []
     pairs = list(map(_timestamp, msgs))
     types, ms = list(map(_first, pairs)), list(map(_second, pairs))
-    ts_ms = pa.array(ms, type=pa.int64())
     if types.count(_CREATE_TIME) == n and min(ms) >= 0:  # the common case: every record has a create time
-        return ts_ms.cast(_TS_MS).cast(_TS), pa.repeat(_SPARK_CREATE_TIME, n)
+        # ms -> us by ``map`` and one pa.array call: a compute kernel costs more on a chunk of a few records
+        return pa.array(list(map(_MS_TO_US, ms)), type=_TS), pa.repeat(_SPARK_CREATE_TIME, n), ms
     # timestampType: librdkafka's NOT_AVAILABLE=0, CREATE_TIME=1, LOG_APPEND_TIME=2; Spark's 0=create, 1=log append
+    ts_ms = pa.array(ms, type=pa.int64())
     ts_types = pc.max_element_wise(pc.subtract(pa.array(types, type=pa.int32()), 1), 0)
     ts = pc.if_else(pc.greater_equal(ts_ms, 0), pc.multiply(ts_ms, 1000), _NULL_TS).cast(_TS)
-    return ts, ts_types
+    return ts, ts_types, ms
+
+
+@functools.lru_cache(maxsize=4096)
+def _string_scalar(value: str) -> pa.Scalar:
+    return pa.scalar(value, pa.string())
+
+
+@functools.lru_cache(maxsize=4096)
+def _int32_scalar(value: int) -> pa.Scalar:
+    return pa.scalar(value, pa.int32())
+
+
+def convert(
+    msgs: Sequence[Any],
+    include_headers: bool,
+    topic: str | Sequence[str] | None = None,
+    partition: int | Sequence[int] | None = None,
+    offsets: Sequence[int] | None = None,
+) -> tuple[pa.RecordBatch, list[int]]:
+    """Messages (confluent_kafka.Message, no errors) as a record batch, and their epoch-ms timestamps.
+
+    One ``pa.array`` call per column over lists built by ``map`` on the C methods of ``Message``
+    (no Python code per message). ``topic`` / ``partition``: the one of every message (a single
+    topic-partition) or one per message, when the caller has them; ``offsets`` likewise.
+    """
+    n = len(msgs)
+    ts, ts_types, ms = _timestamps(msgs, n)
+    if topic is None:
+        topic = list(map(_topic, msgs))
+    if partition is None:
+        partition = list(map(_partition, msgs))
+    cols: list[pa.Array] = [
+        pa.array(list(map(_key, msgs)), type=pa.binary()),
+        pa.array(list(map(_value, msgs)), type=pa.binary()),
+        pa.repeat(_string_scalar(topic), n) if isinstance(topic, str) else pa.array(topic, type=pa.string()),
+        pa.repeat(_int32_scalar(partition), n) if isinstance(partition, int)
+        else pa.array(partition, type=pa.int32()),
+        pa.array(offsets if offsets is not None else list(map(_offset, msgs)), type=pa.int64()),
+        ts,
+        ts_types,
+    ]  # fmt: skip
+    if include_headers:
+        cols.append(_headers(msgs))
+    return pa.RecordBatch.from_arrays(cols, schema=schema(include_headers)), ms
 
 
 def to_record_batch(
@@ -72,21 +120,6 @@ def to_record_batch(
 ) -> pa.RecordBatch:
     """Messages of ONE topic-partition (confluent_kafka.Message, no errors) as a record batch.
 
-    One ``pa.array`` call per column over lists built by ``map`` on the C methods of
-    ``Message`` (no Python loop per message). ``offsets``: the messages' offsets, when the caller
-    has them already. Called once per consumed chunk, on the reading thread.
+    Called once per consumed chunk, on the reading thread.
     """
-    n = len(msgs)
-    ts, ts_types = _timestamps(msgs, n)
-    cols: list[pa.Array] = [
-        pa.array(list(map(_key, msgs)), type=pa.binary()),
-        pa.array(list(map(_value, msgs)), type=pa.binary()),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(offsets if offsets is not None else list(map(_offset, msgs)), type=pa.int64()),
-        ts,
-        ts_types,
-    ]
-    if include_headers:
-        cols.append(_headers(msgs))
-    return pa.RecordBatch.from_arrays(cols, schema=schema(include_headers))
+    return convert(msgs, include_headers, topic, partition, offsets)[0]

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from headrace.errors import DataLossError, HeadraceError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, RealTimeChunk, Source, SourceContext
-from headrace_kafka._arrow import schema, to_record_batch
+from headrace_kafka._arrow import convert, schema, to_record_batch
 from headrace_kafka._client import TP, KafkaClientError, Metadata, consumer_config, redact_servers
 
 __all__ = ["KafkaPartition", "KafkaSource"]
@@ -34,6 +34,8 @@ log = logging.getLogger("headrace_kafka.source")
 
 _CONSUME_BATCH = 10_000
 _error = Message.error
+_topic = cast("Callable[[Message], str]", Message.topic)
+_partition = cast("Callable[[Message], int]", Message.partition)
 _offset = cast("Callable[[Message], int]", Message.offset)  # never None for a message without error
 _DATA_LOSS_FIX = "set failOnDataLoss=false to skip what is gone and continue, or start a new checkpoint"
 
@@ -62,6 +64,52 @@ def _nested(flat: Mapping[TP, int]) -> Offset:
 def _ms(value: Any) -> int:
     """An option value of ``OneOf(Integer, Timestamp)`` as epoch milliseconds."""
     return int(value) if isinstance(value, int) else int(value.timestamp() * 1000)
+
+
+class _Discovery(threading.Thread):
+    """Looks up the query's topic-partitions about every second during a real-time batch; the
+    reading loop takes what is new (``found`` / ``take``) without waiting for the broker."""
+
+    def __init__(self, source: KafkaSource, known: set[TP], stop: threading.Event) -> None:
+        super().__init__(daemon=True, name="headrace-kafka-discovery")
+        self._source = source
+        self._known = known
+        self._stop_batch = stop
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._new: list[TP] = []
+        self._error: BaseException | None = None
+        self.found = False
+        """Cheap check for the reading loop: something new (or an error) is waiting in ``take``."""
+
+    def run(self) -> None:
+        while not self._done.wait(1.0) and not self._stop_batch.is_set():
+            try:
+                new = [tp for tp in self._source._partitions_now() if tp not in self._known]
+            except BaseException as e:  # handed to the reading loop, which raises it
+                with self._lock:
+                    self._error = e
+                    self.found = True
+                return
+            if new:
+                self._known.update(new)
+                with self._lock:
+                    self._new.extend(new)
+                    self.found = True
+
+    def take(self) -> list[TP]:
+        """New topic-partitions since the last call; raises the lookup's error, if any."""
+        with self._lock:
+            new, self._new, self.found = self._new, [], False
+            if self._error is not None:
+                raise self._error
+        return new
+
+    def finish(self) -> None:
+        """Stop and wait for an in-flight lookup (the metadata consumer is used after the batch)."""
+        self._done.set()
+        if self.is_alive():
+            self.join(timeout=35)
 
 
 class KafkaSource(Source):
@@ -443,8 +491,11 @@ class KafkaSource(Source):
         """Yield records as they arrive, from ``start``, until ``stop`` is set.
 
         Called once per real-time batch, on the query thread. One low-latency consumer reads every
-        topic-partition; new partitions are picked up about every second. Each chunk holds the
-        records of one topic-partition and the offsets of every partition just after them.
+        topic-partition: it blocks on ``poll`` until the first record arrives, then takes whatever
+        else is already fetched (``consume`` without waiting), and yields all of it as one chunk
+        (any topic-partitions; the offsets of every partition just after them). New partitions
+        are looked up about every second on a background thread, so the reading loop never waits
+        for a metadata request.
         """
         assert isinstance(stop, threading.Event)
         pos = _flat(start)
@@ -456,39 +507,38 @@ class KafkaSource(Source):
                 self._data_loss(f"{tp[0]}-{tp[1]} no longer exists on {self._servers} (topic or partition deleted)")
                 del pos[tp]
         consumer = Consumer(consumer_config(self.options, self.group_id, low_latency=True))
+        discovery = _Discovery(self, set(pos), stop)
         try:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in pos.items()])
-            next_discovery = time.monotonic() + 1.0
+            discovery.start()
             while not stop.is_set():
-                msgs = consumer.consume(_CONSUME_BATCH, timeout=0.02)
-                if msgs:
-                    yield from self._chunks(consumer, msgs, pos)
-                if time.monotonic() >= next_discovery:
-                    next_discovery = time.monotonic() + 1.0
-                    new = [tp for tp in self._partitions_now() if tp not in pos]
-                    if new:
-                        for tp in new:
-                            pos[tp] = 0
-                        consumer.incremental_assign([TopicPartition(t, p, 0) for t, p in new])
-                        yield RealTimeChunk(to_record_batch([], new[0][0], new[0][1], self.include_headers),
-                                            _nested(pos), ())  # fmt: skip
+                if discovery.found:
+                    new = discovery.take()
+                    for tp in new:
+                        pos[tp] = 0
+                    consumer.incremental_assign([TopicPartition(t, p, 0) for t, p in new])
+                    yield RealTimeChunk(to_record_batch([], new[0][0], new[0][1], self.include_headers),
+                                        _nested(pos), ())  # fmt: skip
+                first = consumer.poll(0.02)  # returns as soon as one record is there
+                if first is None:
+                    continue
+                more = consumer.consume(_CONSUME_BATCH, timeout=0)  # what is fetched already, no waiting
+                chunk = self._chunk(consumer, [first, *more] if more else [first], pos)
+                if chunk is not None:
+                    yield chunk
         finally:
+            discovery.finish()
             consumer.close()
 
-    def _chunks(self, consumer: Consumer, msgs: list[Any], pos: dict[TP, int]) -> Iterator[RealTimeChunk]:
-        group: list[Any] = []
-        key: TP | None = None
-
-        def flush() -> RealTimeChunk:
-            assert key is not None
-            batch = to_record_batch(group, key[0], key[1], self.include_headers)
-            pos[key] = group[-1].offset() + 1
-            times = [float(m.timestamp()[1]) for m in group]
-            return RealTimeChunk(batch, _nested(pos), times)
-
-        for m in msgs:
-            err = m.error()
-            if err is not None:
+    def _chunk(self, consumer: Consumer, msgs: list[Any], pos: dict[TP, int]) -> RealTimeChunk | None:
+        """The records of ``msgs`` as one chunk; ``pos`` moves past them. Errors: data loss or raise."""
+        if any(map(_error, msgs)):
+            good: list[Any] = []
+            for m in msgs:
+                err = m.error()
+                if err is None:
+                    good.append(m)
+                    continue
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 t, p = m.topic(), m.partition()
@@ -500,14 +550,14 @@ class KafkaSource(Source):
                         consumer.seek(TopicPartition(t, p, low))
                         continue
                 raise KafkaClientError(f"reading {t}-{p} from {self._servers}: {err.str()}")
-            tp = (m.topic(), m.partition())
-            if tp != key and group:
-                yield flush()
-                group = []
-            key = tp
-            group.append(m)
-        if group:
-            yield flush()
+            if not good:
+                return None
+            msgs = good
+        topics, parts, offsets = list(map(_topic, msgs)), list(map(_partition, msgs)), list(map(_offset, msgs))
+        batch, times = convert(msgs, self.include_headers, topics, parts, offsets)
+        for tp, off in dict(zip(zip(topics, parts, strict=True), offsets, strict=True)).items():  # last offset per partition
+            pos[tp] = off + 1
+        return RealTimeChunk(batch, _nested(pos), times)
 
     # ------------------------------------------------------------------ progress
     def metrics(self, latest: Offset) -> Mapping[str, Any]:
