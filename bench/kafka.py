@@ -51,7 +51,7 @@ def fill(servers: str, topic: str, rows: int) -> None:
 
 # The source's own librdkafka settings for bounded reads (headrace_kafka._client.consumer_config),
 # so that both sides fetch the same way.
-SOURCE_FETCH = {"fetch.wait.max.ms": 100, "fetch.queue.backoff.ms": 10}
+SOURCE_FETCH = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 10}
 
 
 def plain_consume(servers: str, topic: str, rows: int) -> float:

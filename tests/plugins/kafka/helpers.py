@@ -3,6 +3,7 @@ importable from a subprocess, unique names."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -22,6 +23,20 @@ def unique(prefix: str = "t") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
+_producers: dict[str, Producer] = {}
+
+
+def _producer(servers: str) -> Producer:
+    """One idempotent producer per cluster for the whole session: a new idempotent producer waits
+    about 0.5 s for its producer id before its first delivery."""
+    p = _producers.get(servers)
+    if p is None:
+        # its log lines go to logging (not stderr): it outlives the test brokers and would report them gone
+        p = _producers[servers] = Producer({"bootstrap.servers": servers, "linger.ms": 5, "enable.idempotence": True,
+                                            "logger": logging.getLogger("tests.kafka.producer")})  # fmt: skip
+    return p
+
+
 def produce(
     servers: str,
     topic: str,
@@ -32,9 +47,13 @@ def produce(
     key: Callable[[Any], bytes | None] | None = None,
     headers: list[tuple[str, bytes]] | None = None,
     timestamp_ms: int | None = None,
+    fresh: bool = False,
 ) -> int:
-    """Produce ``values`` (as UTF-8 text), round-robin over ``partitions`` or to ``partition``; flushed."""
-    p = Producer({"bootstrap.servers": servers, "linger.ms": 5, "enable.idempotence": True})
+    """Produce ``values`` (as UTF-8 text), round-robin over ``partitions`` or to ``partition``; flushed.
+
+    ``fresh``: with a new producer (for a topic that was deleted and re-created, whose partitions
+    and sequence numbers the shared producer would have wrong)."""
+    p = Producer({"bootstrap.servers": servers, "linger.ms": 5, "enable.idempotence": True}) if fresh else _producer(servers)
     n = 0
     for i, v in enumerate(values):
         part = partition if partition is not None else (i % partitions if partitions else -1)

@@ -73,7 +73,7 @@ def test_kill_in_real_time_mode_replays_at_most_an_interval(kafka: Any, tmp_path
         "sink": {"format": "kafka", "options": {"kafka.bootstrap.servers": kafka.bootstrap_servers, "topic": dst}},
         "checkpoint": str(tmp_path / "chk"),
         "trigger": {"real_time": "500 milliseconds"},
-        "run_for": 2.0,
+        "run_for": 1.5,
     }  # fmt: skip
     assert run_pipeline(spec, crash="mid_write:0", timeout=60).killed  # dies inside the first interval
     produce(kafka.bootstrap_servers, src, range(200, 300), partitions=2)

@@ -239,7 +239,7 @@ def test_partitions_added_mid_stream(kafka: Any) -> None:
         assert read_all(src, a, b) == list(range(10))
         kafka.delete_topic(topic)
         kafka.create_topic(topic, 3)
-        produce(kafka.bootstrap_servers, topic, range(100, 115), partitions=3)
+        produce(kafka.bootstrap_servers, topic, range(100, 115), partitions=3, fresh=True)
         c = wait_for(lambda: (lambda e: e if len(e[topic]) == 3 else None)(src.latest_offset(b, ReadLimit.all_available())),
                      what="3 partitions")  # fmt: skip
         assert c == {topic: {"0": 5, "1": 5, "2": 5}}

@@ -30,7 +30,7 @@ def _servers(options: Options) -> str:
     return str(options.reveal("kafka.bootstrap.servers"))
 
 
-def consumer_config(options: Options, group_id: str, *, low_latency: bool = False) -> dict[str, Any]:
+def consumer_config(options: Options, group_id: str) -> dict[str, Any]:
     """librdkafka consumer settings: ours first, then every ``kafka.*`` option (which win).
 
     Contains secrets when the user passed some: never log or repr it.
@@ -44,7 +44,11 @@ def consumer_config(options: Options, group_id: str, *, low_latency: bool = Fals
         "enable.partition.eof": False,
         # librdkafka's default of 1000 ms idles the fetcher after each fetch (about 7x slower here)
         "fetch.queue.backoff.ms": 10,
-        "fetch.wait.max.ms": 10 if low_latency else 100,
+        # how long the broker holds a fetch when there is no new data. Low for real-time reads, and
+        # for batch reads too: a consumer reused by the next batch's read must wait for its fetch
+        # past the end of the data to come back before it can fetch at the new offsets (100 ms
+        # here cost up to 100 ms per read partition per batch)
+        "fetch.wait.max.ms": 10,
         "logger": client_logger,
     }
     conf.update(options.passthrough("kafka."))

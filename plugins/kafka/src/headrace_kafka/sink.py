@@ -124,6 +124,11 @@ class KafkaSink(Sink):
                             "with a transaction coordinator), or set transactional=false"
                         ) from e
                     self._last_committed = self._read_marker()
+                elif conf.get("enable.idempotence") in (True, "true", "True"):
+                    # Records produced in the first moments of a new idempotent producer (before its
+                    # first broker connection) waited ~0.5 s for their first delivery on
+                    # librdkafka's mock cluster; a short pause here took that down to a few ms.
+                    producer.poll(0.02)
                 self._producer = producer
             return self._producer
 

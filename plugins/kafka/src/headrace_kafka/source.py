@@ -506,7 +506,7 @@ class KafkaSource(Source):
             if tp not in wm:
                 self._data_loss(f"{tp[0]}-{tp[1]} no longer exists on {self._servers} (topic or partition deleted)")
                 del pos[tp]
-        consumer = Consumer(consumer_config(self.options, self.group_id, low_latency=True))
+        consumer = Consumer(consumer_config(self.options, self.group_id))
         discovery = _Discovery(self, set(pos), stop)
         try:
             consumer.assign([TopicPartition(t, p, o) for (t, p), o in pos.items()])
