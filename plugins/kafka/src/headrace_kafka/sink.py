@@ -43,6 +43,7 @@ __all__ = ["KafkaCommitMessage", "KafkaSink"]
 
 log = logging.getLogger("headrace_kafka.sink")
 
+_SETTLE_S = 0.02
 _TEXT = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.string_view(), pa.binary_view())
 
 
@@ -67,7 +68,8 @@ class KafkaSink(Sink):
     """Writes record batches to Kafka. Real-time capable: each record batch is produced as it
     arrives and delivered (flushed) before the batch commits.
 
-    Created once per query run on the driver (cheap: the producer is created on first write).
+    Created once per query run on the driver; the producer is created here (at-least-once) or on
+    the first write (transactional, which talks to the transaction coordinator).
     """
 
     idempotent_commit = False  # at-least-once by default; see ``transactional`` (module docstring)
@@ -83,6 +85,8 @@ class KafkaSink(Sink):
         suffix = context.query_id or context.query_name or "headrace"
         self.transactional_id = f"{options['transactionalIdPrefix']}{suffix}"
         self._producer: Producer | None = None
+        self._producer_born = 0.0
+        self._producer_settled = False
         self._lock = threading.Lock()
         self._errors: list[str] = []
         self._written = 0
@@ -96,6 +100,14 @@ class KafkaSink(Sink):
             if os.path.exists(state):
                 with open(state) as f:
                     self._marker_topic = self._marker_topic or json.load(f).get("markerTopic")
+        if not self.transactional:
+            # Connect now, not at the first write: records produced in the first ~10 ms of a new
+            # idempotent producer waited ~0.5 s for their first delivery (librdkafka's mock
+            # cluster); created here, the producer is usually older than that when the first batch
+            # arrives (``write`` waits out the rest). A configuration error surfaces at the first
+            # write, as before.
+            with contextlib.suppress(KafkaException, ValueError, TypeError):
+                self._get_producer()
 
     def __repr__(self) -> str:
         return f"KafkaSink(topic={self.topic!r}, servers={self._servers!r}, transactional={self.transactional})"
@@ -114,6 +126,7 @@ class KafkaSink(Sink):
                 if self.transactional:
                     conf["transactional.id"] = self.transactional_id
                 producer = Producer(conf)
+                self._producer_born = time.monotonic()
                 if self.transactional:
                     try:
                         producer.init_transactions(self.flush_timeout)
@@ -124,11 +137,6 @@ class KafkaSink(Sink):
                             "with a transaction coordinator), or set transactional=false"
                         ) from e
                     self._last_committed = self._read_marker()
-                elif conf.get("enable.idempotence") in (True, "true", "True"):
-                    # Records produced in the first moments of a new idempotent producer (before its
-                    # first broker connection) waited ~0.5 s for their first delivery on
-                    # librdkafka's mock cluster; a short pause here took that down to a few ms.
-                    producer.poll(0.02)
                 self._producer = producer
             return self._producer
 
@@ -248,6 +256,11 @@ class KafkaSink(Sink):
         picklable.
         """
         producer = self._get_producer()
+        if not self._producer_settled:
+            self._producer_settled = True
+            young = _SETTLE_S - (time.monotonic() - self._producer_born)
+            if young > 0:  # see __init__: let a brand-new producer connect before the first record
+                producer.poll(young)
         if self.transactional and batch_id <= self._last_committed:
             # a replay of a batch this query already committed in Kafka: write nothing
             log.info("kafka sink: batch %d is already committed in Kafka; skipping its replay", batch_id)
