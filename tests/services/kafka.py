@@ -43,7 +43,7 @@ import urllib.request
 from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.services._base import REPO_ROOT, Service, ServiceUnavailable, http_get, tcp_open
 
@@ -68,7 +68,29 @@ def low_latency_client_config() -> dict[str, Any]:
     }
 
 
-class KafkaMock(Service):
+class KafkaClientConfig:
+    """Client settings for a broker under test (shared by the mock cluster and Tansu), built
+    from the subclass's ``bootstrap_servers``."""
+
+    if TYPE_CHECKING:
+
+        @property
+        def bootstrap_servers(self) -> str: ...
+
+    def producer_config(self, **extra: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 0, **extra}
+
+    def consumer_config(self, group_id: str, **extra: Any) -> dict[str, Any]:
+        return {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": group_id,
+            "auto.offset.reset": "earliest",
+            **low_latency_client_config(),
+            **extra,
+        }
+
+
+class KafkaMock(KafkaClientConfig, Service):
     """librdkafka's mock cluster in a child process; ``bootstrap_servers`` is set once started."""
 
     name = "kafka-mock"
@@ -150,17 +172,6 @@ class KafkaMock(Service):
         """Delay every response of a broker (or all, -1) by ``rtt_ms``."""
         self._post("/rtt", {"broker_id": broker_id, "rtt_ms": rtt_ms})
 
-    def producer_config(self, **extra: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 0, **extra}
-
-    def consumer_config(self, group_id: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": group_id,
-            "auto.offset.reset": "earliest",
-            **low_latency_client_config(),
-            **extra,
-        }
 
 
 def find_tansu() -> Path | None:
@@ -171,7 +182,7 @@ def find_tansu() -> Path | None:
     return binary if binary.exists() else None
 
 
-class Tansu(Service):
+class Tansu(KafkaClientConfig, Service):
     """Tansu (Kafka-compatible, Admin API, transactions), in-memory storage, one broker."""
 
     name = "tansu"
@@ -204,17 +215,6 @@ class Tansu(Service):
     def is_ready(self) -> bool:
         return tcp_open(self.bind_host, self.port)
 
-    def producer_config(self, **extra: Any) -> dict[str, Any]:
-        return {"bootstrap.servers": self.bootstrap_servers, "linger.ms": 0, **extra}
-
-    def consumer_config(self, group_id: str, **extra: Any) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": group_id,
-            "auto.offset.reset": "earliest",
-            **low_latency_client_config(),
-            **extra,
-        }
 
     def create_topic(self, name: str, partitions: int = 1, timeout: float = 10.0) -> str:
         """Create a topic through the Admin API (a no-op if it exists); returns ``name``."""
