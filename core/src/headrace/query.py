@@ -106,9 +106,23 @@ class _Crash:
 
 @dataclass
 class _RealTimeStats:
-    processing: list[float] = field(default_factory=list)
-    queuing: list[float] = field(default_factory=list)
-    e2e: list[float] = field(default_factory=list)
+    """Per-chunk timings of a real-time batch; per-row latencies are computed once, at report
+    time, so the hot path does constant work per chunk."""
+
+    chunks: list[tuple[float, float, int, Sequence[float]]] = field(default_factory=list)
+
+    def add(self, t_read: float, t_done: float, rows: int, source_times: Sequence[float]) -> None:
+        self.chunks.append((t_read, t_done, rows, source_times))
+
+    def latencies(self) -> dict[str, Sequence[float]]:
+        processing: list[float] = []
+        queuing: list[float] = []
+        e2e: list[float] = []
+        for t_read, t_done, rows, times in self.chunks:
+            processing.extend([t_done - t_read] * rows)
+            queuing.extend(max(0.0, t_read - ts) for ts in times)
+            e2e.extend(max(0.0, t_done - ts) for ts in times)
+        return {"processingLatencyMs": processing, "sourceQueuingLatencyMs": queuing, "e2eLatencyMs": e2e}
 
 
 class StreamingQuery:
@@ -663,11 +677,7 @@ class StreamingQuery:
                     out_rows[0] += o.num_rows
                     yield o
                 t_done = time.time() * 1000
-                n = chunk.data.num_rows
-                stats.processing.extend([t_done - t_read] * n)
-                for ts in chunk.source_times_ms:
-                    stats.queuing.append(max(0.0, t_read - ts))
-                    stats.e2e.append(max(0.0, t_done - ts))
+                stats.add(t_read, t_done, chunk.data.num_rows, chunk.source_times_ms)
                 last[0] = chunk.offset
                 if counts[0] >= 2:
                     self._crash("mid_write", batch_id)
@@ -691,7 +701,6 @@ class StreamingQuery:
         total = time.monotonic() - t0
         self._report(
             batch_id, wall, starts, [end], counts, out_rows[0], {"triggerExecution": total, "addBatch": total},
-            latencies={"processingLatencyMs": stats.processing, "sourceQueuingLatencyMs": stats.queuing,
-                       "e2eLatencyMs": stats.e2e},
+            latencies=stats.latencies(),
         )  # fmt: skip
         return [end]
