@@ -322,3 +322,13 @@ def test_writers_creating_the_same_table_at_once_do_not_collide(postgres: Any, t
     for t in threads:
         t.join(30)
     assert not errors, errors
+
+
+def test_a_view_named_by_dbtable_is_refused(postgres: Any, table: str) -> None:
+    from headrace_lakebase._options import parse_dbtable
+    from headrace_lakebase.table import plan_table
+
+    with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE VIEW {table} AS SELECT 1 AS id")
+        with pytest.raises(SchemaMismatchError, match="exists but is not a table"):
+            plan_table(conn, parse_dbtable(table), pa.schema([("id", pa.int64())]), None)

@@ -23,8 +23,10 @@ class TestPubSubSourceContract(SourceContract):
     @pytest.fixture
     def source_options(self, topic: Topic) -> dict[str, Any]:
         # the subscription exists before seeding (Pub/Sub delivers only what is published after);
-        # a short ack deadline so messages leased by a killed run come back quickly
-        return topic.source_options(topic.subscription(ack_deadline=2))
+        # a short ack deadline so messages leased by a killed run come back quickly, and an idle
+        # timeout longer than it, so the restarted run (trigger availableNow) waits for them
+        # instead of ending while a dead run's lease still hides them
+        return topic.source_options(topic.subscription(ack_deadline=1), fetchIdleTimeout="2 seconds")
 
     @pytest.fixture
     def seed(self, topic: Topic) -> Callable[[int], None]:

@@ -97,13 +97,17 @@ def read_columns(cur: psycopg.Cursor[tuple[object, ...]], table: TableName) -> l
     rows = cur.fetchall()
     if not rows:
         cur.execute(
-            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
             "WHERE n.nspname = %s AND c.relname = %s",
             (table.schema, table.table),
         )
-        if cur.fetchone() is not None:
-            raise SchemaMismatchError(f"{table} exists but is not a table (a view or other relation); point dbtable at a table")
-        return None
+        found = cur.fetchone()
+        if found is None:
+            return None
+        if str(found[0]) in ("r", "p"):
+            # another writer committed the table between the two statements: read it again
+            return read_columns(cur, table)
+        raise SchemaMismatchError(f"{table} exists but is not a table (a view or other relation); point dbtable at a table")
     return [ColumnInfo(str(r[0]), str(r[1]), int(r[2]), str(r[3]), bool(r[4]), bool(r[5]), int(r[6])) for r in rows]  # type: ignore[call-overload]
 
 
