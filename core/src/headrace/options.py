@@ -26,6 +26,7 @@ import datetime as dt
 import difflib
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,13 +98,14 @@ class Secret:
 # --------------------------------------------------------------------------- types
 
 
-class OptionType:
+class OptionType(ABC):
     """How a value is written and coerced. ``parse`` raises ValueError saying what is expected."""
 
     label = "string"
 
+    @abstractmethod
     def parse(self, value: Any) -> Any:
-        raise NotImplementedError
+        """The typed value of ``value`` (a string from a user, or already typed)."""
 
     def render(self, value: Any) -> str:
         """The default value as a user would write it (for ``describe``)."""

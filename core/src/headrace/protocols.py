@@ -38,6 +38,7 @@ Life cycle, as the engine drives it (see ``headrace.query``)::
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -148,7 +149,7 @@ class RealTimeChunk:
     source_times_ms: Sequence[float] = field(default=())
 
 
-class Source:
+class Source(ABC):
     """A streaming source. Subclass it (or implement the same methods).
 
     Class attributes declare what the source guarantees:
@@ -169,25 +170,25 @@ class Source:
         self.context = context
 
     @property
+    @abstractmethod
     def schema(self) -> pa.Schema:
         """The Arrow schema of the rows. Called after construction, before the first batch;
         may be refined after a restart (e.g. schema evolution)."""
-        raise NotImplementedError(f"{type(self).__name__} must define schema")
 
+    @abstractmethod
     def initial_offset(self) -> Offset:
         """Where a new stream starts. Called once, only when the checkpoint has no batch yet."""
-        raise NotImplementedError(f"{type(self).__name__} must define initial_offset")
 
     def default_read_limit(self) -> ReadLimit:
         """The limit from the source's rate options (``maxFilesPerTrigger``, ...). Called once per run."""
         return ReadLimit.all_available()
 
+    @abstractmethod
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end of the next batch, given where it starts and the admission limit.
 
         Called once per trigger, on the driver. Returning ``start`` means there is no new data.
         """
-        raise NotImplementedError(f"{type(self).__name__} must define latest_offset")
 
     def prepare_for_available_now(self) -> bool:
         """Called once when a query starts with ``trigger(available_now=True)``.
@@ -198,14 +199,15 @@ class Source:
         """
         return False
 
+    @abstractmethod
     def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
         """Split ``[start, end)`` into units of read work; ``[]`` when ``start == end``.
 
         Called once per batch (and again for the same range when a batch is replayed), on the
         driver. The result must be picklable.
         """
-        raise NotImplementedError(f"{type(self).__name__} must define partitions")
 
+    @abstractmethod
     def read(self, partition: Partition) -> Iterator[pa.RecordBatch]:
         """Read one partition's rows, each batch with exactly ``self.schema``.
 
@@ -213,13 +215,16 @@ class Source:
         (on a pickled copy of the source): it must not depend on state changed after
         ``partitions``. Deterministic for a given partition when ``replayable``.
         """
-        raise NotImplementedError(f"{type(self).__name__} must define read")
 
     def read_real_time(self, start: Offset, stop: Any) -> Iterator[RealTimeChunk]:
         """Yield records as they arrive, from ``start``, until ``stop`` (a ``threading.Event``)
         is set. Called once per real-time batch; only when ``supports_real_time``. Must return
         promptly (within ~100 ms) once ``stop`` is set."""
-        raise NotImplementedError(f"{type(self).__name__} does not support the real-time trigger")
+        from headrace.errors import UnsupportedError
+
+        raise UnsupportedError(
+            f"source {type(self).__name__} does not support the real-time trigger; use trigger(processing_time=...)"
+        )
 
     def commit(self, end: Offset) -> None:
         """Everything up to ``end`` is durably processed: acknowledge upstream, clean up.
@@ -239,7 +244,7 @@ class Source:
         after its ``read``: release only what that copy holds, never shared state."""
 
 
-class Sink:
+class Sink(ABC):
     """A streaming sink. Subclass it (or implement the same methods).
 
     Class attributes declare what the sink guarantees:
@@ -262,6 +267,7 @@ class Sink:
         self.options = options
         self.context = context
 
+    @abstractmethod
     def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> CommitMessage | None:
         """Write (or stage) one share of a batch and return what ``commit`` needs.
 
@@ -270,7 +276,6 @@ class Sink:
         Nothing written here may become visible before ``commit`` unless the sink is
         at-least-once. The result must be picklable.
         """
-        raise NotImplementedError(f"{type(self).__name__} must define write")
 
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
         """Make the batch visible. Called once per batch on the driver with every ``write``'s

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,7 +43,7 @@ def codec_of(rel: str) -> str | None:
     return _CODECS.get(os.path.splitext(rel)[1].lower())
 
 
-class Store:
+class Store(ABC):
     """A root folder of files. Subclasses: :class:`LocalStore`, :class:`S3Store`.
 
     Instances are created once per source on the driver and pickled into partitions: keep them
@@ -51,40 +52,40 @@ class Store:
 
     root: str = ""
 
+    @abstractmethod
     def list(self, start_after: str | None = None) -> Iterator[FileInfo]:
         """Every file under the root in lexical order of ``rel``, only those after ``start_after``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def stat(self, rel: str) -> FileInfo | None:
         """The file's info now, or None when it does not exist."""
-        raise NotImplementedError
 
+    @abstractmethod
     def open(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
         """The file's bytes as a readable (seekable unless decompressed) Arrow file.
 
         Raises FileNotFoundError when the file is gone."""
-        raise NotImplementedError
 
     def open_stream(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
         """The file's bytes as a forward-only Arrow stream that fetches only what is read (schema
         inference reads a prefix). Raises FileNotFoundError when the file is gone."""
         return self.open(rel, decompress=decompress)
 
+    @abstractmethod
     def uri(self, rel: str) -> str:
         """The file's full path or URL (for the ``_file_path`` and messages)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def rel_of(self, uri: str) -> str | None:
         """The relative path of a full path under the root, or None when it is outside."""
-        raise NotImplementedError
 
+    @abstractmethod
     def move(self, rel: str, destination: str) -> None:
         """Move a file to ``destination`` + ``rel`` (cleanSource MOVE)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def delete(self, rel: str) -> None:
         """Delete a file (cleanSource DELETE); a missing file is not an error."""
-        raise NotImplementedError
 
     def close(self) -> None:
         """Drop clients. Called once when the source closes."""
