@@ -106,7 +106,7 @@ elif [ "$have_version" = "$KINESALITE_VERSION" ]; then
   echo "== services: kinesis    -> kinesalite $have_version in $kdir (node $(node --version))"
 else
   echo "== services: kinesis    -> npm install kinesalite@$KINESALITE_VERSION into $kdir"
-  if npm install --prefix "$kdir" --no-audit --no-fund --loglevel=error "kinesalite@$KINESALITE_VERSION" >/dev/null; then
+  if timeout 300 npm install --fetch-timeout=60000 --fetch-retries=2 --prefix "$kdir" --no-audit --no-fund --loglevel=error "kinesalite@$KINESALITE_VERSION" >/dev/null; then
     echo "== services: kinesis    -> kinesalite $KINESALITE_VERSION in $kdir (node $(node --version))"
   else
     echo "== services: kinesis    -> MISSING: npm install kinesalite@$KINESALITE_VERSION failed" >&2
