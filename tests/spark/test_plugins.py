@@ -66,7 +66,11 @@ def test_cloudfiles_to_delta_processing_time_then_restart_available_now(spark: A
                            {"path": table}, chk)  # fmt: skip
     assert q2.id == q.id
     assert delta_ids(table) == list(range(50))
-    assert [p["numInputRows"] for p in q2.recentProgress] == [10, 10]  # maxFilesPerTrigger=1 honoured
+    # maxFilesPerTrigger=1 honoured: one 10-row file per batch. Two batches for d and e, plus one
+    # more when stop() interrupted a planned batch of the first query: Spark replays it (its rows
+    # reach Delta once, the replayed commit being skipped as already in the log, checked above)
+    rows = [p["numInputRows"] for p in q2.recentProgress]
+    assert set(rows) == {10} and len(rows) in (2, 3), rows
     # every batch is one Delta commit carrying the query id as its app transaction
     app_ids = set()
     for log_file in (tmp_path / "table" / "_delta_log").glob("*.json"):
