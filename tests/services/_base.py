@@ -22,6 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -137,7 +138,7 @@ def log_tail(path: Path | None, lines: int = 40) -> str:
     return "\n".join(text[-lines:]) or "(log is empty)"
 
 
-class Service:
+class Service(ABC):
     """A server process on 127.0.0.1, started on a free port and stopped by PID.
 
     Subclasses set ``name`` and implement :meth:`command` and :meth:`is_ready`; they may
@@ -170,11 +171,13 @@ class Service:
         self.startup_seconds: float | None = None
 
     # --- what subclasses provide -------------------------------------------------------
+    @abstractmethod
     def command(self) -> Sequence[str]:
-        raise NotImplementedError
+        """The server's command line (after ``prepare``)."""
 
+    @abstractmethod
     def is_ready(self) -> bool:
-        raise NotImplementedError
+        """True once the server answers; polled until ``startup_timeout``."""
 
     def check_available(self) -> None:
         """Raise :class:`ServiceUnavailable` when the binaries are missing."""

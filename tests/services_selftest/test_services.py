@@ -76,6 +76,12 @@ class _Missing(Service):
     def check_available(self) -> None:
         raise ServiceUnavailable("`apt-get install missing-thing`")
 
+    def command(self) -> list[str]:  # never reached: check_available refuses first
+        return ["missing-thing"]
+
+    def is_ready(self) -> bool:
+        return False
+
 
 def _pid_alive(pid: int) -> bool:
     try:
