@@ -20,7 +20,7 @@ headrace                    PySpark 4
 Offsets are JSON-serialisable dicts of primitives, compared only by the source that made them
 (and by the engine for equality: ``end == start`` means "no new data").
 
-Life cycle, as the engine drives it (see ``headrace.query``)::
+Life cycle, as the engine drives it (see ``headrace.engine``)::
 
     source = SourceClass(options, context)          # once per query run, on the driver
     start = checkpoint end or source.initial_offset()

@@ -66,7 +66,7 @@ def run_pipeline(
     """Run ``spec`` in a fresh Python process.
 
     ``crash="point:batch"`` makes the engine SIGKILL itself at that point (see
-    ``headrace.query._Crash``); ``kill_after`` SIGKILLs it from outside after that many
+    ``headrace.engine.crash``); ``kill_after`` SIGKILLs it from outside after that many
     seconds. Returns the exit status and output; ``result.killed`` tells whether it died by
     SIGKILL.
     """

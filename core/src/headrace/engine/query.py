@@ -1,0 +1,484 @@
+"""``StreamingQuery``: the checkpointed micro-batch loop, triggers, progress, stop and await.
+
+Per batch, with Spark's semantics:
+
+1. ``end = source.latest_offset(start, limit)`` for each source; no new data -> no batch.
+2. ``offsets/<n>`` written (write-ahead, atomic) before any data is read.
+3. Partitions read (``headrace.engine.reader``), the user's transform applied,
+   ``sink.write`` then ``sink.commit(n, messages)``.
+4. ``commits/<n>`` written, then ``source.commit(end)``.
+
+On start, a last batch with an offsets entry and no commits entry is replayed over the same
+range with the same batch id, so a sink whose commit is idempotent per batch id gives
+exactly-once output across crashes. Real-time batches live in ``headrace.engine.real_time``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from headrace.checkpoint import Checkpoint, OffsetEntry
+from headrace.engine.crash import CrashHook
+from headrace.engine.reader import BatchCounts, read_partitions
+from headrace.engine.real_time import run_real_time_batch
+from headrace.engine.trigger import SourcePlan, Transform, Trigger
+from headrace.errors import HeadraceError, StreamingQueryException, UnsupportedError
+from headrace.options import Options
+from headrace.progress import QueryProgress
+from headrace.protocols import Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
+
+__all__ = ["StreamingQuery"]
+
+log = logging.getLogger(__name__)
+
+
+class StreamingQuery:
+    """A running query. Created by ``DataStreamWriter.start()``; runs in a background thread.
+
+    Mirrors PySpark's ``StreamingQuery``: ``id``, ``run_id``, ``name``, ``is_active``,
+    ``status``, ``last_progress``, ``recent_progress``, ``await_termination``, ``stop``,
+    ``exception``, ``process_all_available``.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        sources: Sequence[SourcePlan],
+        transform: Transform | None,
+        sink_connector: str,
+        sink_class: type,
+        sink_options: Options,
+        output_mode: str,
+        trigger: Trigger,
+        checkpoint_location: str | None,
+        read_parallelism: int | None = None,
+        progress_callbacks: Sequence[Callable[[QueryProgress], None]] = (),
+        keep_progress: int = 100,
+        checkpoint_fsync: bool = True,
+    ) -> None:
+        if not sources:
+            raise HeadraceError("a query needs at least one source")
+        self.name = name
+        self._plans = list(sources)
+        self._transform = transform
+        self._sink_connector = sink_connector
+        self._sink_class = sink_class
+        self._sink_options = sink_options
+        self.output_mode = output_mode
+        self.trigger = trigger
+        self._temp_checkpoint = checkpoint_location is None
+        self._checkpoint_location = checkpoint_location or tempfile.mkdtemp(prefix="headrace-checkpoint-")
+        self._parallelism = read_parallelism or min(8, max(2, (os.cpu_count() or 2)))
+        self._callbacks = list(progress_callbacks)
+        self._keep = keep_progress
+        self._fsync = checkpoint_fsync
+        self.run_id = str(uuid.uuid4())
+        self.id = ""
+        self._progress: list[QueryProgress] = []
+        self._stop = threading.Event()
+        self._terminated = threading.Event()
+        self._exception: StreamingQueryException | None = None
+        self._status = {"message": "Initializing", "isDataAvailable": False, "isTriggerActive": False}
+        self._thread: threading.Thread | None = None
+        self._sources: list[Source] = []
+        self._sink: Sink | None = None
+        self._checkpoint: Checkpoint | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._crash = CrashHook.from_env()
+        self._last_trigger: float | None = None
+        self._current_batch: int | None = None
+        self._processed_batches = 0
+        self._idle_checks = 0
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def is_active(self) -> bool:
+        return self._thread is not None and not self._terminated.is_set()
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self._status)
+
+    @property
+    def last_progress(self) -> dict[str, Any] | None:
+        return self._progress[-1].to_dict() if self._progress else None
+
+    @property
+    def recent_progress(self) -> list[dict[str, Any]]:
+        return [p.to_dict() for p in self._progress]
+
+    @property
+    def delivery_guarantee(self) -> str:
+        """``exactly-once`` when every source is replayable and the sink's commit idempotent.
+
+        Asks the source and sink instances once they exist (a sink may become idempotent
+        through its options, e.g. Kafka transactions), the classes before."""
+        sources: list[Any] = list(self._sources) or [p.source_class for p in self._plans]
+        sink: Any = self._sink if self._sink is not None else self._sink_class
+        replayable = all(getattr(s, "replayable", False) for s in sources)
+        idempotent = bool(getattr(sink, "idempotent_commit", False))
+        return "exactly-once" if replayable and idempotent else "at-least-once"
+
+    @property
+    def checkpoint_location(self) -> str:
+        return self._checkpoint_location
+
+    def exception(self) -> StreamingQueryException | None:
+        """The exception that ended the query, or None."""
+        return self._exception
+
+    def await_termination(self, timeout: float | None = None) -> bool:
+        """Wait until the query ends (or ``timeout`` seconds). Raises its exception if it failed.
+
+        Returns True when it ended, False on timeout.
+        """
+        ended = self._terminated.wait(timeout)
+        if ended and self._exception is not None:
+            raise self._exception
+        return ended
+
+    def stop(self, timeout: float | None = 60.0) -> None:
+        """Stop the query: a running micro-batch finishes (a real-time batch ends early and
+        commits), then sources and sink are closed. Blocks until done or ``timeout``."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def process_all_available(self, timeout: float | None = None) -> None:
+        """Block until every source has no more data than what has been processed (tests)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        # the second "no new data" check after this call certainly started after it
+        target = self._idle_checks + 2
+        while self.is_active:
+            if self._idle_checks >= target:
+                return
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"query '{self.name}' did not catch up within {timeout} s")
+            time.sleep(0.01)
+        if self._exception is not None:
+            raise self._exception
+
+    def __repr__(self) -> str:
+        return f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})"
+
+    # ------------------------------------------------------------------ start
+    def start(self) -> StreamingQuery:
+        """Open the checkpoint, build sources and sink (raising configuration errors here),
+        then run the loop in a background thread."""
+        self._setup()
+        self._thread = threading.Thread(target=self._run, name=f"headrace-query-{self.name or self.id[:8]}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _setup(self) -> None:
+        if self.trigger.kind == "real_time":
+            self._check_real_time()
+        if self.output_mode not in getattr(self._sink_class, "output_modes", ("append",)):
+            raise UnsupportedError(
+                f"sink '{self._sink_connector}' does not support output mode '{self.output_mode}'; "
+                f"it supports: {', '.join(getattr(self._sink_class, 'output_modes', ('append',)))}"
+            )
+        cp = Checkpoint(self._checkpoint_location, durable=self._fsync)
+        meta = cp.open(
+            name=self.name,
+            sources=[{"connector": p.connector, "path": p.path} for p in self._plans],
+            sink={"connector": self._sink_connector},
+        )
+        self._checkpoint = cp
+        self.id = meta["id"]
+        try:
+            for i, plan in enumerate(self._plans):
+                ctx = SourceContext(
+                    query_id=self.id,
+                    run_id=self.run_id,
+                    source_index=i,
+                    state_path=cp.source_state_path(i),
+                    user_schema=plan.user_schema,
+                )
+                self._sources.append(plan.source_class(plan.options, ctx))
+            schema = self._sources[0].schema if self._transform is None else None
+            sctx = SinkContext(
+                query_id=self.id,
+                run_id=self.run_id,
+                query_name=self.name,
+                output_mode=self.output_mode,
+                state_path=cp.sink_state_path(),
+                schema=schema,
+            )
+            self._sink = self._sink_class(self._sink_options, sctx)
+        except BaseException:
+            self._close_all()
+            raise
+        log.info(
+            "query '%s' (id %s, run %s) starting: %s -> %s, trigger %s, delivery %s, checkpoint %s",
+            self.name, self.id, self.run_id, ", ".join(p.describe() for p in self._plans),
+            self._sink_connector, self.trigger, self.delivery_guarantee, self._checkpoint_location,
+        )  # fmt: skip
+
+    def _check_real_time(self) -> None:
+        problems = []
+        if len(self._plans) != 1:
+            problems.append("it reads exactly one source")
+        for p in self._plans:
+            if not getattr(p.source_class, "supports_real_time", False):
+                problems.append(f"source '{p.connector}' does not support it")
+        if not getattr(self._sink_class, "supports_real_time", False):
+            problems.append(f"sink '{self._sink_connector}' does not support it")
+        if problems:
+            raise UnsupportedError(
+                "the real-time trigger needs a source and a sink that support it: " + "; ".join(problems)
+                + ". Use trigger(processing_time=...) instead, or a real-time capable pair (e.g. kafka -> kafka)"
+            )
+
+    # ------------------------------------------------------------------ loop
+    def _run(self) -> None:
+        from headrace.plugins import registry
+
+        hook = registry().hook
+        with contextlib.suppress(Exception):
+            hook.headrace_query_started(
+                event={"id": self.id, "runId": self.run_id, "name": self.name, "timestamp": time.time(),
+                       "deliveryGuarantee": self.delivery_guarantee}
+            )
+        batch_id: int | None = None
+        try:
+            self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
+            batch_id = self._loop()
+        except BaseException as e:
+            self._exception = StreamingQueryException(self.name or self.id, self._current_batch, e)
+            self._exception.__cause__ = e
+            log.error("query '%s' failed: %s", self.name, e, exc_info=e)
+        finally:
+            self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+            self._close_all()
+            with contextlib.suppress(Exception):
+                hook.headrace_query_terminated(
+                    event={"id": self.id, "runId": self.run_id, "name": self.name,
+                           "exception": str(self._exception) if self._exception else None,
+                           "lastBatchId": batch_id}
+                )
+            self._terminated.set()
+
+    def _close_all(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        for s in self._sources:
+            try:
+                s.close()
+            except Exception as e:
+                log.warning("closing source failed: %s", e)
+        if self._sink is not None:
+            try:
+                self._sink.close()
+            except Exception as e:
+                log.warning("closing sink failed: %s", e)
+        if self._checkpoint is not None:
+            self._checkpoint.close()
+        if self._temp_checkpoint:
+            shutil.rmtree(self._checkpoint_location, ignore_errors=True)
+
+    def _loop(self) -> int | None:
+        assert self._checkpoint is not None
+        entry, committed = self._checkpoint.latest()
+        if entry is None:
+            batch_id = 0
+            current: list[Offset] = [s.initial_offset() for s in self._sources]
+        elif committed:
+            if any(e is None for e in entry.ends):
+                raise HeadraceError(f"checkpoint batch {entry.batch_id} is committed without an end offset")
+            batch_id = entry.batch_id + 1
+            current = [dict(e) for e in entry.ends if e is not None]
+        else:
+            log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
+            if entry.real_time and any(e is None for e in entry.ends):
+                self._real_time_batch(entry.batch_id, list(entry.starts))
+            else:
+                ends = [e for e in entry.ends if e is not None]
+                self._batch(entry.batch_id, list(entry.starts), ends, replay=True)
+            assert self._checkpoint is not None
+            latest, _ = self._checkpoint.latest()
+            assert latest is not None
+            batch_id = entry.batch_id + 1
+            current = [dict(e) for e in latest.ends if e is not None]
+            if self.trigger.kind == "once":
+                return entry.batch_id
+
+        kind = self.trigger.kind
+        limits = [s.default_read_limit() for s in self._sources]
+        if kind == "once":
+            limits = [ReadLimit.all_available() for _ in self._sources]
+        elif kind == "available_now":
+            prepared = [s.prepare_for_available_now() for s in self._sources]
+            if not all(prepared):
+                limits = [ReadLimit.all_available() for _ in self._sources]
+                kind = "once"
+
+        last_batch: int | None = None
+        while not self._stop.is_set():
+            if kind == "real_time":
+                current = self._real_time_batch(batch_id, current)
+                last_batch = batch_id
+                batch_id += 1
+                continue
+            t0 = time.monotonic()
+            self._status = {"message": "Getting offsets from sources", "isDataAvailable": False, "isTriggerActive": True}
+            ends = [s.latest_offset(st, lim) for s, st, lim in zip(self._sources, current, limits, strict=True)]
+            t_latest = time.monotonic() - t0
+            if all(e == st for e, st in zip(ends, current, strict=True)):
+                self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
+                self._idle_checks += 1
+                if kind in ("once", "available_now"):
+                    break
+                self._stop.wait(self.trigger.interval if kind == "processing_time" else 0.01)
+                continue
+            self._batch(batch_id, current, ends, t0=t0, t_latest=t_latest)
+            last_batch = batch_id
+            batch_id += 1
+            current = ends
+            if kind == "once":
+                break
+            if kind == "processing_time":
+                remaining = self.trigger.interval - (time.monotonic() - t0)
+                if remaining > 0:
+                    self._status = {"message": "Waiting for next trigger", "isDataAvailable": True, "isTriggerActive": False}
+                    self._stop.wait(remaining)
+        return last_batch
+
+    # ------------------------------------------------------------------ one batch
+    def _batch(
+        self,
+        batch_id: int,
+        starts: list[Offset],
+        ends: list[Offset],
+        *,
+        replay: bool = False,
+        t0: float | None = None,
+        t_latest: float = 0.0,
+    ) -> None:
+        assert self._checkpoint is not None and self._sink is not None
+        t0 = time.monotonic() if t0 is None else t0
+        wall = time.time()
+        self._current_batch = batch_id
+        self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
+        crash = self._crash
+        crash("before_offsets", batch_id)
+        t = time.monotonic()
+        wal = None
+        if not replay:
+            wal = self._checkpoint.write_offsets_async(OffsetEntry(batch_id, starts, list(ends), int(wall * 1000)))
+            if crash.point:  # crash tests need the entry on disk at the named point
+                wal.result()
+        t_wal = time.monotonic() - t
+        crash("after_offsets", batch_id)
+
+        parts: list[tuple[int, Partition]] = []
+        for i, (src, st, en) in enumerate(zip(self._sources, starts, ends, strict=True)):
+            if st != en:
+                parts.extend((i, p) for p in src.partitions(st, en))
+        counts = BatchCounts([0] * len(self._sources))
+        t = time.monotonic()
+        messages: list[Any] = []
+        data = read_partitions(self._sources, parts, self._transform, counts, batch_id=batch_id, pool=self._pool,
+                               crash=crash)  # fmt: skip
+        try:
+            messages.append(self._sink.write(batch_id, data))
+            if wal is not None:
+                tw = time.monotonic()
+                wal.result()  # the write-ahead entry is durable before anything is committed
+                t_wal += time.monotonic() - tw
+            crash("before_sink_commit", batch_id)
+            self._sink.commit(batch_id, messages)
+        except BaseException:
+            if wal is not None:
+                with contextlib.suppress(Exception):
+                    wal.result()
+            with contextlib.suppress(Exception):
+                self._sink.abort(batch_id, messages or [None])
+            raise
+        finally:
+            close = getattr(data, "close", None)
+            if close is not None:
+                close()
+        t_add = time.monotonic() - t
+        crash("after_sink_commit", batch_id)
+        t = time.monotonic()
+        self._checkpoint.write_commit(batch_id)
+        crash("after_commit", batch_id)
+        for src, en in zip(self._sources, ends, strict=True):
+            src.commit(en)
+        t_commit = time.monotonic() - t
+        total = time.monotonic() - t0
+        self._report(batch_id, wall, starts, ends, counts.input_rows, counts.output_rows,
+                     {"latestOffset": t_latest, "walCommit": t_wal, "addBatch": t_add,
+                      "commitOffsets": t_commit, "triggerExecution": total})  # fmt: skip
+
+    def _report(
+        self,
+        batch_id: int,
+        wall: float,
+        starts: list[Offset],
+        ends: list[Offset],
+        counts: list[int],
+        out_rows: int,
+        durations: dict[str, float],
+        latencies: dict[str, Sequence[float]] | None = None,
+    ) -> None:
+        srcs = []
+        for plan, src, st, en, n in zip(self._plans, self._sources, starts, ends, counts, strict=True):
+            try:
+                metrics = dict(src.metrics(en))
+            except Exception as e:  # metrics must never fail a batch
+                metrics = {"error": str(e)}
+            srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
+        sink_metrics: dict[str, Any] = {}
+        get_metrics = getattr(self._sink, "metrics", None)  # duck-typed sinks may lack it
+        if callable(get_metrics):
+            try:
+                sink_metrics = dict(get_metrics())
+            except Exception as e:  # metrics must never fail a batch
+                sink_metrics = {"error": str(e)}
+        progress = QueryProgress.build(
+            id=self.id,
+            run_id=self.run_id,
+            name=self.name,
+            batch_id=batch_id,
+            started=wall,
+            durations=durations,
+            previous_trigger=self._last_trigger,
+            sources=srcs,
+            sink=(self._sink_connector, out_rows, sink_metrics),
+            latencies=latencies,
+        )
+        self._last_trigger = wall
+        self._progress.append(progress)
+        if len(self._progress) > self._keep:
+            del self._progress[0]
+        self._processed_batches += 1
+        for cb in self._callbacks:
+            cb(progress)
+        from headrace.plugins import registry
+
+        hook = registry().hook
+        if hook.headrace_query_progress.get_hookimpls():
+            d = progress.to_dict()
+            try:
+                hook.headrace_query_progress(progress=d)
+            except Exception as e:
+                log.warning("a progress listener failed: %s", e)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s", progress.line())
+
+    def _real_time_batch(self, batch_id: int, starts: list[Offset]) -> list[Offset]:
+        return run_real_time_batch(self, batch_id, starts)

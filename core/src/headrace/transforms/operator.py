@@ -1,0 +1,119 @@
+"""The interface between the engine and a stream's operators (the steps of its logical plan).
+
+A stream's plan is a list of operators applied, in order, to every micro-batch. The engine
+(``headrace.engine``) drives them; an operator never sees offsets, checkpoints' files or sinks.
+
+Life cycle, per query run::
+
+    schema = op.output_schema(input_schema)      # at start(), before any I/O: validation
+    op.open(OperatorContext(...))                # once, after the checkpoint is open
+    for each batch n (also when batch n is replayed after a crash):
+        op.begin(BatchInfo(n, watermark_ms, ...))  # stateful operators load state version n-1
+        op.process(table, info) -> table | None  # once per chunk of the batch, in order
+        op.finish(info) -> table | None          # once, after the last chunk: emit, then
+                                                 # durably write state version n
+    op.close()
+
+Stateless operators implement only ``output_schema`` and ``process``. Stateful operators keep
+their state in a store under ``<checkpoint>/state/<operator index>/``, versioned by batch id:
+replaying batch n starts again from version n-1, so output is the same as the first time.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+__all__ = ["BatchInfo", "Operator", "OperatorContext"]
+
+
+@dataclass(frozen=True)
+class OperatorContext:
+    """What the engine tells an operator when a query run opens it.
+
+    ``state_path`` is the operator's own folder (``<checkpoint>/state/<index>``), created by
+    the engine; ``None`` for stateless operators. ``state_backend`` is the writer option
+    ``stateStore`` (``memory`` or ``rocksdb``). ``retain`` is how many state versions to keep
+    (the checkpoint's retention). ``output_mode`` is the query's.
+    """
+
+    index: int
+    query_id: str = ""
+    state_path: str | None = None
+    state_backend: str = "memory"
+    retain: int = 100
+    output_mode: str = "append"
+    real_time: bool = False
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BatchInfo:
+    """One batch as operators see it. ``watermark_ms`` is the event-time watermark in force for
+    this batch (epoch milliseconds, or ``None`` without a watermark), recorded in
+    ``offsets/<n>`` so a replay uses the same one. ``dropped_by_watermark`` is filled in by
+    operators (rows older than the watermark they dropped)."""
+
+    batch_id: int
+    watermark_ms: int | None = None
+    real_time: bool = False
+    dropped_by_watermark: int = 0
+
+
+class Operator(ABC):
+    """One step of a stream's plan. Instances are built at definition time (and validated
+    there where the input schema is known), then reused by each run of the query.
+
+    Class attributes:
+
+    - ``stateful``: keeps state across batches (needs a checkpoint folder).
+    - ``supports_real_time``: may run inside a real-time batch (processing chunks as they
+      arrive and emitting without waiting for the end of the batch).
+    - ``output_modes``: the query output modes it allows (Spark's rules), ``None`` for all.
+    """
+
+    stateful: ClassVar[bool] = False
+    supports_real_time: ClassVar[bool] = True
+    output_modes: ClassVar[tuple[str, ...] | None] = None
+
+    @property
+    def name(self) -> str:
+        """A short name for progress and errors (``select``, ``aggregate``, ...)."""
+        return type(self).__name__
+
+    @abstractmethod
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """The schema of the rows this step emits. Called at ``start()``, before any data is
+        read; raises ``ExpressionError`` (naming the expression) on a bad expression."""
+
+    def open(self, context: OperatorContext) -> None:
+        """Called once per query run, after the checkpoint is open and before the first
+        batch. Stateful operators open their state store here."""
+
+    def begin(self, batch: BatchInfo) -> None:
+        """Called once per batch before its first chunk (also for a replayed batch, which must
+        start again from the state as of batch ``batch_id - 1``)."""
+
+    @abstractmethod
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        """Called once per chunk of the batch's rows, in order, on the engine's consumer
+        thread. Returns the rows to pass on now (stateless steps, real-time aggregations), or
+        ``None``."""
+
+    def finish(self, batch: BatchInfo) -> pa.Table | None:
+        """Called once after the batch's last chunk: returns the rows to emit at the end of
+        the batch (aggregations), and makes state version ``batch_id`` durable."""
+        return None
+
+    def metrics(self) -> Mapping[str, Any]:
+        """After each batch, Spark's ``stateOperators`` entry (numRowsTotal, numRowsUpdated,
+        numRowsRemoved, numRowsDroppedByWatermark, memoryUsedBytes, commitTimeMs, ...) for
+        stateful operators; ``{}`` for stateless ones."""
+        return {}
+
+    def close(self) -> None:
+        """Release the state store. Called once when the query stops; idempotent."""
