@@ -101,6 +101,24 @@ class DataStreamReader:
         )
         return StreamFrame((plan,), ())
 
+    def table(self, name: str) -> StreamFrame:
+        """Another dataset of the declarative pipeline calling this definition, as a stream
+        (``headrace.pipelines``): a streaming table is read incrementally with the delta source
+        (options set on this reader go to it), a temporary view is inlined. The name becomes an
+        edge of the pipeline's graph. Only inside a definition the pipeline calls; elsewhere read
+        the table's path: ``read_stream.format("delta").load(path)``.
+        """
+        from headrace.pipelines._context import active_resolver
+
+        resolver = active_resolver()
+        if resolver is None:
+            raise HeadraceError(
+                f"read_stream.table({name!r}) reads a dataset of a declarative pipeline and works only inside a "
+                "definition the pipeline calls (headrace pipelines run); elsewhere read the table's path: "
+                "read_stream.format('delta').load(path)"
+            )
+        return resolver.stream_table(name, self)
+
 
 @dataclass(frozen=True)
 class StreamFrame:

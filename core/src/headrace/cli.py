@@ -130,6 +130,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("dir")
     rs.add_argument("--to-batch", type=int, required=True, help="the last batch to keep (-1: forget all)")
     c.set_defaults(fn=_checkpoint)
+    from headrace.pipelines.cli import register as register_pipelines
+
+    register_pipelines(sub)
     return parser
 
 

@@ -1,0 +1,426 @@
+"""SQL definitions (``.sql`` libraries), in Databricks' pipeline SQL::
+
+    CREATE OR REFRESH STREAMING TABLE bronze
+    AS SELECT * FROM STREAM read_files('landing', format => 'json', inferColumnTypes => true);
+
+    CREATE OR REFRESH STREAMING TABLE silver (
+      CONSTRAINT positive EXPECT (amount > 0) ON VIOLATION DROP ROW
+    ) AS SELECT id, amount, k FROM STREAM(bronze);
+
+    CREATE OR REFRESH MATERIALIZED VIEW gold
+    AS SELECT s.k, d.label, sum(s.amount) AS total FROM silver s JOIN dims d USING (k) GROUP BY ALL;
+
+    CREATE TEMPORARY VIEW v AS SELECT ...;
+    CREATE STREAMING TABLE target;                                  -- for flows
+    CREATE FLOW f AS INSERT INTO target BY NAME SELECT * FROM STREAM(src);
+
+Statements are parsed with sqlglot (Databricks dialect) and run with DuckDB: a streaming
+table's query once per micro-batch over the rows of its one ``STREAM`` source (``read_files``,
+``read_kafka``, ``read_pubsub``, ``read_kinesis`` with Databricks' argument names, or
+``STREAM(dataset)``), the other tables it joins being batch snapshots taken when the flow
+starts; a materialized view's query over its whole inputs. ``${key}`` is replaced by the spec's
+``configuration`` value; ``secret('scope', 'key')`` by the environment variable
+``HEADRACE_SECRET_<SCOPE>_<KEY>``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError
+from headrace.pipelines._context import active_resolver
+from headrace.pipelines.elements import (
+    MATERIALIZED_VIEW,
+    STREAMING_TABLE,
+    TEMPORARY_VIEW,
+    Dataset,
+    Flow,
+    GraphRegistry,
+    PipelineDefinitionError,
+    SourceLocation,
+)
+from headrace.pipelines.expectations import Expectation
+from headrace.pipelines.frames import StaticFrame
+
+__all__ = ["register_sql", "register_sql_file", "source_options"]
+
+_HEADER = re.compile(
+    r"^\s*CREATE\s+(?:OR\s+(?:REFRESH|REPLACE)\s+)?(?P<temp>(?:TEMPORARY|TEMP)\s+)?"
+    r"(?P<kind>STREAMING\s+(?:LIVE\s+)?TABLE|MATERIALIZED\s+VIEW|LIVE\s+TABLE|LIVE\s+VIEW|VIEW|FLOW)\s+"
+    r"(?:IF\s+NOT\s+EXISTS\s+)?(?P<name>`[^`]+`|[\w.]+)",
+    re.IGNORECASE | re.DOTALL,
+)
+_INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(?P<target>`[^`]+`|[\w.]+)\s+(?:BY\s+NAME\s+)?(?P<query>.*)$", re.I | re.S)
+_CONSTRAINT = re.compile(
+    r"^\s*CONSTRAINT\s+(?P<name>`[^`]+`|\w+)\s+EXPECT\s*\((?P<cond>.*)\)\s*"
+    r"(?:ON\s+VIOLATION\s+(?P<action>DROP\s+ROW|FAIL\s+UPDATE))?\s*$",
+    re.I | re.S,
+)
+_SOURCES = {"read_files": "cloudFiles", "read_kafka": "kafka", "read_pubsub": "pubsub", "read_kinesis": "kinesis"}
+_KAFKA_NAMES = {"bootstrapservers": "kafka.bootstrap.servers"}
+
+
+def _split_statements(text: str) -> list[tuple[int, str]]:
+    """Statements separated by ``;`` outside quotes and comments, with their first line."""
+    out, buf, line, start_line = [], [], 1, 1
+    i, n, quote = 0, len(text), None
+    while i < n:
+        c = text[i]
+        if quote:
+            buf.append(c)
+            if c == quote:
+                quote = None
+        elif c in "'\"`":
+            quote = c
+            buf.append(c)
+        elif text.startswith("--", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+            continue
+        elif text.startswith("/*", i):
+            j = text.find("*/", i)
+            line += text[i: (n if j < 0 else j)].count("\n")
+            i = n if j < 0 else j + 2
+            continue
+        elif c == ";":
+            if "".join(buf).strip():
+                out.append((start_line, "".join(buf).strip()))
+            buf = []
+            start_line = line
+        else:
+            if not "".join(buf).strip() and not c.isspace():
+                start_line = line
+            buf.append(c)
+        if c == "\n":
+            line += 1
+        i += 1
+    if "".join(buf).strip():
+        out.append((start_line, "".join(buf).strip()))
+    return out
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index just after the parenthesis group opening at ``text[start]``."""
+    depth, quote = 0, None
+    for i in range(start, len(text)):
+        c = text[i]
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    raise PipelineDefinitionError(f"unbalanced parentheses in {text[start:start + 80]!r}...")
+
+
+def _split_top(text: str) -> list[str]:
+    parts: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, None
+    for c in text:
+        if quote:
+            if c == quote:
+                quote = None
+        elif c in "'\"`":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+        elif c == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(c)
+    if "".join(cur).strip():
+        parts.append("".join(cur))
+    return parts
+
+
+def _find_as(text: str) -> int:
+    """Index of the top-level ``AS`` that starts the query, or -1."""
+    depth, quote = 0, None
+    for m in re.finditer(r"'|\"|`|\(|\)|\bAS\b", text, re.I):
+        tok = m.group(0)
+        if quote:
+            if tok == quote:
+                quote = None
+        elif tok in ("'", '"', "`"):
+            quote = tok
+        elif tok == "(":
+            depth += 1
+        elif tok == ")":
+            depth -= 1
+        elif depth == 0:
+            return m.start()
+    return -1
+
+
+def _unquote(name: str) -> str:
+    return name[1:-1] if name.startswith("`") and name.endswith("`") else name
+
+
+def _substitute(text: str, configuration: Mapping[str, str], where: str) -> str:
+    def sub(m: re.Match[str]) -> str:
+        key = m.group(1)
+        if key not in configuration:
+            raise PipelineDefinitionError(f"{where}: ${{{key}}} is not in the spec's configuration")
+        return configuration[key]
+
+    return re.sub(r"\$\{([\w.\-]+)\}", sub, text)
+
+
+def register_sql_file(path: str, reg: GraphRegistry, configuration: Mapping[str, str] | None = None) -> None:
+    """Register every statement of a ``.sql`` library. Called once per file while loading."""
+    with open(path, encoding="utf-8") as f:
+        register_sql(f.read(), reg, configuration or {}, filename=path)
+
+
+def register_sql(text: str, reg: GraphRegistry, configuration: Mapping[str, str], *, filename: str = "<sql>") -> None:
+    for line, stmt in _split_statements(text):
+        loc = SourceLocation(filename, line)
+        _register_statement(_substitute(stmt, configuration, str(loc)), reg, loc)
+
+
+def _register_statement(stmt: str, reg: GraphRegistry, loc: SourceLocation) -> None:
+    m = _HEADER.match(stmt)
+    if m is None:
+        raise PipelineDefinitionError(
+            f"{loc}: only CREATE [OR REFRESH] STREAMING TABLE / MATERIALIZED VIEW / [TEMPORARY] VIEW / FLOW "
+            f"statements define a pipeline; got {stmt[:60]!r}"
+        )
+    kind_word = re.sub(r"\s+", " ", m.group("kind").upper())
+    name = _unquote(m.group("name"))
+    rest = stmt[m.end():]
+    expectations: list[Expectation] = []
+    columns: list[str] = []
+    body = rest.lstrip()
+    if body.startswith("("):
+        end = _balanced(body, 0)
+        for item in _split_top(body[1:end - 1]):
+            cm = _CONSTRAINT.match(item)
+            if cm:
+                action = (cm.group("action") or "").upper().split()
+                expectations.append(Expectation(_unquote(cm.group("name")), cm.group("cond").strip(),
+                                                {"DROP": "drop", "FAIL": "fail"}.get(action[0] if action else "", "warn")))  # fmt: skip
+            elif item.strip():
+                columns.append(item.strip())
+        body = body[end:]
+    as_at = _find_as(body)
+    clauses, query = (body, None) if as_at < 0 else (body[:as_at], body[as_at + 2:].strip())
+    comment_m = re.search(r"\bCOMMENT\s+'((?:[^']|'')*)'", clauses, re.I)
+    part_m = re.search(r"\bPARTITIONED\s+BY\s*\(([^)]*)\)", clauses, re.I)
+    partition_cols = [c.strip().strip("`") for c in part_m.group(1).split(",")] if part_m else None
+    comment = comment_m.group(1).replace("''", "'") if comment_m else None
+    if kind_word == "FLOW":
+        _register_flow(name, query, reg, loc, expectations)
+        return
+    if "STREAMING" in kind_word:
+        kind = STREAMING_TABLE
+    elif kind_word in ("MATERIALIZED VIEW", "LIVE TABLE"):
+        kind = MATERIALIZED_VIEW
+    else:
+        kind = TEMPORARY_VIEW
+    reg.register_dataset(Dataset(name=name, kind=kind, comment=comment, partition_cols=partition_cols,
+                                 schema=", ".join(columns) or None, location=loc))  # fmt: skip
+    if query is None:
+        if kind != STREAMING_TABLE:
+            raise PipelineDefinitionError(f"{loc}: {kind_word} {name} needs AS SELECT ...")
+        return
+    func = compile_query(query, stream=(kind == STREAMING_TABLE) or None, where=f"{loc}: {name}")
+    reg.register_flow(Flow(name=name, target=name, func=func, kind="view" if kind == TEMPORARY_VIEW else "append",
+                           location=loc, sql=stmt, expectations=tuple(expectations)))  # fmt: skip
+
+
+def _register_flow(name: str, query: str | None, reg: GraphRegistry, loc: SourceLocation, exps: list[Expectation]) -> None:
+    im = _INSERT.match(query or "")
+    if im is None:
+        raise PipelineDefinitionError(f"{loc}: CREATE FLOW {name} AS INSERT INTO <target> [BY NAME] SELECT ... FROM STREAM(...)")
+    func = compile_query(im.group("query"), stream=True, where=f"{loc}: flow {name}")
+    reg.register_flow(Flow(name=name, target=_unquote(im.group("target")), func=func, kind="append", location=loc,
+                           sql=query, expectations=tuple(exps)))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- queries
+def _value(node: Any, where: str) -> Any:
+    from sqlglot import exp
+
+    text = node.sql(dialect="databricks")
+    sm = re.fullmatch(r"(?is)secret\(\s*'([^']*)'\s*,\s*'([^']*)'\s*\)", text.strip())
+    if sm:
+        var = "HEADRACE_SECRET_" + re.sub(r"\W", "_", f"{sm.group(1)}_{sm.group(2)}").upper()
+        if var not in os.environ:
+            raise PipelineDefinitionError(f"{where}: {text} reads the environment variable {var}, which is not set")
+        return os.environ[var]
+    if isinstance(node, exp.Boolean):
+        return bool(node.this)
+    if isinstance(node, exp.Literal | exp.Neg):
+        return node.to_py()
+    raise PipelineDefinitionError(f"{where}: argument {text} must be a literal (string, number, true/false) or secret(...)")
+
+
+def source_options(function: str, args: list[Any], where: str) -> tuple[str, dict[str, Any], str | None]:
+    """(connector, options, path) of ``read_files(...)`` / ``read_kafka(...)`` / ... arguments."""
+    from sqlglot import exp
+
+    fn = function.lower()
+    connector = _SOURCES.get(fn)
+    if connector is None:
+        raise PipelineDefinitionError(f"{where}: STREAM {function}(...) is not a source; use one of {', '.join(_SOURCES)}")
+    path: str | None = None
+    opts: dict[str, Any] = {}
+    for a in args:
+        if isinstance(a, exp.Kwarg | exp.PropertyEQ):
+            key = a.this.name if hasattr(a.this, "name") else str(a.this)
+            opts[key] = _value(a.expression, where)
+        elif path is None and fn == "read_files":
+            path = str(_value(a, where))
+        else:
+            raise PipelineDefinitionError(f"{where}: {function} takes named arguments (name => value) besides the path")
+    if fn == "read_files":
+        if path is None:
+            raise PipelineDefinitionError(f"{where}: read_files needs a path as its first argument")
+        from headrace.plugins import registry
+
+        declared = registry().get("cloudFiles").source_options
+        mapped: dict[str, Any] = {}
+        for k, v in opts.items():
+            if k.lower() == "format":
+                mapped["cloudFiles.format"] = v
+            elif declared.get(f"cloudFiles.{k}") is not None:
+                mapped[f"cloudFiles.{k}"] = v
+            else:
+                mapped[k] = v
+        opts = mapped
+    elif fn == "read_kafka":
+        opts = {_KAFKA_NAMES.get(k.lower(), k): v for k, v in opts.items()}
+    return connector, opts, path
+
+
+def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[], Any]:
+    """A query function for a SQL definition: it builds the stream (or batch frame) through
+    the active resolver, recording its reads. ``stream`` True: exactly one STREAM source;
+    None: a view (stream if it has one)."""
+    try:
+        import sqlglot
+        from sqlglot import exp
+        from sqlglot.errors import SqlglotError
+    except ImportError:
+        raise HeadraceError("SQL pipeline definitions need sqlglot; pip install 'headrace[pipelines]'") from None
+    try:
+        tree = sqlglot.parse_one(query, read="databricks")
+    except SqlglotError as e:
+        raise PipelineDefinitionError(f"{where}: the query does not parse: {e}") from None
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    streams = list(tree.find_all(exp.Stream))
+    if stream and len(streams) != 1:
+        raise PipelineDefinitionError(
+            f"{where}: a streaming table's query reads exactly one STREAM source (STREAM read_files(...) or "
+            f"STREAM(table)); found {len(streams)}"
+        )
+    if stream is False and streams:
+        raise PipelineDefinitionError(f"{where}: a materialized view reads batch inputs; remove STREAM")
+    stream_src: tuple[str, Any] | None = None  # ("dataset", name) or ("function", (connector, opts, path))
+    for s in streams:
+        inner = s.this.this if isinstance(s.this, exp.Subquery) else s.this
+        alias = s.this.alias if isinstance(s.this, exp.Subquery) else getattr(inner, "alias", "")
+        if isinstance(inner, exp.Table) and isinstance(inner.this, exp.Anonymous):
+            fn = inner.this
+            stream_src = ("function", source_options(str(fn.this), list(fn.expressions), where))
+            alias = alias or inner.alias or str(fn.this)
+        elif isinstance(inner, exp.Table):
+            name = ".".join(p.name for p in inner.parts)
+            stream_src = ("dataset", name)
+            alias = alias or inner.name
+        else:
+            raise PipelineDefinitionError(f"{where}: STREAM({inner.sql()}) must name a table or a read_* function")
+        s.replace(exp.Table(this=exp.to_identifier("batch"), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    statics: list[tuple[str, str, Any]] = []  # (registered name, dataset name or None, file source)
+    for t in list(tree.find_all(exp.Table)):
+        if t.name == "batch" and not t.args.get("db"):
+            continue
+        reg_name = f"__hr_in_{len(statics)}"
+        if isinstance(t.this, exp.Anonymous):
+            conn, opts, path = source_options(str(t.this.this), list(t.this.expressions), where)
+            if conn != "cloudFiles":
+                raise PipelineDefinitionError(f"{where}: {t.this.this}(...) without STREAM is not supported; add STREAM")
+            statics.append((reg_name, "", (str(opts.get("cloudFiles.format", "parquet")), path, opts)))
+            alias = t.alias or str(t.this.this)
+        else:
+            name = ".".join(p.name for p in t.parts)
+            if name.lower() in ctes:
+                continue
+            statics.append((reg_name, name, None))
+            alias = t.alias or t.name
+        t.replace(exp.Table(this=exp.to_identifier(reg_name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    try:
+        duck_sql = tree.sql(dialect="duckdb")
+    except SqlglotError as e:
+        raise PipelineDefinitionError(f"{where}: the query cannot be translated for DuckDB: {e}") from None
+    src = stream_src
+
+    def query_function() -> Any:
+        resolver = active_resolver()
+        if resolver is None:
+            raise HeadraceError(f"{where}: SQL definitions run inside a pipeline")
+        frames: list[tuple[str, StaticFrame]] = []
+        for reg_name, name, files in statics:
+            if name:
+                frames.append((reg_name, resolver.static_table(name)))
+            else:
+                import headrace.pipelines.frames as fr
+
+                fmt, path, opts = files
+                frames.append((reg_name, fr.read.format(fmt).options(opts).load(path)))
+        if src is None:
+            return StaticFrame(lambda: _run(duck_sql, None, frames), where)
+        kind, what = src
+        if kind == "dataset":
+            import headrace as hr
+
+            base = hr.read_stream.table(what)
+        else:
+            import headrace as hr
+
+            connector, opts, path = what
+            base = hr.read_stream.format(connector).options(opts).load(resolver.resolve_path(path) if path else None)
+        if duck_sql.strip().upper() in ("SELECT * FROM BATCH", ):
+            return base
+        return base.map_batches(lambda t: _run(duck_sql, t, frames))
+
+    return query_function
+
+
+def _run(sql: str, batch: pa.Table | None, frames: list[tuple[str, StaticFrame]]) -> pa.Table:
+    from headrace.transforms.expressions import ExpressionError, duckdb_connection
+
+    con = duckdb_connection()
+    names = []
+    try:
+        if batch is not None:
+            con.register("batch", batch)
+            names.append("batch")
+        for name, frame in frames:
+            con.register(name, frame.to_arrow())
+            names.append(name)
+        return con.sql(sql).to_arrow_table()
+    except HeadraceError:
+        raise
+    except Exception as e:
+        raise ExpressionError(f"SQL {sql!r} failed: {e}") from None
+    finally:
+        for n in names:
+            try:
+                con.unregister(n)
+            except Exception:
+                pass
