@@ -198,6 +198,7 @@ class DataflowGraph:
                     out.append(f"{where}: create_auto_cdc_flow source {flow.auto_cdc.source!r} is not a dataset of the pipeline")
                 elif self.kind_of(src) == MATERIALIZED_VIEW:
                     out.append(f"{where}: create_auto_cdc_flow source {src.name!r} is a materialized view; it must be a stream")
+                out += self._check_cdc_options(flow, where)
                 continue
             if flow.kind == "update" and kind != SINK:
                 out.append(f"{where}: @dp.update_flow writes to a sink (dp.create_sink); {target.name!r} is a {kind}")
@@ -226,6 +227,21 @@ class DataflowGraph:
             if kind == SINK:
                 out += self._check_sink(ds)
         return out
+
+    def _check_cdc_options(self, flow: Flow, where: str) -> list[str]:
+        """The delta sink must accept the CDC options (``keys``, ``sequenceBy``, ...)."""
+        from headrace.plugins import registry
+
+        assert flow.auto_cdc is not None
+        raw = {"path": self.storage.table_path(flow.target), **flow.auto_cdc.sink_options()}
+        try:
+            registry().get("delta").sink_options.parse(raw, connector="delta", role="sink")
+        except OptionsError as e:
+            return [f"{where}: create_auto_cdc_flow writes with the delta sink's CDC options {sorted(raw)[:-1]}, "
+                    f"which the installed headrace-delta does not accept ({e}); upgrade headrace-delta"]  # fmt: skip
+        except HeadraceError as e:
+            return [f"{where}: create_auto_cdc_flow needs the delta connector: {e}"]
+        return []
 
     def _check_sink(self, ds: Dataset) -> list[str]:
         from headrace.api import ENGINE_WRITER_OPTIONS

@@ -1,0 +1,82 @@
+"""SIGKILL of `headrace pipelines run` at random moments: after a final run every table holds
+exactly what a clean run gives."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.core.pipelines.conftest import actual, expected
+
+
+def _cmd(p, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "headrace.cli", "pipelines", "run", "--spec", p.path("pipeline.yml"), *extra]
+
+
+def _env(crash: str | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("HEADRACE_TEST_CRASH", None)
+    if crash:
+        env["HEADRACE_TEST_CRASH"] = crash
+    return env
+
+
+def _run_to_end(p, *extra: str) -> None:
+    res = subprocess.run(_cmd(p, *extra), capture_output=True, text=True, env=_env(), timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+def _killed_run(p, delay: float, *extra: str) -> int:
+    proc = subprocess.Popen(_cmd(p, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
+    try:
+        proc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return proc.returncode
+
+
+@pytest.mark.parametrize("language", ["python", "sql"])
+def test_sigkill_at_random_moments(make_project, language: str) -> None:
+    rng = random.Random(14)
+    p = make_project(language)
+    rows = p.add_files(12, rows=30)  # 6 batches per streaming table (maxFilesPerTrigger 2)
+    # how long a clean run takes here, to spread the kills over it
+    clean = make_project(language, name="clean")
+    for name in os.listdir(p.path("landing")):
+        shutil.copy(p.path("landing", name), clean.path("landing", name))
+    t0 = time.monotonic()
+    _run_to_end(clean)
+    took = time.monotonic() - t0
+    want = actual(clean)
+    assert want == expected(rows)
+
+    kills = 0
+    for i in range(6):
+        rc = _killed_run(p, rng.uniform(0.3, took), *(("--full-refresh-all",) if i == 3 else ()))
+        kills += rc == -9
+        if i == 2:  # new data between crashes
+            new = p.add_files(2, rows=30)
+            rows += new
+            for name in sorted(os.listdir(p.path("landing")))[-2:]:
+                shutil.copy(p.path("landing", name), clean.path("landing", name))
+    assert kills >= 3, "most runs should have been killed mid-way"
+    _run_to_end(p)
+    _run_to_end(clean)
+    assert actual(p) == actual(clean) == expected(rows)
+
+
+@pytest.mark.parametrize("point", ["after_offsets:1", "before_sink_commit:2", "after_sink_commit:1", "after_commit:0"])
+def test_crash_points_in_flows(make_project, point: str) -> None:
+    p = make_project()
+    rows = p.add_files(8, rows=10)
+    res = subprocess.run(_cmd(p), capture_output=True, text=True, env=_env(point), timeout=300)
+    assert res.returncode == -9, res.stderr[-2000:]
+    _run_to_end(p)
+    assert actual(p) == expected(rows)
