@@ -237,7 +237,8 @@ def _register_statement(stmt: str, reg: GraphRegistry, loc: SourceLocation) -> N
         if kind != STREAMING_TABLE:
             raise PipelineDefinitionError(f"{loc}: {kind_word} {name} needs AS SELECT ...")
         return
-    func = compile_query(query, stream=(kind == STREAMING_TABLE) or None, where=f"{loc}: {name}")
+    stream = {STREAMING_TABLE: True, MATERIALIZED_VIEW: False}.get(kind)
+    func = compile_query(query, stream=stream, where=f"{loc}: {name}")
     reg.register_flow(Flow(name=name, target=name, func=func, kind="view" if kind == TEMPORARY_VIEW else "append",
                            location=loc, sql=stmt, expectations=tuple(expectations)))  # fmt: skip
 
@@ -338,6 +339,10 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
             fn = inner.this
             stream_src = ("function", source_options(str(fn.this), list(fn.expressions), where))
             alias = alias or inner.alias or str(fn.this)
+        elif isinstance(inner, exp.Table) and isinstance(inner.this, exp.Func):
+            raise PipelineDefinitionError(
+                f"{where}: STREAM {inner.this.sql(dialect='databricks')} is not a source; use one of {', '.join(_SOURCES)}"
+            )
         elif isinstance(inner, exp.Table):
             name = ".".join(p.name for p in inner.parts)
             stream_src = ("dataset", name)
@@ -356,6 +361,8 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
                 raise PipelineDefinitionError(f"{where}: {t.this.this}(...) without STREAM is not supported; add STREAM")
             statics.append((reg_name, "", (str(opts.get("cloudFiles.format", "parquet")), path, opts)))
             alias = t.alias or str(t.this.this)
+        elif isinstance(t.this, exp.Func):
+            raise PipelineDefinitionError(f"{where}: {t.this.sql(dialect='databricks')} is not supported as a table; use read_files(...)")
         else:
             name = ".".join(p.name for p in t.parts)
             if name.lower() in ctes:
