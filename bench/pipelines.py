@@ -149,8 +149,8 @@ def main() -> None:
                 shutil.rmtree(work)
         p, h = statistics.median(times["pipeline"]), statistics.median(times["by hand"])
         print(f"three-level pipeline, {rows:,} input rows in {args.files} files, median of {args.repeats}:")
-        print(f"  by hand (3 queries through the API): {h:7.2f} s   {rows / h:,.0f} rows/s   runs {['%.2f' % t for t in times['by hand']]}")
-        print(f"  pipeline (headrace pipelines run):   {p:7.2f} s   {rows / p:,.0f} rows/s   runs {['%.2f' % t for t in times['pipeline']]}")
+        print(f"  by hand (3 queries through the API): {h:7.2f} s   {rows / h:,.0f} rows/s   runs {' '.join(f'{t:.2f}' for t in times['by hand'])}")
+        print(f"  pipeline (headrace pipelines run):   {p:7.2f} s   {rows / p:,.0f} rows/s   runs {' '.join(f'{t:.2f}' for t in times['pipeline'])}")
         print(f"  pipeline overhead: {(p / h - 1) * 100:+.1f}%  (goal <= +10%)")
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -98,9 +98,10 @@ def test_constraints_views_and_flows() -> None:
         ("CREATE STREAMING TABLE a AS SELECT * FROM STREAM read_files('${nope}')", "not in the spec's configuration"),
         ("CREATE STREAMING TABLE a AS SELECT * FROM STREAM read_kafka(x => secret('s', 'k'))", "HEADRACE_SECRET_S_K"),
         ("CREATE STREAMING TABLE a AS SELEC * FROM STREAM(x)", "does not parse"),
+        ("CREATE STREAMING TABLE a AS SELECT k, count(*) FROM STREAM(x) GROUP BY k", "MATERIALIZED VIEW over"),
     ],
     ids=["two-streams", "no-stream", "mv-with-stream", "not-create", "unknown-source", "non-literal-arg",
-         "unknown-conf", "missing-secret", "syntax"],
+         "unknown-conf", "missing-secret", "syntax", "stream-aggregate"],
 )
 def test_errors(sql: str, message: str, monkeypatch) -> None:
     monkeypatch.delenv("HEADRACE_SECRET_S_K", raising=False)

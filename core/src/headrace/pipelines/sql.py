@@ -331,6 +331,13 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
         )
     if stream is False and streams:
         raise PipelineDefinitionError(f"{where}: a materialized view reads batch inputs; remove STREAM")
+    if streams and (tree.find(exp.AggFunc) is not None or tree.find(exp.Group) is not None
+                    or tree.find(exp.Window) is not None or tree.find(exp.Distinct) is not None):  # fmt: skip
+        raise PipelineDefinitionError(
+            f"{where}: aggregations, DISTINCT and window functions over a STREAM need streaming state, which SQL "
+            "streaming tables do not keep yet (each micro-batch would be aggregated alone); aggregate in a "
+            "MATERIALIZED VIEW over the streaming table instead"
+        )
     stream_src: tuple[str, Any] | None = None  # ("dataset", name) or ("function", (connector, opts, path))
     for s in streams:
         inner = s.this.this if isinstance(s.this, exp.Subquery) else s.this
