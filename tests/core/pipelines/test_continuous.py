@@ -48,3 +48,29 @@ def test_continuous_run_stopped_and_resumed(make_project) -> None:
     run.stop()
     t.join(60)
     assert actual(p) == expected(rows)  # every row exactly once across the restart
+
+
+def test_real_time_update_flow_into_a_sink(make_project) -> None:
+    """seeds/001: dp.create_sink + @dp.update_flow with pipelines.trigger=RealTime, in a
+    continuous run, runs with the real-time trigger."""
+    import headrace as hr
+
+    p = make_project(name="rtm")
+    p.write("transformations/defs.py", """
+        import headrace as hr
+        import headrace.pipelines as dp
+
+        dp.create_sink("rtm_out", "memory", {})
+
+        @dp.update_flow(name="rtm_flow", target="rtm_out", spark_conf={
+            "pipelines.trigger": "RealTime", "pipelines.trigger.interval": "1 second"})
+        def my_real_time_flow():
+            return hr.read_stream.format("rate").option("rowsPerSecond", 200).load()
+        """)
+    run, t, box, _lines = _start(p)
+    q = wait_for(lambda: run._queries.get("rtm_flow"), timeout=30, what="the real-time flow to start")
+    assert q.trigger.kind == "real_time" and q.trigger.interval == 1.0
+    wait_for(lambda: hr.memory_table("rtm_flow").num_rows > 50, timeout=30, what="rows in the sink")
+    run.stop()
+    t.join(60)
+    assert box[0].flows["rtm_flow"] == "STOPPED"

@@ -254,6 +254,8 @@ class DataflowGraph:
         if spec.sink is None:
             return [f"{ds.location}: sink {ds.name!r}: connector {spec.name!r} cannot be written to"]
         raw = {k: v for k, v in ds.options.items() if k not in ENGINE_WRITER_OPTIONS}
+        if spec.name == "memory":
+            raw["queryName"] = ds.name  # the engine names the table after the flow's query
         try:
             spec.sink_options.parse(raw, connector=spec.name, role="sink")
         except OptionsError as e:

@@ -25,15 +25,9 @@ starts; a materialized view's query over its whole inputs. ``${key}`` is replace
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-import pyarrow as pa
-
-from headrace.errors import HeadraceError
-from headrace.pipelines._context import active_resolver
 from headrace.pipelines.elements import (
     MATERIALIZED_VIEW,
     STREAMING_TABLE,
@@ -45,9 +39,9 @@ from headrace.pipelines.elements import (
     SourceLocation,
 )
 from headrace.pipelines.expectations import Expectation
-from headrace.pipelines.frames import StaticFrame
+from headrace.pipelines.sql_query import compile_query, source_options
 
-__all__ = ["register_sql", "register_sql_file", "source_options"]
+__all__ = ["compile_query", "register_sql", "register_sql_file", "source_options"]
 
 _HEADER = re.compile(
     r"^\s*CREATE\s+(?:OR\s+(?:REFRESH|REPLACE)\s+)?(?P<temp>(?:TEMPORARY|TEMP)\s+)?"
@@ -61,8 +55,6 @@ _CONSTRAINT = re.compile(
     r"(?:ON\s+VIOLATION\s+(?P<action>DROP\s+ROW|FAIL\s+UPDATE))?\s*$",
     re.I | re.S,
 )
-_SOURCES = {"read_files": "cloudFiles", "read_kafka": "kafka", "read_pubsub": "pubsub", "read_kinesis": "kinesis"}
-_KAFKA_NAMES = {"bootstrapservers": "kafka.bootstrap.servers"}
 
 
 def _split_statements(text: str) -> list[tuple[int, str]]:
@@ -250,191 +242,3 @@ def _register_flow(name: str, query: str | None, reg: GraphRegistry, loc: Source
     func = compile_query(im.group("query"), stream=True, where=f"{loc}: flow {name}")
     reg.register_flow(Flow(name=name, target=_unquote(im.group("target")), func=func, kind="append", location=loc,
                            sql=query, expectations=tuple(exps)))  # fmt: skip
-
-
-# ---------------------------------------------------------------------------- queries
-def _value(node: Any, where: str) -> Any:
-    from sqlglot import exp
-
-    text = node.sql(dialect="databricks")
-    sm = re.fullmatch(r"(?is)secret\(\s*'([^']*)'\s*,\s*'([^']*)'\s*\)", text.strip())
-    if sm:
-        var = "HEADRACE_SECRET_" + re.sub(r"\W", "_", f"{sm.group(1)}_{sm.group(2)}").upper()
-        if var not in os.environ:
-            raise PipelineDefinitionError(f"{where}: {text} reads the environment variable {var}, which is not set")
-        return os.environ[var]
-    if isinstance(node, exp.Boolean):
-        return bool(node.this)
-    if isinstance(node, exp.Literal | exp.Neg):
-        return node.to_py()
-    raise PipelineDefinitionError(f"{where}: argument {text} must be a literal (string, number, true/false) or secret(...)")
-
-
-def source_options(function: str, args: list[Any], where: str) -> tuple[str, dict[str, Any], str | None]:
-    """(connector, options, path) of ``read_files(...)`` / ``read_kafka(...)`` / ... arguments."""
-    from sqlglot import exp
-
-    fn = function.lower()
-    connector = _SOURCES.get(fn)
-    if connector is None:
-        raise PipelineDefinitionError(f"{where}: STREAM {function}(...) is not a source; use one of {', '.join(_SOURCES)}")
-    path: str | None = None
-    opts: dict[str, Any] = {}
-    for a in args:
-        if isinstance(a, exp.Kwarg | exp.PropertyEQ):
-            key = a.this.name if hasattr(a.this, "name") else str(a.this)
-            opts[key] = _value(a.expression, where)
-        elif path is None and fn == "read_files":
-            path = str(_value(a, where))
-        else:
-            raise PipelineDefinitionError(f"{where}: {function} takes named arguments (name => value) besides the path")
-    if fn == "read_files":
-        if path is None:
-            raise PipelineDefinitionError(f"{where}: read_files needs a path as its first argument")
-        from headrace.plugins import registry
-
-        declared = registry().get("cloudFiles").source_options
-        mapped: dict[str, Any] = {}
-        for k, v in opts.items():
-            if k.lower() == "format":
-                mapped["cloudFiles.format"] = v
-            elif declared.get(f"cloudFiles.{k}") is not None:
-                mapped[f"cloudFiles.{k}"] = v
-            else:
-                mapped[k] = v
-        opts = mapped
-    elif fn == "read_kafka":
-        opts = {_KAFKA_NAMES.get(k.lower(), k): v for k, v in opts.items()}
-    return connector, opts, path
-
-
-def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[], Any]:
-    """A query function for a SQL definition: it builds the stream (or batch frame) through
-    the active resolver, recording its reads. ``stream`` True: exactly one STREAM source;
-    None: a view (stream if it has one)."""
-    try:
-        import sqlglot
-        from sqlglot import exp
-        from sqlglot.errors import SqlglotError
-    except ImportError:
-        raise HeadraceError("SQL pipeline definitions need sqlglot; pip install 'headrace[pipelines]'") from None
-    try:
-        tree = sqlglot.parse_one(query, read="databricks")
-    except SqlglotError as e:
-        raise PipelineDefinitionError(f"{where}: the query does not parse: {e}") from None
-    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
-    streams = list(tree.find_all(exp.Stream))
-    if stream and len(streams) != 1:
-        raise PipelineDefinitionError(
-            f"{where}: a streaming table's query reads exactly one STREAM source (STREAM read_files(...) or "
-            f"STREAM(table)); found {len(streams)}"
-        )
-    if stream is False and streams:
-        raise PipelineDefinitionError(f"{where}: a materialized view reads batch inputs; remove STREAM")
-    if streams and (tree.find(exp.AggFunc) is not None or tree.find(exp.Group) is not None
-                    or tree.find(exp.Window) is not None or tree.find(exp.Distinct) is not None):  # fmt: skip
-        raise PipelineDefinitionError(
-            f"{where}: aggregations, DISTINCT and window functions over a STREAM need streaming state, which SQL "
-            "streaming tables do not keep yet (each micro-batch would be aggregated alone); aggregate in a "
-            "MATERIALIZED VIEW over the streaming table instead"
-        )
-    stream_src: tuple[str, Any] | None = None  # ("dataset", name) or ("function", (connector, opts, path))
-    for s in streams:
-        inner = s.this.this if isinstance(s.this, exp.Subquery) else s.this
-        alias = s.this.alias if isinstance(s.this, exp.Subquery) else getattr(inner, "alias", "")
-        if isinstance(inner, exp.Table) and isinstance(inner.this, exp.Anonymous):
-            fn = inner.this
-            stream_src = ("function", source_options(str(fn.this), list(fn.expressions), where))
-            alias = alias or inner.alias or str(fn.this)
-        elif isinstance(inner, exp.Table) and isinstance(inner.this, exp.Func):
-            raise PipelineDefinitionError(
-                f"{where}: STREAM {inner.this.sql(dialect='databricks')} is not a source; use one of {', '.join(_SOURCES)}"
-            )
-        elif isinstance(inner, exp.Table):
-            name = ".".join(p.name for p in inner.parts)
-            stream_src = ("dataset", name)
-            alias = alias or inner.name
-        else:
-            raise PipelineDefinitionError(f"{where}: STREAM({inner.sql()}) must name a table or a read_* function")
-        s.replace(exp.Table(this=exp.to_identifier("batch"), alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    statics: list[tuple[str, str, Any]] = []  # (registered name, dataset name or None, file source)
-    for t in list(tree.find_all(exp.Table)):
-        if t.name == "batch" and not t.args.get("db"):
-            continue
-        reg_name = f"__hr_in_{len(statics)}"
-        if isinstance(t.this, exp.Anonymous):
-            conn, opts, path = source_options(str(t.this.this), list(t.this.expressions), where)
-            if conn != "cloudFiles":
-                raise PipelineDefinitionError(f"{where}: {t.this.this}(...) without STREAM is not supported; add STREAM")
-            statics.append((reg_name, "", (str(opts.get("cloudFiles.format", "parquet")), path, opts)))
-            alias = t.alias or str(t.this.this)
-        elif isinstance(t.this, exp.Func):
-            raise PipelineDefinitionError(f"{where}: {t.this.sql(dialect='databricks')} is not supported as a table; use read_files(...)")
-        else:
-            name = ".".join(p.name for p in t.parts)
-            if name.lower() in ctes:
-                continue
-            statics.append((reg_name, name, None))
-            alias = t.alias or t.name
-        t.replace(exp.Table(this=exp.to_identifier(reg_name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    try:
-        duck_sql = tree.sql(dialect="duckdb")
-    except SqlglotError as e:
-        raise PipelineDefinitionError(f"{where}: the query cannot be translated for DuckDB: {e}") from None
-    src = stream_src
-
-    def query_function() -> Any:
-        resolver = active_resolver()
-        if resolver is None:
-            raise HeadraceError(f"{where}: SQL definitions run inside a pipeline")
-        frames: list[tuple[str, StaticFrame]] = []
-        for reg_name, name, files in statics:
-            if name:
-                frames.append((reg_name, resolver.static_table(name)))
-            else:
-                import headrace.pipelines.frames as fr
-
-                fmt, path, opts = files
-                frames.append((reg_name, fr.read.format(fmt).options(opts).load(path)))
-        if src is None:
-            return StaticFrame(lambda: _run(duck_sql, None, frames), where)
-        kind, what = src
-        if kind == "dataset":
-            import headrace as hr
-
-            base = hr.read_stream.table(what)
-        else:
-            import headrace as hr
-
-            connector, opts, path = what
-            base = hr.read_stream.format(connector).options(opts).load(resolver.resolve_path(path) if path else None)
-        if duck_sql.strip().upper() in ("SELECT * FROM BATCH", ):
-            return base
-        return base.map_batches(lambda t: _run(duck_sql, t, frames))
-
-    return query_function
-
-
-def _run(sql: str, batch: pa.Table | None, frames: list[tuple[str, StaticFrame]]) -> pa.Table:
-    from headrace.transforms.expressions import ExpressionError, duckdb_connection
-
-    con = duckdb_connection()
-    names = []
-    try:
-        if batch is not None:
-            con.register("batch", batch)
-            names.append("batch")
-        for name, frame in frames:
-            con.register(name, frame.to_arrow())
-            names.append(name)
-        return con.sql(sql).to_arrow_table()
-    except HeadraceError:
-        raise
-    except Exception as e:
-        raise ExpressionError(f"SQL {sql!r} failed: {e}") from None
-    finally:
-        for n in names:
-            try:
-                con.unregister(n)
-            except Exception:
-                pass
