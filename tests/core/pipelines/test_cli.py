@@ -56,5 +56,5 @@ def test_fresh_project_in_subprocess(tmp_path) -> None:
     subprocess.run([exe, "pipelines", "init", "demo"], cwd=tmp_path, check=True, capture_output=True)
     res = subprocess.run([exe, "pipelines", "run"], cwd=tmp_path / "demo", capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert "completed (6 of 6 flows completed)" in res.stderr
+    assert "completed (6 flows: 6 completed)" in res.stderr
     assert os.path.isdir(tmp_path / "demo" / "storage" / "tables" / "big_orders_by_region" / "_delta_log")

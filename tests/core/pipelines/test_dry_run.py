@@ -108,6 +108,10 @@ def test_bad_options_all_reported(make_project, capsys) -> None:
         @dp.append_flow(target="gold")
         def into_view():
             return hr.read_stream.table("bronze")
+
+        @dp.append_flow(target="out", spark_conf={"pipelines.trigger.interval": "soon"})
+        def bad_interval():
+            return hr.read_stream.table("bronze")
         """)
     problems = _problems(p)
     text = "\n".join(problems)
@@ -116,6 +120,7 @@ def test_bad_options_all_reported(make_project, capsys) -> None:
     assert "broken" in text and "amount >>> 0" in text
     assert "'nowhere', which is not a dataset" in text
     assert "into_view" in text and "materialized view" in text
+    assert "bad_interval" in text and "pipelines.trigger.interval" in text
     assert main(["pipelines", "dry-run", "--spec", p.path("pipeline.yml")]) == 1
     err = capsys.readouterr().err
     assert "dry run failed" in err and "mergeSchema" in err

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError
-from headrace.options import Duration, Options
+from headrace.options import Options
 from headrace.pipelines._context import resolving
 from headrace.pipelines.elements import MATERIALIZED_VIEW, SINK, STREAMING_TABLE, Flow
 from headrace.pipelines.events import EventLog
@@ -71,22 +71,6 @@ def _trigger(graph: DataflowGraph, flow: Flow, continuous: bool) -> dict[str, An
     if str(lower.get("pipelines.trigger", "")).lower() in ("realtime", "real_time"):
         return {"real_time": interval or "5 minutes"}
     return {"processing_time": interval or "1 second"}
-
-
-def check_trigger_conf(graph: DataflowGraph, flow: Flow) -> list[str]:
-    """Problems with ``pipelines.trigger`` / ``pipelines.trigger.interval`` (for the dry run)."""
-    conf = {**graph.configuration, **flow.spark_conf}
-    lower = {k.lower(): v for k, v in conf.items()}
-    out = []
-    if "pipelines.trigger.interval" in lower:
-        try:
-            Duration().parse(lower["pipelines.trigger.interval"])
-        except ValueError as e:
-            out.append(f"{flow.location}: flow {flow.name!r}: pipelines.trigger.interval: {e}")
-    trig = lower.get("pipelines.trigger")
-    if trig is not None and str(trig).lower() not in ("realtime", "real_time", "processingtime", "default"):
-        out.append(f"{flow.location}: flow {flow.name!r}: pipelines.trigger={trig!r}; use 'RealTime' (or leave it out)")
-    return out
 
 
 def setup_stream_flow(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from headrace.errors import HeadraceError, OptionsError
+from headrace.options import Duration
 from headrace.pipelines.elements import (
     MATERIALIZED_VIEW,
     SINK,
@@ -30,7 +31,7 @@ from headrace.pipelines.resolver import STATIC, STREAM, Resolver, UnknownDataset
 if TYPE_CHECKING:
     from headrace.pipelines.storage import PipelineStorage
 
-__all__ = ["DataflowGraph", "FlowInfo", "GraphError"]
+__all__ = ["DataflowGraph", "FlowInfo", "GraphError", "check_trigger_conf"]
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ class DataflowGraph:
         for ds in self.datasets:
             self.kind_of(ds)
         problems += self._check_flows()
+        problems += [x for f in self.flows for x in check_trigger_conf(self, f)]
         problems += self._check_datasets()
         cycle = self.find_cycle()
         if cycle:
@@ -369,3 +371,17 @@ class DataflowGraph:
         return {ds.name: self.kind_of(ds) for ds in self.datasets}
 
 
+def check_trigger_conf(graph: DataflowGraph, flow: Flow) -> list[str]:
+    """Problems with ``pipelines.trigger`` / ``pipelines.trigger.interval`` (for the dry run)."""
+    conf = {**graph.configuration, **flow.spark_conf}
+    lower = {k.lower(): v for k, v in conf.items()}
+    out = []
+    if "pipelines.trigger.interval" in lower:
+        try:
+            Duration().parse(lower["pipelines.trigger.interval"])
+        except ValueError as e:
+            out.append(f"{flow.location}: flow {flow.name!r}: pipelines.trigger.interval: {e}")
+    trig = lower.get("pipelines.trigger")
+    if trig is not None and str(trig).lower() not in ("realtime", "real_time", "processingtime", "default"):
+        out.append(f"{flow.location}: flow {flow.name!r}: pipelines.trigger={trig!r}; use 'RealTime' (or leave it out)")
+    return out
