@@ -187,3 +187,8 @@ def test_complete_mode_without_an_aggregation_is_refused_with_sparks_reason(tmp_
     frame = hr.read_stream.format("memory").option("name", name).load().where("id > 1")
     with pytest.raises(hr.UnsupportedError, match="Complete output mode not supported when there are no streaming aggregations"):
         frame.write_stream.format("memory").query_name("cm").output_mode("complete").start()
+
+
+def test_drop_duplicates_within_watermark_needs_a_watermark() -> None:
+    with pytest.raises(HeadraceError, match="needs an event-time watermark"):
+        hr.read_stream.format("memory").option("name", "x").load().drop_duplicates_within_watermark("user")
