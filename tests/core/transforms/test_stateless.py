@@ -192,3 +192,18 @@ def test_complete_mode_without_an_aggregation_is_refused_with_sparks_reason(tmp_
 def test_drop_duplicates_within_watermark_needs_a_watermark() -> None:
     with pytest.raises(HeadraceError, match="needs an event-time watermark"):
         hr.read_stream.format("memory").option("name", "x").load().drop_duplicates_within_watermark("user")
+
+
+def test_cast_of_binary_to_string_decodes_utf8_as_spark_does(tmp_path: Path) -> None:
+    # Kafka's key/value are bytes: Spark's CAST(value AS STRING) decodes UTF-8, DuckDB's CAST escapes
+    # non-ASCII bytes; headrace gives Spark's result (NULL for bytes that are not UTF-8)
+    name = f"bin-{uuid.uuid4().hex[:6]}"
+    values = ["héllo wörld", '{"amount": 3, "who": "Zoë"}', "plain"]
+    memory_stream(name, pa.schema([("key", pa.binary()), ("value", pa.binary())])).add(
+        pa.table({"key": [b"k1", b"\xff\xfe", None], "value": [v.encode() for v in values]}))  # fmt: skip
+    frame = hr.read_stream.format("memory").option("name", name).load().with_column("body2", "value::STRING").select_expr(
+        "CAST(key AS STRING) AS user", "CAST(value AS VARCHAR) AS body", "body2")  # fmt: skip
+    got = run(frame, tmp_path)
+    assert got.column("user").to_pylist() == ["k1", None, None]
+    assert got.column("body").to_pylist() == values
+    assert got.column("body2").to_pylist() == values

@@ -44,7 +44,7 @@ def is_aggregation(op: Operator) -> bool:
 class _Step:
     index: int
     op: Operator
-    columns: list[str] | None  # input columns, None when unknown before data
+    schema: pa.Schema | None  # the step's input schema, None when unknown before data
 
 
 class PlanRunner:
@@ -58,7 +58,7 @@ class PlanRunner:
         steps: list[_Step] = []
         schema: pa.Schema | None = input_schema
         for i, op in enumerate(self.operators):
-            steps.append(_Step(i, op, list(schema.names) if schema is not None else None))
+            steps.append(_Step(i, op, schema))
             if schema is None:
                 continue
             try:
@@ -220,9 +220,9 @@ class PlanRunner:
 
 
 def _fuse(steps: Sequence[_Step]) -> list[Operator]:
-    """Consecutive SQL steps with known input columns become one query."""
+    """Consecutive SQL steps with known input schemas become one query."""
     out: list[Operator] = []
-    run: list[tuple[SqlOperator, list[str]]] = []
+    run: list[tuple[SqlOperator, pa.Schema]] = []
 
     def flush() -> None:
         if len(run) == 1:
@@ -232,8 +232,8 @@ def _fuse(steps: Sequence[_Step]) -> list[Operator]:
         run.clear()
 
     for s in steps:
-        if isinstance(s.op, SqlOperator) and s.columns is not None:
-            run.append((s.op, s.columns))
+        if isinstance(s.op, SqlOperator) and s.schema is not None:
+            run.append((s.op, s.schema))
         else:
             flush()
             out.append(s.op)

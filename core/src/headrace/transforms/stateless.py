@@ -9,6 +9,7 @@ Column-only steps (``select`` of names, ``drop``, ``with_column_renamed``) use A
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "SelectColumnsOperator",
     "SqlOperator",
     "WithColumnOperator",
+    "spark_string_casts",
     "select_expr_query",
     "where_query",
     "with_column_query",
@@ -92,24 +94,43 @@ class SqlOperator(Operator):
     def name(self) -> str:
         return self.what
 
-    def query_for(self, columns: Sequence[str]) -> str:
-        """The query to run on a table with these columns."""
+    def base_query(self, schema: pa.Schema) -> str:
+        """The step's query for an input of this schema, before Spark's casts are applied."""
         return self.query
 
+    def query_for(self, schema: pa.Schema) -> str:
+        """The query to run on a table of this schema (cached for the last schema seen)."""
+        cached = getattr(self, "_cached", None)
+        if cached is not None and cached[0] == schema:
+            return str(cached[1])
+        query = spark_string_casts(self.base_query(schema), schema)
+        self._cached = (schema, query)
+        return query
+
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return run_sql(input_schema.empty_table(), self.query_for(input_schema.names), what=self.what).schema
+        return run_sql(input_schema.empty_table(), self.query_for(input_schema), what=self.what).schema
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
-        return run_sql(table, self.query_for(table.column_names), what=self.what)
+        return run_sql(table, self.query_for(table.schema), what=self.what)
 
     @staticmethod
-    def fuse(steps: Sequence[tuple[SqlOperator, Sequence[str]]]) -> SqlOperator:
-        """Several steps (each with its input's columns) as one query: each step's result is
+    def fuse(steps: Sequence[tuple[SqlOperator, pa.Schema]]) -> SqlOperator:
+        """Several steps (each with its input's schema) as one query: each step's result is
         the ``batch`` of the next one."""
         query = steps[0][0].query_for(steps[0][1])
-        for op, cols in steps[1:]:
-            query = f"WITH batch AS ({query}) SELECT * FROM ({op.query_for(cols)})"
-        return SqlOperator(query, what=".".join(op.what for op, _ in steps), check=False)
+        for op, schema in steps[1:]:
+            query = f"WITH batch AS ({query}) SELECT * FROM ({op.query_for(schema)})"
+        return _FusedSql(query, what=".".join(op.what for op, _ in steps))
+
+
+class _FusedSql(SqlOperator):
+    """Steps fused by the plan: their queries are final (casts already applied)."""
+
+    def __init__(self, query: str, *, what: str) -> None:
+        super().__init__(query, what=what, check=False)
+
+    def query_for(self, schema: pa.Schema) -> str:
+        return self.query
 
 
 class WithColumnOperator(SqlOperator):
@@ -120,8 +141,8 @@ class WithColumnOperator(SqlOperator):
         self.expr = expr
         super().__init__(with_column_query(name, expr, False), what=f"with_column({name!r}, {expr!r})")
 
-    def query_for(self, columns: Sequence[str]) -> str:
-        return with_column_query(self.column, self.expr, self.column in columns)
+    def base_query(self, schema: pa.Schema) -> str:
+        return with_column_query(self.column, self.expr, self.column in schema.names)
 
 
 class SelectColumnsOperator(Operator):
@@ -191,6 +212,21 @@ class DropColumnsOperator(Operator):
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         present = [c for c in self.columns if c in table.column_names]
         return table.drop_columns(present) if present else table
+
+
+def spark_string_casts(query: str, schema: pa.Schema) -> str:
+    """Spark's ``CAST(binary_col AS STRING)`` decodes UTF-8; DuckDB's escapes every non-ASCII
+    byte (``h\\xC3\\xA9llo``). So a cast of a binary column (Kafka's ``key``/``value``) to
+    ``STRING``/``VARCHAR``/``TEXT`` becomes ``try(decode(col))``: UTF-8 text, NULL for bytes
+    that are not UTF-8."""
+    for f in schema:
+        if not (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) or pa.types.is_binary_view(f.type)):
+            continue
+        name = re.escape(f.name)
+        col = rf'(?:"{name}"|(?<![\w."]){name}(?![\w"]))'
+        query = re.sub(rf"(?i)\bCAST\s*\(\s*({col})\s+AS\s+(?:STRING|VARCHAR|TEXT)\s*\)", r"try(decode(\1))", query)
+        query = re.sub(rf"(?i)({col})\s*::\s*(?:STRING|VARCHAR|TEXT)\b", r"try(decode(\1))", query)
+    return query
 
 
 def select_expr_query(exprs: Sequence[str]) -> str:
