@@ -42,7 +42,7 @@ def test_sql_steps_and_a_stream_static_join_run_per_chunk(tmp_path: Path) -> Non
 
 def test_an_interrupted_long_batch_is_replayed_from_the_previous_state_version(tmp_path: Path) -> None:
     chk = tmp_path / "chk"
-    frame = hr.read_stream.format("rate").option("rowsPerSecond", 2000).load()._with_step(RunningCount())
+    frame = hr.read_stream.format("rate").option("rowsPerSecond", 2000).load().apply_operator(RunningCount())
     name = f"rts-{uuid.uuid4().hex[:6]}"
     q = start(frame, chk, name, mode="update")
     try:
@@ -75,6 +75,6 @@ def test_drop_duplicates_within_watermark_and_append_aggregations_are_refused() 
     class WithinWatermark(RunningCount):
         within_watermark = True
 
-    frame = hr.read_stream.format("rate").load()._with_step(WithinWatermark())
+    frame = hr.read_stream.format("rate").load().apply_operator(WithinWatermark())
     with pytest.raises(UnsupportedError, match="not supported in real-time mode"):
         start(frame, Path("/nonexistent/never"), "rt-refused", mode="update")
