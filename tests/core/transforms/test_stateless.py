@@ -207,3 +207,17 @@ def test_cast_of_binary_to_string_decodes_utf8_as_spark_does(tmp_path: Path) -> 
     assert got.column("user").to_pylist() == ["k1", None, None]
     assert got.column("body").to_pylist() == values
     assert got.column("body2").to_pylist() == values
+
+
+def test_sinks_are_told_the_output_schema_only_when_it_is_not_a_guess() -> None:
+    from headrace.engine.plan import PlanRunner
+
+    s = hr.read_stream.format("memory").option("name", "x").load()
+    rebuilt = s.map_batches(lambda t: pa.table({"n": t.column("id").to_pylist()}))  # null type on no rows
+    assert PlanRunner(rebuilt._steps, SCHEMA).sink_schema is None
+    probed = s.map_batches(lambda t: t.select(["id"]))  # a schema, but from a guess
+    assert PlanRunner(probed._steps, SCHEMA).output_schema == pa.schema([("id", pa.int64())])
+    assert PlanRunner(probed._steps, SCHEMA).sink_schema is None
+    declared = s.map_batches(lambda t: t.select(["id"]), schema=pa.schema([("id", pa.int64())])).where("id > 0")
+    assert PlanRunner(declared._steps, SCHEMA).sink_schema == pa.schema([("id", pa.int64())])
+    assert PlanRunner(s.filter(lambda t: pc.greater(t.column("id"), 1))._steps, SCHEMA).sink_schema == SCHEMA

@@ -66,6 +66,10 @@ class PlanRunner:
             except SchemaUnknown:
                 schema = None
         self.output_schema: pa.Schema | None = schema
+        # what sinks are told (they may create tables from it): not a guess from a Python
+        # function run on an empty table
+        guessed = any(not getattr(op, "schema_declared", True) for op in self.operators)
+        self.sink_schema: pa.Schema | None = None if guessed else schema
         first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
         self.prefix: list[Operator] = _fuse(steps[:first_stateful])
         self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]
@@ -203,8 +207,8 @@ class PlanRunner:
                 self.rows_out += o.num_rows
                 yielded = True
                 yield o
-        if not yielded and self.output_schema is not None:
-            yield pa.RecordBatch.from_pylist([], schema=self.output_schema)
+        if not yielded and self.sink_schema is not None:
+            yield pa.RecordBatch.from_pylist([], schema=self.sink_schema)
 
     def state_metrics(self) -> list[dict[str, object]]:
         """Spark's ``stateOperators``: one entry per stateful operator, after a batch."""

@@ -246,7 +246,7 @@ class StreamingQuery:
             runner = self._resolve_plan(self._sources[0].schema)
             self._runner = runner
             self._tracker = EventTimeTracker(runner.watermarks)
-            schema = runner.output_schema
+            schema = runner.sink_schema
             sctx = SinkContext(
                 query_id=self.id,
                 run_id=self.run_id,

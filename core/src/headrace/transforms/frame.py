@@ -59,10 +59,9 @@ class FrameSteps:
             return self.where(condition)
         if not callable(condition):
             raise HeadraceError(f"filter() takes a SQL condition (str) or a function; got {type(condition).__name__}")
-        from headrace.transforms.stateless import MapBatchesOperator
+        from headrace.transforms.stateless import FilterFunctionOperator
 
-        predicate = condition
-        return self._with_step(MapBatchesOperator(lambda t: t.filter(predicate(t)), label="filter"))
+        return self._with_step(FilterFunctionOperator(condition))
 
     def where(self, condition: str) -> Self:
         """Keep the rows where the SQL ``condition`` is true (NULL counts as false), e.g.

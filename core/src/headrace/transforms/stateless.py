@@ -21,6 +21,7 @@ from headrace.transforms.operator import BatchInfo, Operator
 
 __all__ = [
     "DropColumnsOperator",
+    "FilterFunctionOperator",
     "MapBatchesOperator",
     "RenameColumnOperator",
     "SchemaUnknown",
@@ -63,11 +64,16 @@ class MapBatchesOperator(Operator):
         except Exception as e:
             log.debug("%s: function failed on an empty table (%s); its output schema is known at the first batch", self.label, e)
             raise SchemaUnknown(self.label) from None
-        if isinstance(out, pa.RecordBatch):
-            return out.schema
-        if isinstance(out, pa.Table):
+        if isinstance(out, pa.RecordBatch | pa.Table):
+            if any(pa.types.is_null(f.type) for f in out.schema):  # types built from no values
+                raise SchemaUnknown(self.label)
             return out.schema
         raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
+
+    @property
+    def schema_declared(self) -> bool:
+        """Whether the output schema was given (else it is a guess from an empty table)."""
+        return self.schema is not None
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         out = self.fn(table)
@@ -76,6 +82,24 @@ class MapBatchesOperator(Operator):
         if isinstance(out, pa.Table) or out is None:
             return out
         raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
+
+
+class FilterFunctionOperator(Operator):
+    """``filter(fn)``: keeps the rows where ``fn(table)`` (a boolean Arrow array) is true.
+    Runs in the reader threads, so ``fn`` must be thread-safe."""
+
+    def __init__(self, predicate: Callable[[pa.Table], Any]) -> None:
+        self.predicate = predicate
+
+    @property
+    def name(self) -> str:
+        return "filter"
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return input_schema
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        return table.filter(self.predicate(table))
 
 
 class SqlOperator(Operator):
