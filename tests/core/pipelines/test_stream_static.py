@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def _lines(path: str, rows: list[dict]) -> None:
     with open(path, "w") as f:
         f.write("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
-def test_sales_report_example(make_project) -> None:
+SPARK_SHAPE = ("hr.read.table", "facts.join(dims, on=\"customer_id\", how=\"inner\")")
+HELPER = ("dp.read.table", "dp.stream_static_join(facts, dims, on=\"customer_id\", how=\"inner\")")
+
+
+@pytest.mark.parametrize(("read", "join"), [SPARK_SHAPE, HELPER], ids=["hr.read-and-StreamFrame.join", "dp-helpers"])
+def test_sales_report_example(make_project, read: str, join: str) -> None:
     p = make_project(name="sales")
     p.write("transformations/defs.py", """
         import headrace as hr
@@ -34,14 +41,14 @@ def test_sales_report_example(make_project) -> None:
 
         @dp.temporary_view
         def v_customers():
-            return dp.read.table("customers")
+            return READ("customers")
 
         @dp.table
         def sales_report():
             facts = hr.read_stream.table("v_transactions")
-            dims = dp.read.table("v_customers")
-            return dp.stream_static_join(facts, dims, on="customer_id", how="inner")
-        """)
+            dims = READ("v_customers")
+            return JOIN
+        """.replace("READ", read).replace("JOIN", join))
     import os
 
     os.makedirs(p.path("tx"))

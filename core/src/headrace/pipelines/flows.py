@@ -23,7 +23,6 @@ from headrace.pipelines._context import resolving
 from headrace.pipelines.elements import MATERIALIZED_VIEW, SINK, STREAMING_TABLE, Flow
 from headrace.pipelines.events import EventLog
 from headrace.pipelines.expectations import ExpectationRunner
-from headrace.pipelines.frames import StaticFrame
 from headrace.pipelines.graph import DataflowGraph
 from headrace.pipelines.resolver import STREAM, Resolver
 
@@ -139,7 +138,7 @@ def compute_materialized_view(graph: DataflowGraph, flow: Flow, events: EventLog
     missing = sorted(n for n in r.reads if n in persisted and not storage.exists(n))
     if missing:
         raise WaitingForUpstream(f"{', '.join(missing)} has no data yet")
-    table = out.to_arrow() if isinstance(out, StaticFrame) else out
+    table = out if isinstance(out, pa.Table) else out.to_arrow() if callable(getattr(out, "to_arrow", None)) else out
     if not isinstance(table, pa.Table):
         raise HeadraceError(f"materialized view {target.name!r}: the query returned {type(table).__name__}, not a table")
     exps = ExpectationRunner(target.name, flow.all_expectations())

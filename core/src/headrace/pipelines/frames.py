@@ -102,9 +102,15 @@ class StaticFrame:
 
         return self.transform(lambda t: run_sql(t, query))
 
-    def join(self, other: StaticFrame | pa.Table, on: str | Sequence[str], how: str = "inner") -> StaticFrame:
-        """This frame joined with ``other`` on equal ``on`` columns; ``how`` as in Spark."""
-        right = other if isinstance(other, StaticFrame) else StaticFrame(lambda: other)
+    def join(self, other: Any, on: str | Sequence[str], how: str = "inner") -> StaticFrame:
+        """This frame joined with ``other`` (a ``StaticFrame`` of either kind or a
+        ``pyarrow.Table``) on equal ``on`` columns; ``how`` as in Spark."""
+        if isinstance(other, StaticFrame):
+            right = other
+        elif isinstance(other, pa.Table):
+            right = StaticFrame(lambda: other)
+        else:  # the core's StaticFrame (hr.read...), or anything with to_arrow()
+            right = StaticFrame(other.to_arrow, repr(other))
         return StaticFrame(lambda: join_tables(self.to_arrow(), right.to_arrow(), on, how), f"{self.description}.join")
 
     def count(self) -> int:
@@ -114,12 +120,17 @@ class StaticFrame:
         return f"StaticFrame({self.description or '...'})"
 
 
-def stream_static_join(stream: Any, static: StaticFrame | pa.Table, on: str | Sequence[str], how: str = "inner") -> Any:
+def stream_static_join(stream: Any, static: Any, on: str | Sequence[str], how: str = "inner") -> Any:
     """Join each micro-batch of ``stream`` with ``static`` (snapshotted when the flow starts):
     Spark's stream-static join. ``how`` is ``inner`` or ``left`` (the stream's side is kept)."""
     if how.lower() not in ("inner", "left", "left_outer", "leftouter", "left_semi", "left_anti", "semi", "anti"):
         raise HeadraceError(f"a stream-static join keeps the stream on the left: how must be inner, left, left_semi or left_anti, not {how!r}")
-    frame = static if isinstance(static, StaticFrame) else StaticFrame(lambda: static)
+    if isinstance(static, StaticFrame):
+        frame = static
+    elif isinstance(static, pa.Table):
+        frame = StaticFrame(lambda: static)
+    else:  # the core's StaticFrame
+        frame = StaticFrame(static.to_arrow, repr(static))
     return stream.map_batches(lambda t: join_tables(t, frame.to_arrow(), on, how))
 
 

@@ -96,6 +96,23 @@ class Resolver:
 
         return hr.read_stream.format("delta").options(opts).load(storage.table_path(ds.name))
 
+    def static_frame(self, name: str) -> Any:
+        """``hr.read.table(name)``: the dataset as the core's lazy ``StaticFrame`` (what
+        ``StreamFrame.join`` takes), read when the query joining it starts or at ``to_arrow``."""
+        ds = self._lookup(name, "hr.read.table")
+        kind = self.graph.kind_of(ds)
+        if kind == TEMPORARY_VIEW:
+            out = self._call_view(ds)
+            if _is_stream(out):
+                raise HeadraceError(f"hr.read.table({name!r}): temporary view {ds.name!r} is a stream; read it with hr.read_stream.table(...)")
+            return out
+        if kind == SINK:
+            raise HeadraceError(f"hr.read.table({name!r}): {ds.name!r} is a sink, which flows write but cannot read")
+        import headrace as hr
+
+        storage = self.graph.storage
+        return hr.read.format("delta").options(storage.delta_options()).load(storage.table_path(ds.name))
+
     def static_table(self, name: str) -> StaticFrame:
         """``dp.read.table(name)``: the dataset as a batch, read when first used in the run."""
         ds = self._lookup(name, "dp.read.table")
@@ -106,6 +123,8 @@ class Resolver:
                 return out
             if isinstance(out, pa.Table):
                 return StaticFrame(lambda: out, ds.name)
+            if hasattr(out, "to_arrow") and not _is_stream(out):
+                return self._wrap(out, ds.name)
             raise HeadraceError(
                 f"dp.read.table({name!r}): temporary view {ds.name!r} is a stream; read it with hr.read_stream.table(...)"
             )
@@ -118,6 +137,15 @@ class Resolver:
             return StaticFrame(needs, ds.name)
         storage = self.graph.storage
         return StaticFrame(lambda: storage.read(ds.name), ds.name)
+
+    def _wrap(self, frame: Any, what: str) -> StaticFrame:
+        """A core static frame as a pipelines ``StaticFrame`` (lazy; NeedsData in the dry run)."""
+        if self.analysis:
+            def needs() -> pa.Table:
+                raise NeedsData(f"{what} is read when the pipeline runs")
+
+            return StaticFrame(needs, what)
+        return StaticFrame(frame.to_arrow, what)
 
     def call(self, flow: Flow) -> Any:
         """Call the flow's query function with this resolver active."""
@@ -139,10 +167,11 @@ def _is_stream(obj: Any) -> bool:
 
 
 def result_kind(obj: Any) -> str | None:
-    """``stream`` for a StreamFrame, ``static`` for a batch result, None otherwise."""
+    """``stream`` for a StreamFrame, ``static`` for a batch result (a pipelines or core
+    ``StaticFrame``, a ``pyarrow.Table``), None otherwise."""
     if _is_stream(obj):
         return STREAM
-    if isinstance(obj, StaticFrame | pa.Table):
+    if isinstance(obj, StaticFrame | pa.Table) or callable(getattr(obj, "to_arrow", None)):
         return STATIC
     return None
 
