@@ -38,6 +38,19 @@ class EventLog:
         self._lock = threading.Lock()
         self._seq = 0
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._end_torn_line()
+
+    def _end_torn_line(self) -> None:
+        """A run killed mid-line left a partial last line: end it, so the next event starts a line."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
+        except (FileNotFoundError, OSError):
+            return
+        if torn:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("\n")
 
     def emit(
         self,
