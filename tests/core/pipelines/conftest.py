@@ -17,6 +17,7 @@ storage: storage
 configuration:
   pipelines.trigger.interval: "0.2 seconds"
   pipelines.continuous.checkInterval: "0.2 seconds"
+  folders.eu: eu
 libraries:
   - glob:
       include: transformations/**

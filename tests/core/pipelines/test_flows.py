@@ -32,7 +32,7 @@ def test_two_append_flows_into_one_table(make_project) -> None:
 
         @dp.append_flow(target="all_events")
         def from_eu():
-            return _files("eu")
+            return _files(dp.configuration()["folders.eu"])
 
         @dp.append_flow(target="all_events", name="from_us")
         def us_flow():
