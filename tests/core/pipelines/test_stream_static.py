@@ -72,3 +72,25 @@ def test_sales_report_example(make_project, read: str, join: str) -> None:
     p.run(full_refresh=["sales_report"])
     got = sorted((x["customer_id"], x["value"]) for x in p.table("sales_report"))
     assert got == [(1, 100), (2, 150), (3, 5), (3, 299)]
+
+
+def test_materialized_view_from_core_static_frames(make_project) -> None:
+    """A materialized view built with the core's frames (hr.read.table + SQL steps)."""
+    from tests.core.pipelines.conftest import expected
+
+    p = make_project()
+    p.write("transformations/more.py", """
+        import headrace as hr
+        import headrace.pipelines as dp
+
+        @dp.materialized_view
+        def big_silver():
+            return hr.read.table("silver").where("amount >= 20").select_expr("id", "amount * 2 AS doubled")
+        """)
+    rows = p.add_files(2)
+    r = p.run()
+    assert r.flows["big_silver"] == "COMPLETED", r.errors
+    want = sorted((i, a * 2) for i, _, a in expected(rows)["silver"] if a >= 20)
+    assert sorted((x["id"], x["doubled"]) for x in p.table("big_silver")) == want
+    g = p.load().graph.analyze()
+    assert g.upstream(g.registry.flows["big_silver"]) == {"silver"}
