@@ -88,20 +88,27 @@ def test_sink_and_update_flow(make_project) -> None:
 def test_auto_cdc_flow_maps_to_delta_cdc_options(make_project) -> None:
     p = make_project()
     p.write("transformations/cdc.py", """
+        import headrace as hr
         import headrace.pipelines as dp
+
+        @dp.table
+        def changes():
+            return (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "json")
+                    .option("cloudFiles.inferColumnTypes", "true").load("changes")
+                    .map_batches(lambda t: t.select(["id", "v", "seq", "op"])))
 
         dp.create_streaming_table("users")
         dp.create_auto_cdc_flow(
-            target="users", source="bronze", keys=["id"], sequence_by="amount",
-            apply_as_deletes="amount < 0", except_column_list=["_rescued_data"], stored_as_scd_type=1,
+            target="users", source="changes", keys=["id"], sequence_by="seq",
+            apply_as_deletes="op = 'DELETE'", except_column_list=["op"], stored_as_scd_type=1,
         )
         """)
     pipeline = p.load()
     flow = pipeline.graph.registry.flows["users"]
     assert flow.kind == "auto_cdc"
     assert flow.auto_cdc.sink_options() == {
-        "keys": "id", "sequenceBy": "amount", "applyAsDeletes": "amount < 0",
-        "exceptColumnList": "_rescued_data", "storedAsScdType": "1",
+        "keys": "id", "sequenceBy": "seq", "applyAsDeletes": "op = 'DELETE'",
+        "exceptColumnList": "op", "storedAsScdType": "1",
     }  # fmt: skip
     from headrace.plugins import registry
 
@@ -110,10 +117,20 @@ def test_auto_cdc_flow_maps_to_delta_cdc_options(make_project) -> None:
         with pytest.raises(GraphError, match="CDC options"):
             pipeline.graph.analyze()
         return
-    rows = p.add_files(1)  # pragma: no cover - once headrace-delta has the CDC options
+    p.add_files(1)  # the three-level tables run alongside
+    _write_rows(p.path("changes"), "1.json", [{"id": 1, "v": "a", "seq": 1, "op": "UPSERT"},
+                                              {"id": 2, "v": "b", "seq": 1, "op": "UPSERT"},
+                                              {"id": 3, "v": "c", "seq": 1, "op": "UPSERT"}])  # fmt: skip
     r = p.run()
     assert r.flows["users"] == "COMPLETED", r.errors
-    assert sorted(x["id"] for x in p.table("users")) == sorted(x["id"] for x in rows if x["amount"] >= 0)
+    assert sorted((x["id"], x["v"]) for x in p.table("users")) == [(1, "a"), (2, "b"), (3, "c")]
+    _write_rows(p.path("changes"), "2.json", [{"id": 1, "v": "a2", "seq": 2, "op": "UPSERT"},
+                                              {"id": 2, "v": None, "seq": 2, "op": "DELETE"},
+                                              {"id": 3, "v": "stale", "seq": 0, "op": "UPSERT"}])  # fmt: skip
+    r = p.run()
+    assert r.flows["users"] == "COMPLETED", r.errors
+    assert sorted((x["id"], x["v"]) for x in p.table("users")) == [(1, "a2"), (3, "c")]
+    assert "op" not in p.table("users")[0]
 
 
 def test_auto_cdc_arguments_checked() -> None:
