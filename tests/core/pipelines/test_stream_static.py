@@ -94,3 +94,34 @@ def test_materialized_view_from_core_static_frames(make_project) -> None:
     assert sorted((x["id"], x["doubled"]) for x in p.table("big_silver")) == want
     g = p.load().graph.analyze()
     assert g.upstream(g.registry.flows["big_silver"]) == {"silver"}
+
+
+def test_sales_report_in_sql(make_project) -> None:
+    import os
+
+    p = make_project(name="sales_sql")
+    os.remove(p.path("transformations", "defs.py"))
+    p.write("transformations/defs.sql", """
+        CREATE OR REFRESH STREAMING TABLE transactions
+        AS SELECT customer_id, value FROM STREAM read_files('tx', format => 'json', inferColumnTypes => true);
+
+        CREATE OR REFRESH MATERIALIZED VIEW customers AS SELECT * FROM read_files('customers.json', format => 'json');
+
+        CREATE OR REFRESH STREAMING TABLE sales_report
+        AS SELECT t.customer_id, t.value, c.name
+        FROM STREAM(transactions) t JOIN customers c ON t.customer_id = c.customer_id;
+        """)
+    os.makedirs(p.path("tx"))
+    _lines(p.path("customers.json"), [{"customer_id": 1, "name": "Bilal"}, {"customer_id": 2, "name": "Olga"}])
+    _lines(p.path("tx", "1.json"), [{"customer_id": 1, "value": 100}, {"customer_id": 3, "value": 299}])
+    g = p.load().graph.analyze()  # the dry run reads nothing and sees the stream and the batch read
+    assert g.kind_of(g.lookup("sales_report")) == "streaming_table"
+    assert g.stream_reads(g.registry.flows["sales_report"]) == {"transactions"}
+    assert g.static_reads(g.registry.flows["sales_report"]) == {"customers"}
+    r = p.run()
+    assert r.state == "COMPLETED", r.errors
+    assert [(x["customer_id"], x["name"]) for x in p.table("sales_report")] == [(1, "Bilal")]
+    _lines(p.path("customers.json"), [{"customer_id": 1, "name": "Bilal"}, {"customer_id": 3, "name": "Zoya"}])
+    _lines(p.path("tx", "2.json"), [{"customer_id": 3, "value": 5}])
+    p.run()
+    assert sorted((x["customer_id"], x["value"]) for x in p.table("sales_report")) == [(1, 100), (3, 5)]
