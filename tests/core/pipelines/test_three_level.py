@@ -82,6 +82,11 @@ def test_full_refresh_of_one_table(make_project, language: str) -> None:
     ops = [h["operation"] for h in DeltaTable(p.path("storage", "tables", "silver")).history()]
     assert "DELETE" in ops  # truncated (history kept), not dropped
     assert not p.load().storage.pending_full_refreshes()
+    r = p.run(full_refresh=["bronze", "silver"], refresh=["gold"])
+    assert not any(line.startswith("warning:") for line in r.lines)
+    assert actual(p) == expected(rows)
+    r = p.run(full_refresh=["bronze"])
+    assert any("silver read bronze as a stream" in line for line in r.lines)
     r = p.run(full_refresh_all=True)
     assert set(r.flows.values()) == {"COMPLETED"}
     assert _batch_rows(p, r.update_id, "bronze") == 80

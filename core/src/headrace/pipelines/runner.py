@@ -153,6 +153,12 @@ class PipelineRun:
             self.events.emit("full_refresh", f"{name}: truncated and {len(flows)} flow checkpoint(s) reset", dataset=name,
                              details={"truncated": truncated, "flows": [f.name for f in flows]})  # fmt: skip
             self.say(f"{name}: full refresh (table truncated, checkpoints of {', '.join(f.name for f in flows)} reset)")
+            readers = sorted({f.target for f in self.graph.flows if name in self.graph.stream_reads(f)} - names)
+            if readers:
+                msg = (f"{', '.join(readers)} read {name} as a stream and will see its recomputed rows as new rows; "
+                       f"full-refresh them too (--full-refresh {','.join([name, *readers])}) to rebuild the chain")  # fmt: skip
+                self.events.emit("full_refresh", msg, level="WARN", dataset=name, details={"downstream": readers})
+                self.say(f"warning: {msg}")
 
     # ------------------------------------------------------------------ run
     def run(self) -> RunResult:
