@@ -178,3 +178,19 @@ def test_failing_flow_stops_downstream_only(make_project, capsys) -> None:
     assert main(["pipelines", "events", "--spec", p.path("pipeline.yml"), "--last", "--flow", "strict"]) == 0
     out = capsys.readouterr().out
     assert "ERROR" in out and "no_negatives" in out
+
+
+def test_reset_not_allowed(make_project) -> None:
+    """pipelines.reset.allowed = false: a full refresh leaves the table and its progress alone."""
+    from tests.core.pipelines.conftest import PYTHON, actual, expected
+
+    p = make_project()
+    p.write("transformations/defs.py", PYTHON.replace(
+        "@dp.table\ndef bronze():", '@dp.table(table_properties={"pipelines.reset.allowed": "false"})\ndef bronze():'))
+    rows = p.add_files(2)
+    p.run()
+    r = p.run(full_refresh_all=True)
+    assert any("bronze: not fully refreshed (pipelines.reset.allowed = false)" in line for line in r.lines)
+    assert not any(line.startswith("[bronze] batch") for line in r.lines)  # nothing read again
+    assert any(line.startswith("[silver] batch") for line in r.lines)  # silver recomputed from bronze
+    assert actual(p) == expected(rows)

@@ -73,13 +73,15 @@ def test_constraints_views_and_flows() -> None:
           CONSTRAINT ok EXPECT (id > 0),
           CONSTRAINT drop_it EXPECT (name IS NOT NULL) ON VIOLATION DROP ROW,
           CONSTRAINT `stop` EXPECT (id < 10) ON VIOLATION FAIL UPDATE
-        ) COMMENT 'it''s s' PARTITIONED BY (id) AS SELECT * FROM STREAM(src);
+        ) COMMENT 'it''s s' PARTITIONED BY (id) TBLPROPERTIES ('pipelines.reset.allowed' = 'false', 'a.b' = 'c')
+        AS SELECT * FROM STREAM(src);
         CREATE TEMPORARY VIEW v AS SELECT * FROM STREAM(s);
         CREATE STREAMING TABLE target;
         CREATE FLOW f1 AS INSERT INTO target BY NAME SELECT * FROM STREAM(v);
         """)
     s = reg.datasets["s"]
     assert s.comment == "it's s" and s.partition_cols == ["id"] and s.schema == "id BIGINT"
+    assert s.table_properties == {"pipelines.reset.allowed": "false", "a.b": "c"}
     assert [(e.name, e.action) for e in reg.flows["s"].expectations] == [("ok", "warn"), ("drop_it", "drop"), ("stop", "fail")]
     assert reg.datasets["v"].kind == "temporary_view"
     assert reg.flows["f1"].target == "target" and reg.flows["f1"].kind == "append"

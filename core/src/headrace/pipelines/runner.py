@@ -137,6 +137,11 @@ class PipelineRun:
         if pending - fr:
             self.say(f"redoing the interrupted full refresh of {', '.join(sorted(pending - fr))}")
         fr |= pending
+        kept = {n for n in fr if str(self.graph.lookup(n).table_properties.get("pipelines.reset.allowed", "true")).lower() == "false"}  # type: ignore[union-attr]
+        for n in sorted(kept):
+            self.say(f"{n}: not fully refreshed (pipelines.reset.allowed = false); it is updated incrementally")
+            self.storage.clear_full_refresh(n)
+        fr -= kept
         order = self.graph.order()
         if names and not self.full_refresh_all:
             wanted = {self.graph.lookup(n).name for n in names} | fr  # type: ignore[union-attr]

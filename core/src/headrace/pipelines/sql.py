@@ -213,6 +213,15 @@ def _register_statement(stmt: str, reg: GraphRegistry, loc: SourceLocation) -> N
     comment_m = re.search(r"\bCOMMENT\s+'((?:[^']|'')*)'", clauses, re.I)
     part_m = re.search(r"\bPARTITIONED\s+BY\s*\(([^)]*)\)", clauses, re.I)
     partition_cols = [c.strip().strip("`") for c in part_m.group(1).split(",")] if part_m else None
+    props_m = re.search(r"\bTBLPROPERTIES\s*\(", clauses, re.I)
+    props: dict[str, str] = {}
+    if props_m:
+        inner = clauses[props_m.end() - 1:_balanced(clauses, props_m.end() - 1)][1:-1]
+        for item in _split_top(inner):
+            kv = re.match(r"\s*['\"`]?([\w.]+)['\"`]?\s*=\s*['\"]?([^'\"]*)['\"]?\s*$", item)
+            if kv is None:
+                raise PipelineDefinitionError(f"{loc}: TBLPROPERTIES entry {item.strip()!r} must be 'key' = 'value'")
+            props[kv.group(1)] = kv.group(2)
     comment = comment_m.group(1).replace("''", "'") if comment_m else None
     if kind_word == "FLOW":
         _register_flow(name, query, reg, loc, expectations)
@@ -224,7 +233,7 @@ def _register_statement(stmt: str, reg: GraphRegistry, loc: SourceLocation) -> N
     else:
         kind = TEMPORARY_VIEW
     reg.register_dataset(Dataset(name=name, kind=kind, comment=comment, partition_cols=partition_cols,
-                                 schema=", ".join(columns) or None, location=loc))  # fmt: skip
+                                 table_properties=props, schema=", ".join(columns) or None, location=loc))  # fmt: skip
     if query is None:
         if kind != STREAMING_TABLE:
             raise PipelineDefinitionError(f"{loc}: {kind_word} {name} needs AS SELECT ...")
