@@ -194,3 +194,39 @@ def test_reset_not_allowed(make_project) -> None:
     assert not any(line.startswith("[bronze] batch") for line in r.lines)  # nothing read again
     assert any(line.startswith("[silver] batch") for line in r.lines)  # silver recomputed from bronze
     assert actual(p) == expected(rows)
+
+
+def test_once_flow_and_table_expectations(make_project) -> None:
+    """append_flow(once=True) backfills once; create_streaming_table(expect_all_or_drop=...)
+    applies to every flow into the table (Databricks)."""
+    p = make_project()
+    p.write("transformations/once.py", """
+        import headrace as hr
+        import headrace.pipelines as dp
+
+        dp.create_streaming_table("events", expect_all_or_drop={"has_id": "id IS NOT NULL"})
+
+        def _files(folder):
+            return (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "json")
+                    .option("cloudFiles.inferColumnTypes", "true").load(folder)
+                    .map_batches(lambda t: t.select(["id"])))
+
+        @dp.append_flow(target="events", once=True)
+        def backfill():
+            return _files("history")
+
+        @dp.append_flow(target="events")
+        def live():
+            return _files("live")
+        """)
+    _write_rows(p.path("history"), "h.json", [{"id": 1}, {"id": None}, {"id": 2}])
+    _write_rows(p.path("live"), "a.json", [{"id": 10}])
+    r = p.run()
+    assert r.flows["backfill"] == r.flows["live"] == "COMPLETED", r.errors
+    assert sorted(x["id"] for x in p.table("events")) == [1, 2, 10]
+    _write_rows(p.path("history"), "h2.json", [{"id": 3}])  # not read: the backfill ran once
+    _write_rows(p.path("live"), "b.json", [{"id": 11}])
+    p.run()
+    assert sorted(x["id"] for x in p.table("events")) == [1, 2, 10, 11]
+    p.run(full_refresh=["events"])  # runs the backfill again
+    assert sorted(x["id"] for x in p.table("events")) == [1, 2, 3, 10, 11]

@@ -232,9 +232,23 @@ def create_streaming_table(
     cluster_by: Sequence[str] | None = None,
     schema: Any = None,
     format: str | None = None,
+    expect_all: Mapping[str, Any] | None = None,
+    expect_all_or_drop: Mapping[str, Any] | None = None,
+    expect_all_or_fail: Mapping[str, Any] | None = None,
 ) -> None:
     """Create a streaming table that ``@dp.append_flow(target=name)`` flows (or
-    ``create_auto_cdc_flow``) write into."""
+    ``create_auto_cdc_flow``) write into. ``expect_all*`` (Databricks) apply to every flow
+    writing into it."""
+    from headrace.pipelines.expectations import expect_all as _ea
+    from headrace.pipelines.expectations import expect_all_or_drop as _ead
+    from headrace.pipelines.expectations import expect_all_or_fail as _eaf
+    from headrace.pipelines.expectations import expectations_of
+
+    def _holder() -> None: ...
+
+    for deco, arg in ((_ea, expect_all), (_ead, expect_all_or_drop), (_eaf, expect_all_or_fail)):
+        if arg:
+            deco(arg)(_holder)
     _check_str("name", name)
     _check_str_dict("table_properties", table_properties)
     _check_str_list("partition_cols", partition_cols)
@@ -245,7 +259,7 @@ def create_streaming_table(
         name=name, kind=STREAMING_TABLE, comment=comment, table_properties=dict(table_properties or {}),
         partition_cols=list(partition_cols) if partition_cols else None,
         cluster_by=list(cluster_by) if cluster_by else None, schema=schema, format=format,
-        location=SourceLocation.of_caller(2),
+        location=SourceLocation.of_caller(2), expectations=tuple(expectations_of(_holder)),
     ))  # fmt: skip
 
 
@@ -266,10 +280,12 @@ def append_flow(
     target: str,
     name: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
+    once: bool = False,
 ) -> Callable[[F], F]:
     """Return a decorator defining an append flow: the function's stream is appended to
     ``target`` (a streaming table or a sink). Several flows may target one table; each has its
-    own checkpoint. ``name`` defaults to the function's name."""
+    own checkpoint. ``name`` defaults to the function's name. ``once=True`` (Databricks): a
+    backfill that runs once (everything available then) and not again until a full refresh."""
     _check_str("target", target)
     _check_str("name", name, optional=True)
     _check_str_dict("spark_conf", spark_conf)
@@ -278,7 +294,7 @@ def append_flow(
     def outer(func: F) -> F:
         _check_callable(func, "append_flow")
         active_registry().register_flow(Flow(name=name or func.__name__, target=target, func=func, kind="append",
-                                             spark_conf=dict(spark_conf or {}), location=loc))  # fmt: skip
+                                             spark_conf=dict(spark_conf or {}), location=loc, once=bool(once)))  # fmt: skip
         return func
 
     return outer

@@ -75,6 +75,7 @@ class Dataset:
     format: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # sinks: the sink's options
     location: SourceLocation = field(default_factory=SourceLocation)
+    expectations: Sequence[Any] = ()  # create_streaming_table(expect_all=...): on every flow into it
 
     @property
     def persisted(self) -> bool:
@@ -132,12 +133,16 @@ class Flow:
     auto_cdc: AutoCdc | None = None
     sql: str | None = None  # the statement, for flows defined in SQL
     expectations: Sequence[Any] = ()  # SQL-defined expectations (Python ones ride on func)
+    once: bool = False  # Databricks' append_flow(once=True): a backfill run once until a full refresh
 
-    def all_expectations(self) -> list[Any]:
-        """SQL constraints plus the ``@dp.expect*`` decorators on the function."""
+    def all_expectations(self, target: Dataset | None = None) -> list[Any]:
+        """SQL constraints, the ``@dp.expect*`` decorators on the function and the target's
+        ``create_streaming_table(expect_all...)`` expectations."""
         from headrace.pipelines.expectations import expectations_of
 
-        return [*self.expectations, *(expectations_of(self.func) if self.func is not None else [])]
+        own = [*self.expectations, *(expectations_of(self.func) if self.func is not None else [])]
+        names = {e.name for e in own}
+        return own + [e for e in (target.expectations if target is not None else ()) if e.name not in names]
 
 
 class GraphRegistry:

@@ -99,7 +99,7 @@ def setup_stream_flow(
     if missing:
         raise WaitingForUpstream(f"{', '.join(missing)} has no data yet")
     frame = _with_schema_locations(frame, graph, flow)
-    exps = ExpectationRunner(target.name, flow.all_expectations())
+    exps = ExpectationRunner(target.name, flow.all_expectations(target))
     if exps.expectations:
         frame = frame.map_batches(exps.apply)
     w = frame.write_stream
@@ -141,7 +141,7 @@ def compute_materialized_view(graph: DataflowGraph, flow: Flow, events: EventLog
     table = out if isinstance(out, pa.Table) else out.to_arrow() if callable(getattr(out, "to_arrow", None)) else out
     if not isinstance(table, pa.Table):
         raise HeadraceError(f"materialized view {target.name!r}: the query returned {type(table).__name__}, not a table")
-    exps = ExpectationRunner(target.name, flow.all_expectations())
+    exps = ExpectationRunner(target.name, flow.all_expectations(target))
     table = exps.apply(table)
     storage.overwrite(target.name, table, list(target.partition_cols) if target.partition_cols else None)
     return {"num_output_rows": table.num_rows, "data_quality": exps.take()}

@@ -211,7 +211,7 @@ class DataflowGraph:
                            "return hr.read_stream... (or make it a @dp.materialized_view)")  # fmt: skip
             if info.result == STREAM and kind == MATERIALIZED_VIEW:
                 out.append(f"{where} returns a stream but {target.name!r} is a materialized view; use @dp.table")
-            for e in flow.all_expectations():
+            for e in flow.all_expectations(target):
                 if isinstance(e.condition, str):
                     try:
                         e.duckdb_sql()

@@ -224,6 +224,9 @@ class PipelineRun:
                 self._flow_event(flow, SKIPPED, f"skipped: upstream flow {self._blocked[flow.name]!r} failed")
                 self.say(f"{flow.name}: SKIPPED (upstream flow {self._blocked[flow.name]} failed)")
                 continue
+            if flow.once and self.storage.once_done(flow.name):
+                self._flow_event(flow, COMPLETED, "once=True flow already ran; a full refresh of its target runs it again")
+                continue
             self._flow_event(flow, "STARTING", "starting")
             t0 = time.monotonic()
             try:
@@ -238,6 +241,8 @@ class PipelineRun:
                 q = setup.writer.start(setup.path)
                 self._queries[flow.name] = q
                 q.await_termination()
+                if flow.once:
+                    self.storage.mark_once_done(flow.name)
                 rows = sum(p.get("numInputRows", 0) for p in q.recent_progress)
                 self._flow_event(flow, COMPLETED, f"completed: {len(q.recent_progress)} batch(es), {rows} rows",
                                  metrics={"num_batches": len(q.recent_progress), "num_input_rows": rows})  # fmt: skip
@@ -268,6 +273,8 @@ class PipelineRun:
                     if exc is not None:
                         self._fail(flow, exc)
                     elif not stopping and flow.name not in self._blocked:
+                        if flow.once:
+                            self.storage.mark_once_done(flow.name)
                         self._flow_event(flow, COMPLETED, "the stream ended")
             if stopping:
                 break
@@ -278,8 +285,12 @@ class PipelineRun:
                     continue
                 if self._is_mv(flow):
                     continue
+                if flow.once and self.storage.once_done(flow.name):
+                    pending.remove(flow)
+                    self._flow_event(flow, COMPLETED, "once=True flow already ran")
+                    continue
                 try:
-                    setup = setup_stream_flow(self.graph, flow, continuous=True, on_batch=self._on_batch)
+                    setup = setup_stream_flow(self.graph, flow, continuous=not flow.once, on_batch=self._on_batch)
                     self._queries[flow.name] = setup.writer.start(setup.path)
                     pending.remove(flow)
                     self._flow_event(flow, RUNNING, "started")

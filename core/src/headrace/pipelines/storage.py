@@ -85,9 +85,22 @@ class PipelineStorage:
             os.remove(self._marker(name))
 
     def reset_flow(self, target: str, flow: str) -> None:
-        """Forget a flow's progress: its checkpoint and managed schema locations."""
+        """Forget a flow's progress: its checkpoint, managed schema locations and once marker."""
         shutil.rmtree(self.checkpoint(target, flow), ignore_errors=True)
         shutil.rmtree(os.path.join(self.local_root, "schemas", _safe(flow)), ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self._once(flow))
+
+    def _once(self, flow: str) -> str:
+        return os.path.join(self.local_root, "once", _safe(flow))
+
+    def once_done(self, flow: str) -> bool:
+        """A ``once=True`` flow already ran (since the last full refresh of its target)."""
+        return os.path.exists(self._once(flow))
+
+    def mark_once_done(self, flow: str) -> None:
+        os.makedirs(os.path.dirname(self._once(flow)), exist_ok=True)
+        atomic_write(self._once(flow), b"done\n")
 
     # ------------------------------------------------------------------ Delta tables
     def _dt(self, name: str) -> Any:
