@@ -224,6 +224,8 @@ def load_pipeline(spec_path: str | None = None) -> LoadedPipeline:
     from headrace.pipelines.sql import register_sql_file
 
     token = _context._config.set(dict(spec.configuration))
+    if spec.base_dir not in sys.path:  # definitions may import helper modules next to the spec
+        sys.path.insert(0, spec.base_dir)
     try:
         with in_dir(spec.base_dir), registering(reg):
             for i, f in enumerate(library_files(spec)):
