@@ -164,3 +164,19 @@ def test_no_spec_found(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["pipelines", "dry-run"]) == 1
     assert "no pipeline spec" in capsys.readouterr().err
+
+
+def test_definitions_import_helpers_next_to_the_spec(make_project) -> None:
+    p = make_project()
+    p.write("pipeline_helpers_xyz.py", "SOURCE = 'silver'\n")
+    p.write("transformations/uses_helper.py", """
+        import headrace as hr
+        import headrace.pipelines as dp
+        from pipeline_helpers_xyz import SOURCE
+
+        @dp.table
+        def copy_of_silver():
+            return hr.read_stream.table(SOURCE)
+        """)
+    g = p.load().graph.analyze()
+    assert g.upstream(g.registry.flows["copy_of_silver"]) == {"silver"}
