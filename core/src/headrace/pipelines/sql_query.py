@@ -151,6 +151,8 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
             statics.append((reg_name, name, None))
             alias = t.alias or t.name
         t.replace(exp.Table(this=exp.to_identifier(reg_name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
+    select_all = (isinstance(tree, exp.Select) and len(tree.expressions) == 1 and isinstance(tree.expressions[0], exp.Star)
+                  and not statics and {k for k, v in tree.args.items() if v} <= {"expressions", "from", "from_"})  # fmt: skip
     try:
         duck_sql = tree.sql(dialect="duckdb")
     except SqlglotError as e:
@@ -182,7 +184,7 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
 
             connector, opts, path = what
             base = hr.read_stream.format(connector).options(opts).load(resolver.resolve_path(path) if path else None)
-        if duck_sql.strip().upper() in ("SELECT * FROM BATCH", ):
+        if select_all:  # SELECT * FROM STREAM ...: the stream as it is, no SQL per batch
             return base
         return base.map_batches(lambda t: _run(duck_sql, t, frames))
 
