@@ -58,3 +58,17 @@ def test_fresh_project_in_subprocess(tmp_path) -> None:
     assert res.returncode == 0, res.stderr
     assert "completed (6 flows: 6 completed)" in res.stderr
     assert os.path.isdir(tmp_path / "demo" / "storage" / "tables" / "big_orders_by_region" / "_delta_log")
+
+
+def test_refresh_selection_errors(make_project, capsys) -> None:
+    import pytest
+
+    p = make_project()
+    spec = ["--spec", p.path("pipeline.yml")]
+    with pytest.raises(SystemExit):
+        main(["pipelines", "run", *spec, "--full-refresh", "silver", "--full-refresh-all"])
+    assert main(["pipelines", "run", *spec, "--refresh", "silvr"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown dataset(s) ['silvr']" in err and "bronze, dims, gold, silver" in err
+    assert main(["pipelines", "run", *spec, "--full-refresh-all", "--refresh", "gold"]) == 1
+    assert "--full-refresh-all refreshes everything" in capsys.readouterr().err
