@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from confluent_kafka import Message
 
 __all__ = ["HEADERS_TYPE", "convert", "schema", "to_record_batch"]
@@ -49,25 +49,28 @@ _offset = Message.offset
 _topic = cast("Callable[[Message], str]", Message.topic)  # never None for a message without error
 _partition = cast("Callable[[Message], int]", Message.partition)
 _timestamp = Message.timestamp
-_first, _second = itemgetter(0), itemgetter(1)
 _CREATE_TIME = 1  # librdkafka's TIMESTAMP_CREATE_TIME
-_MS_TO_US = (1000).__mul__
 _NULL_TS = pa.scalar(None, pa.int64())
+_flatten = itertools.chain.from_iterable
 
 
-def _timestamps(msgs: Sequence[Any], n: int) -> tuple[pa.Array, pa.Array, list[int]]:
-    """(timestamp, timestampType) columns and the epoch-ms list; no Python bytecode per message."""
+def _timestamps(msgs: Sequence[Any], n: int) -> tuple[pa.Array, pa.Array, Sequence[int]]:
+    """(timestamp, timestampType) columns and the epoch-ms values (a numpy array).
+
+    The only per-message work is ``Message.timestamp`` (a C method, by ``map``); the (type, ms)
+    pairs are flattened into one numpy int64 array by ``np.fromiter`` and every other step is
+    vectorised (about half the time of building Python lists per column: profiles of Kafka ->
+    PostgreSQL had the old per-message conversion at ~14% of the samples).
+    """
     if n == 0:
-        return pa.array([], _TS), pa.array([], pa.int32()), []
-    pairs = list(map(_timestamp, msgs))
-    types, ms = list(map(_first, pairs)), list(map(_second, pairs))
-    if types.count(_CREATE_TIME) == n and min(ms) >= 0:  # the common case: every record has a create time
-        # ms -> us by ``map`` and one pa.array call: a compute kernel costs more on a chunk of a few records
-        return pa.array(list(map(_MS_TO_US, ms)), type=_TS), pa.repeat(_SPARK_CREATE_TIME, n), ms
+        return pa.array([], _TS), pa.array([], pa.int32()), np.empty(0, np.int64)
+    pairs = np.fromiter(_flatten(map(_timestamp, msgs)), np.int64, 2 * n).reshape(n, 2)
+    types, ms = pairs[:, 0], pairs[:, 1]
+    if bool((types == _CREATE_TIME).all()) and bool((ms >= 0).all()):  # the common case: every record has a create time
+        return pa.array(ms * 1000, type=_TS), pa.repeat(_SPARK_CREATE_TIME, n), ms
     # timestampType: librdkafka's NOT_AVAILABLE=0, CREATE_TIME=1, LOG_APPEND_TIME=2; Spark's 0=create, 1=log append
-    ts_ms = pa.array(ms, type=pa.int64())
-    ts_types = pc.max_element_wise(pc.subtract(pa.array(types, type=pa.int32()), 1), 0)
-    ts = pc.if_else(pc.greater_equal(ts_ms, 0), pc.multiply(ts_ms, 1000), _NULL_TS).cast(_TS)
+    ts_types = pa.array(np.maximum(types - 1, 0).astype(np.int32), type=pa.int32())
+    ts = pa.array(ms * 1000, type=pa.int64(), mask=ms < 0).cast(_TS)
     return ts, ts_types, ms
 
 
@@ -87,7 +90,7 @@ def convert(
     topic: str | Sequence[str] | None = None,
     partition: int | Sequence[int] | None = None,
     offsets: Sequence[int] | None = None,
-) -> tuple[pa.RecordBatch, list[int]]:
+) -> tuple[pa.RecordBatch, Sequence[int]]:
     """Messages (confluent_kafka.Message, no errors) as a record batch, and their epoch-ms timestamps.
 
     One ``pa.array`` call per column over lists built by ``map`` on the C methods of ``Message``

@@ -40,7 +40,7 @@ from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
-from headrace_lakebase.copy_binary import SIGNATURE, TRAILER, encode_rows
+from headrace_lakebase.copy_binary import encode_pieces
 from headrace_lakebase.dedupe import last_per_key_sorted
 from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
 
@@ -226,7 +226,7 @@ class LakebaseSink(Sink):
         table = pa.Table.from_batches(chunk.batches).select(list(plan.columns))
         if plan.keys:
             table = last_per_key_sorted(table, plan.keys)
-        payload = SIGNATURE + encode_rows(table, list(plan.oids)) + TRAILER if plan.fast else None
+        payload = encode_pieces(table, list(plan.oids)) if plan.fast else None
         rows = None if plan.fast else _python_rows(table, plan.oids)
 
         def work(conn: Conn) -> bool:
@@ -238,7 +238,8 @@ class LakebaseSink(Sink):
                     return False
                 with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
                     if payload is not None:
-                        cp.write(payload)
+                        for piece in payload:  # streamed: no joined copy of the chunk
+                            cp.write(piece)
                     else:
                         assert rows is not None
                         cp.set_types(list(plan.oids))
