@@ -102,7 +102,12 @@ SINK_OPTIONS = OptionSchema(
             doc="Comma-separated key columns: INSERT ... ON CONFLICT (keys) DO UPDATE. Must equal the "
             "table's primary key exactly. Unset: the primary key of an existing table, else plain inserts.",
         ),
-        Option("batchsize", Integer(min=1), default=1000, doc="Rows per transaction (chunk)."),
+        Option(
+            "batchsize",
+            Integer(min=1),
+            default=10000,
+            doc="Rows per transaction (chunk), at most. Default 10,000 (Databricks: 1,000), see the README.",
+        ),
         Option(
             "batchinterval",
             Duration(min=0.001),

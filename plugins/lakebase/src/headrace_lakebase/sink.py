@@ -32,7 +32,6 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa
-from psycopg.types.json import Json, Jsonb
 
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
@@ -301,6 +300,8 @@ class LakebaseSink(Sink):
 def _python_rows(table: pa.Table, oids: Sequence[int]) -> Iterator[tuple[Any, ...]]:
     """Rows as Python values for psycopg's ``write_row`` (the path for types the vectorised
     encoder does not cover: numeric, json/jsonb, arrays, time, interval...)."""
+    from psycopg.types.json import Json, Jsonb  # only this slow path needs them
+
     cols: list[list[Any]] = []
     for col, oid in zip(table.columns, oids, strict=True):
         values = col.to_pylist()
