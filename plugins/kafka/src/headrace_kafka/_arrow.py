@@ -54,7 +54,7 @@ _NULL_TS = pa.scalar(None, pa.int64())
 _flatten = itertools.chain.from_iterable
 
 
-def _timestamps(msgs: Sequence[Any], n: int) -> tuple[pa.Array, pa.Array, Sequence[int]]:
+def _timestamps(msgs: Sequence[Any], n: int) -> tuple[pa.Array, pa.Array, Any]:
     """(timestamp, timestampType) columns and the epoch-ms values (a numpy array).
 
     The only per-message work is ``Message.timestamp`` (a C method, by ``map``); the (type, ms)
@@ -90,8 +90,9 @@ def convert(
     topic: str | Sequence[str] | None = None,
     partition: int | Sequence[int] | None = None,
     offsets: Sequence[int] | None = None,
-) -> tuple[pa.RecordBatch, Sequence[int]]:
-    """Messages (confluent_kafka.Message, no errors) as a record batch, and their epoch-ms timestamps.
+) -> tuple[pa.RecordBatch, Any]:
+    """Messages (confluent_kafka.Message, no errors) as a record batch, and their epoch-ms timestamps
+    (a numpy int64 array).
 
     One ``pa.array`` call per column over lists built by ``map`` on the C methods of ``Message``
     (no Python code per message). ``topic`` / ``partition``: the one of every message (a single

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -54,18 +55,39 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_ipc(path: str, schema: pa.Schema, batches: Sequence[pa.RecordBatch]) -> int:
+def _fsync_all(paths: Sequence[str]) -> None:
+    """fsync every path (files or folders) at once, one thread each: ``os.fsync`` releases the
+    GIL and the file system commits concurrent syncs together (one journal commit on ext4), so
+    N files cost about one fsync instead of N in a row."""
+    if len(paths) == 1:
+        _fsync_dir(paths[0])
+        return
+    errors: list[BaseException] = []
+
+    def sync(path: str) -> None:
+        try:
+            _fsync_dir(path)
+        except BaseException as e:  # re-raised below, on the caller's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=sync, args=(p,), name="headrace-pubsub-fsync") for p in paths]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+
+
+def _write_ipc(path: str, schema: pa.Schema, batches: Sequence[pa.RecordBatch], *, sync: bool = True) -> int:
     with pa.OSFile(path, "wb") as sink:
         with pa.ipc.new_file(sink, schema) as writer:
             for b in batches:
                 writer.write_batch(b)
         sink.flush()
         size = int(sink.tell())
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if sync:
+        _fsync_dir(path)
     return size
 
 
@@ -133,20 +155,24 @@ class SegmentStore:
             shutil.rmtree(folder)
         os.makedirs(folder)
         entries = []
+        written: list[str] = []
         for k, batch in enumerate(parts):
             if batch is None or batch.num_rows == 0:
                 continue
             name = f"part-{k:03d}.arrow"
-            size = _write_ipc(os.path.join(folder, name), SCHEMA, [batch])
+            written.append(os.path.join(folder, name))
+            size = _write_ipc(written[-1], SCHEMA, [batch], sync=False)
             entries.append({"file": name, "part": k, "rows": batch.num_rows, "bytes": size})
         ids = pa.RecordBatch.from_arrays([pa.array(message_ids, pa.string()), pa.array(ack_ids, pa.string())],
                                          schema=IDS_SCHEMA)  # fmt: skip
-        _write_ipc(os.path.join(folder, "ids.arrow"), IDS_SCHEMA, [ids])
+        written.append(os.path.join(folder, "ids.arrow"))
+        _write_ipc(written[-1], IDS_SCHEMA, [ids], sync=False)
+        if self.durable:
+            _fsync_all(written)  # every data file durable before the manifest names them
         manifest = {"version": 1, "seq": seq, "stagedAtMs": int(time.time() * 1000), "parts": entries, "stats": stats}
         atomic_write(self._manifest_path(seq), json.dumps(manifest).encode(), durable=self.durable)
         if self.durable:
-            _fsync_dir(folder)
-            _fsync_dir(self.segments_dir)
+            _fsync_all([folder, self.segments_dir])
         return manifest
 
     def manifest(self, seq: int) -> dict[str, Any] | None:

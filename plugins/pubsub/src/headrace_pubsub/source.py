@@ -51,6 +51,7 @@ _MAX_PULL = 1000  # messages per Pull request (server maximum)
 _ACK_CHUNK = 1000  # ack ids per Acknowledge / ModifyAckDeadline request (request size limit 512 KiB)
 _IDLE_POLL = 0.02  # seconds between pulls while the subscription has nothing to deliver
 _RPC_TIMEOUT = 60.0
+_ACK_THREADS = 4  # Acknowledge requests in flight at once
 
 
 def _crash_point() -> tuple[str, int]:
@@ -215,6 +216,7 @@ class PubSubSource(Source):
         self._cutoff_ms: int | None = None
         self._pending_fetch_ids: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
+        self._ack_pool: ThreadPoolExecutor | None = None
         self._closed = False
         warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated", category=DeprecationWarning)
         self._client: Any = subscriber_client(options, self.endpoint)
@@ -372,6 +374,9 @@ class PubSubSource(Source):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._ack_pool is not None:
+            self._ack_pool.shutdown(wait=True, cancel_futures=True)
+            self._ack_pool = None
         client = getattr(self, "_client", None)
         if client is not None:
             if self.delete_on_stop:
@@ -390,7 +395,7 @@ class PubSubSource(Source):
     def __getstate__(self) -> dict[str, Any]:
         """A pickled copy reads staged files only: no client, threads or locks."""
         state = dict(self.__dict__)
-        for k in ("_client", "_pool", "_seen_lock", "_seen", "_pending_fetch_ids"):
+        for k in ("_client", "_pool", "_ack_pool", "_seen_lock", "_seen", "_pending_fetch_ids"):
             state.pop(k, None)
         state["_closed"] = True
         return state
@@ -497,18 +502,26 @@ class PubSubSource(Source):
             subscription=self.subscription_path, ack_ids=list(ack_ids), ack_deadline_seconds=seconds, timeout=_RPC_TIMEOUT
         )
 
+    def _ack_chunk(self, ack_ids: list[str]) -> bool:
+        try:
+            self._client.acknowledge(subscription=self.subscription_path, ack_ids=ack_ids, timeout=_RPC_TIMEOUT)
+            return True
+        except gexc.GoogleAPICallError as e:  # staged already: a redelivery is dropped by message id
+            log.warning("pubsub: acknowledging %d staged messages failed (%s); Pub/Sub may redeliver them, "
+                        "they will be dropped as duplicates within dedupWindow", len(ack_ids), e)  # fmt: skip
+            return False
+
     def _settle(self, ack: Sequence[str], nack: Sequence[str], stats: dict[str, Any]) -> None:
         """Acknowledge staged (and duplicate) messages; hand back those after the cutoff."""
         t = time.monotonic()
-        failures = 0
-        for i in range(0, len(ack), _ACK_CHUNK):
-            try:
-                self._client.acknowledge(subscription=self.subscription_path, ack_ids=list(ack[i : i + _ACK_CHUNK]),
-                                         timeout=_RPC_TIMEOUT)  # fmt: skip
-            except gexc.GoogleAPICallError as e:  # staged already: a redelivery is dropped by message id
-                failures += 1
-                log.warning("pubsub: acknowledging %d staged messages failed (%s); Pub/Sub may redeliver them, "
-                            "they will be dropped as duplicates within dedupWindow", len(ack[i : i + _ACK_CHUNK]), e)  # fmt: skip
+        chunks = [list(ack[i : i + _ACK_CHUNK]) for i in range(0, len(ack), _ACK_CHUNK)]
+        if len(chunks) > 1:  # the requests at once (the client is thread-safe): ~one round trip, not N
+            if self._ack_pool is None:
+                self._ack_pool = ThreadPoolExecutor(_ACK_THREADS, thread_name_prefix="headrace-pubsub-ack")
+            results = list(self._ack_pool.map(self._ack_chunk, chunks))
+        else:
+            results = [self._ack_chunk(c) for c in chunks]
+        failures = results.count(False)
         for i in range(0, len(nack), _ACK_CHUNK):
             try:
                 self._modify_deadline(nack[i : i + _ACK_CHUNK], 0)
