@@ -1,24 +1,27 @@
 """Benchmark of headrace.spark. Run from the repo root: ``.venv/bin/python bench/spark.py``.
 
-The same pipeline, cloudFiles (Parquet files) -> delta, trigger availableNow, over the same
-files in the same run:
+The same pipeline over the same Parquet files (default 20 files x 50,000 rows = 1M rows), five
+files per trigger, trigger availableNow, in ONE local Spark session (``local[2]``):
 
-1. headrace alone: ``hr.read_stream.format("cloudFiles") ... write_stream.format("delta")``.
-2. Spark with the adapter: ``spark.readStream.format("headrace.cloudFiles") ...
-   writeStream.format("headrace.delta")`` in a local Spark (``local[N]``).
+1. Spark native: ``spark.readStream.format("parquet")`` (schema given, ``maxFilesPerTrigger``)
+   -> ``writeStream.format("parquet")``.
+2. Spark + adapter: ``spark.readStream.format("headrace.cloudFiles")`` (parquet,
+   ``cloudFiles.maxFilesPerTrigger``) -> ``writeStream.format("headrace.files")`` (parquet).
+3. headrace alone (no Spark): ``hr.read_stream.format("cloudFiles")`` -> ``format("files")``.
 
-Each prints rows/s (rows ingested / wall time from start to the end of the query, the Spark
-session already started and warmed up by a small query of its own) and the ratio Spark /
-headrace. Falls back to rate-micro-batch -> files when the cloudfiles or delta plugin is not
-installed (and says so). Asserts nothing.
+Each round runs the three once, interleaved (the machine may be shared); after one warm-up
+round (not counted) ``--rounds`` rounds (default 3) follow and the medians are printed as rows/s
+(rows / wall time from ``start()`` to the end of ``awaitTermination()``) with the ratios
+adapter / native and headrace alone / native. Every output is checked (row count and id sum).
+``--verbose`` prints Spark's per-batch durations. Measures; asserts only the outputs.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
+import pyarrow.dataset as ds  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import headrace as hr  # noqa: E402
@@ -38,9 +42,8 @@ def write_files(folder: Path, files: int, rows: int, offset: int = 0) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     for f in range(files):
         lo = offset + f * rows
-        ids = pa.array(range(lo, lo + rows), pa.int64())
         t = pa.table({
-            "id": ids,
+            "id": pa.array(range(lo, lo + rows), pa.int64()),
             "name": pa.array([f"user-{i % 977}" for i in range(lo, lo + rows)]),
             "score": pa.array([(i * 7919) % 1000 / 10.0 for i in range(lo, lo + rows)]),
             "ts": pa.array([1_700_000_000_000_000 + i * 1000 for i in range(lo, lo + rows)], pa.timestamp("us", tz="UTC")),
@@ -49,53 +52,55 @@ def write_files(folder: Path, files: int, rows: int, offset: int = 0) -> int:
     return files * rows
 
 
-def have_lakehouse_plugins() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("headrace_cloudfiles", "headrace_delta"))
+def check(out: Path, total: int, id_sum: int) -> None:
+    """Every row exactly once: count and sum of ids of the Parquet files under ``out``."""
+    files = [str(p) for p in out.rglob("*.parquet") if "_spark_metadata" not in p.parts and not p.name.startswith(".")]
+    t = ds.dataset(files, format="parquet").to_table(columns=["id"])
+    got = (t.num_rows, pa.compute.sum(t["id"]).as_py() if t.num_rows else 0)
+    assert got == (total, id_sum), f"{out}: {got} != {(total, id_sum)}"
 
 
-def delta_rows(path: str) -> int:
-    from deltalake import DeltaTable
-
-    return int(DeltaTable(path).to_pyarrow_dataset().count_rows())
-
-
-def run_headrace(src: Path, out: Path, chk: Path, lakehouse: bool, total: int, per_trigger: int) -> float:
+def run_native(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> float:
+    schema = spark.read.parquet(str(src)).schema  # not timed: given, as the adapter's source knows it
     t0 = time.perf_counter()
-    if lakehouse:
-        q = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "parquet")
-             .option("cloudFiles.schemaLocation", str(chk / "schema"))
-             .option("cloudFiles.maxFilesPerTrigger", per_trigger).load(str(src))
-             .write_stream.format("delta").option("checkpointLocation", str(chk))
-             .trigger(available_now=True).start(str(out)))  # fmt: skip
-    else:
-        q = (hr.read_stream.format("rate-micro-batch").option("rowsPerBatch", per_trigger).option("totalRows", total)
-             .option("numPartitions", 2).load()
-             .write_stream.format("files").option("checkpointLocation", str(chk))
-             .trigger(available_now=True).start(str(out)))  # fmt: skip
+    df = spark.readStream.format("parquet").schema(schema).option("maxFilesPerTrigger", per_trigger).load(str(src))
+    q = (df.writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(chk))
+         .trigger(availableNow=True).start())  # fmt: skip
+    q.awaitTermination()
+    return _done(q, t0, "native", verbose)
+
+
+def run_adapter(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> float:
+    t0 = time.perf_counter()
+    df = (spark.readStream.format("headrace.cloudFiles").option("cloudFiles.format", "parquet")
+          .option("cloudFiles.schemaLocation", str(chk / "schema"))
+          .option("cloudFiles.maxFilesPerTrigger", str(per_trigger))
+          .option("headraceStatePath", str(chk / "sources" / "0" / "headrace")).load(str(src)))  # fmt: skip
+    q = (df.writeStream.format("headrace.files").option("path", str(out)).option("checkpointLocation", str(chk))
+         .trigger(availableNow=True).start())  # fmt: skip
+    q.awaitTermination()
+    return _done(q, t0, "adapter", verbose)
+
+
+def _done(q: Any, t0: float, what: str, verbose: bool) -> float:
+    elapsed = time.perf_counter() - t0
+    if verbose:
+        for p in q.recentProgress:
+            d = p["durationMs"]
+            print(f"  {what} batch {p['batchId']}: {p['numInputRows']} rows, " +
+                  ", ".join(f"{k} {v}" for k, v in d.items()))  # fmt: skip
+    return elapsed
+
+
+def run_headrace(src: Path, out: Path, chk: Path, per_trigger: int) -> float:
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "parquet")
+         .option("cloudFiles.schemaLocation", str(chk / "schema"))
+         .option("cloudFiles.maxFilesPerTrigger", per_trigger).load(str(src))
+         .write_stream.format("files").option("checkpointLocation", str(chk))
+         .trigger(available_now=True).start(str(out)))  # fmt: skip
     q.await_termination()
     return time.perf_counter() - t0
-
-
-def run_spark(spark: Any, src: Path, out: Path, chk: Path, lakehouse: bool, total: int, per_trigger: int) -> float:
-    state = str(chk / "sources" / "0" / "headrace")
-    t0 = time.perf_counter()
-    if lakehouse:
-        df = (spark.readStream.format("headrace.cloudFiles").option("cloudFiles.format", "parquet")
-              .option("cloudFiles.schemaLocation", str(chk / "schema"))
-              .option("cloudFiles.maxFilesPerTrigger", str(per_trigger))
-              .option("headraceStatePath", state).load(str(src)))  # fmt: skip
-        w = df.writeStream.format("headrace.delta")
-    else:
-        df = (spark.readStream.format("headrace.rate-micro-batch").option("rowsPerBatch", str(per_trigger))
-              .option("totalRows", str(total)).option("numPartitions", "2").option("headraceStatePath", state).load())  # fmt: skip
-        w = df.writeStream.format("headrace.files")
-    q = w.option("checkpointLocation", str(chk)).trigger(availableNow=True).start(str(out))
-    q.awaitTermination()
-    elapsed = time.perf_counter() - t0
-    if os.environ.get("HEADRACE_BENCH_VERBOSE"):
-        for p in q.recentProgress:
-            print(f"  batch {p['batchId']}: {p['numInputRows']} rows, durationMs {p['durationMs']}")
-    return elapsed
 
 
 def start_spark(cores: int) -> Any:
@@ -106,9 +111,10 @@ def start_spark(cores: int) -> Any:
     import headrace.spark
 
     spark = (SparkSession.builder.master(f"local[{cores}]").config("spark.ui.enabled", "false")
-             .config("spark.sql.session.timeZone", "UTC").config("spark.driver.memory", "2g").getOrCreate())  # fmt: skip
+             .config("spark.sql.session.timeZone", "UTC").config("spark.driver.memory", "2g")
+             .config("spark.sql.shuffle.partitions", str(cores)).config("spark.ui.showConsoleProgress", "false").getOrCreate())  # fmt: skip
     spark.sparkContext.setLogLevel("ERROR")
-    headrace.spark.register(spark)
+    headrace.spark.register(spark, "cloudFiles", "files")
     return spark
 
 
@@ -116,40 +122,48 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--files", type=int, default=20, help="Parquet files (default 20)")
     ap.add_argument("--rows", type=int, default=50_000, help="rows per file (default 50,000)")
-    ap.add_argument("--files-per-trigger", type=int, default=5, help="cloudFiles.maxFilesPerTrigger (default 5)")
+    ap.add_argument("--files-per-trigger", type=int, default=5, help="files per trigger (default 5)")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
-    ap.add_argument("--force-rate", action="store_true", help="bench rate-micro-batch -> files instead")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds after the warm-up (default 3)")
+    ap.add_argument("--verbose", action="store_true", help="print Spark's per-batch durations")
     args = ap.parse_args()
 
-    lakehouse = have_lakehouse_plugins() and not args.force_rate
     work = Path(tempfile.mkdtemp(prefix="headrace-bench-spark-"))
     try:
-        total = args.files * args.rows
-        per_trigger = args.files_per_trigger if lakehouse else args.rows * args.files_per_trigger
-        if lakehouse:
-            write_files(work / "in", args.files, args.rows)
-            write_files(work / "warm-in", 2, 1000, offset=10**9)
-            pipeline = f"cloudFiles (Parquet, {args.files} files x {args.rows:,} rows) -> delta"
-        else:
-            pipeline = f"rate-micro-batch ({total:,} rows) -> files (cloudfiles/delta plugins not installed)"
-        print(f"pipeline: {pipeline}, availableNow, {args.files_per_trigger} files' worth per trigger")
-
-        t_hr = run_headrace(work / "in", work / "out-hr", work / "chk-hr", lakehouse, total, per_trigger)
-        n_hr = delta_rows(str(work / "out-hr")) if lakehouse else hr.connectors.files.read_files(str(work / "out-hr")).num_rows
-
+        total = write_files(work / "in", args.files, args.rows)
+        id_sum = total * (total - 1) // 2
+        print(f"pipeline: Parquet ({args.files} files x {args.rows:,} rows) -> Parquet files, availableNow, "
+              f"{args.files_per_trigger} files per trigger, local[{args.cores}], one session")  # fmt: skip
         t0 = time.perf_counter()
         spark = start_spark(args.cores)
-        t_session = time.perf_counter() - t0
-        t_warm = run_spark(spark, work / "warm-in", work / "warm-out", work / "warm-chk", lakehouse, 2000, per_trigger)
-        t_sp = run_spark(spark, work / "in", work / "out-spark", work / "chk-spark", lakehouse, total, per_trigger)
-        n_sp = delta_rows(str(work / "out-spark")) if lakehouse else hr.connectors.files.read_files(str(work / "out-spark")).num_rows
+        print(f"session start {time.perf_counter() - t0:.1f} s (not counted)")
+        times: dict[str, list[float]] = {"native": [], "adapter": [], "headrace": []}
+        for r in range(args.rounds + 1):
+            k = f"r{r}"
+            verbose = args.verbose and r > 0
+            tn = run_native(spark, work / "in", work / f"out-native-{k}", work / f"chk-native-{k}",
+                            args.files_per_trigger, verbose)  # fmt: skip
+            ta = run_adapter(spark, work / "in", work / f"out-adapter-{k}", work / f"chk-adapter-{k}",
+                             args.files_per_trigger, verbose)  # fmt: skip
+            th = run_headrace(work / "in", work / f"out-hr-{k}", work / f"chk-hr-{k}", args.files_per_trigger)
+            for name in ("native", "adapter", "hr"):
+                check(work / f"out-{name}-{k}", total, id_sum)
+                shutil.rmtree(work / f"out-{name}-{k}", ignore_errors=True)
+            if r == 0:
+                print(f"warm-up round (not counted): native {tn:.2f} s, adapter {ta:.2f} s, headrace {th:.2f} s")
+                continue
+            for name, t in (("native", tn), ("adapter", ta), ("headrace", th)):
+                times[name].append(t)
         spark.stop()
-
-        assert n_hr == total and n_sp == total, (n_hr, n_sp, total)
-        print(f"headrace alone        : {total / t_hr:>12,.0f} rows/s  ({t_hr:.2f} s)")
-        print(f"Spark + headrace.spark: {total / t_sp:>12,.0f} rows/s  ({t_sp:.2f} s; local[{args.cores}], "
-              f"session start {t_session:.1f} s and warm-up query {t_warm:.1f} s not counted)")  # fmt: skip
-        print(f"ratio Spark / headrace: {t_hr / t_sp:.2f}")
+        med = {k: statistics.median(v) for k, v in times.items()}
+        label = {"native": "Spark native parquet -> parquet", "adapter": "Spark + headrace.spark adapter",
+                 "headrace": "headrace alone (no Spark)"}  # fmt: skip
+        print(f"medians of {args.rounds} interleaved rounds (every output checked: {total:,} rows, ids summed):")
+        for k in ("native", "adapter", "headrace"):
+            runs = " ".join(f"{t:.2f}" for t in times[k])
+            print(f"  {label[k]:34s} {total / med[k]:>12,.0f} rows/s  ({med[k]:.2f} s; runs {runs})")
+        print(f"  ratio adapter / Spark native       {med['native'] / med['adapter']:.2f}   (goal >= 0.8)")
+        print(f"  ratio headrace alone / Spark native {med['native'] / med['headrace']:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

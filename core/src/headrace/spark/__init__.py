@@ -55,7 +55,12 @@ from headrace.errors import HeadraceError
 from headrace.plugins import ConnectorSpec, Registry, registry
 from headrace.spark._common import FORMAT_PREFIX, STATE_PATH_OPTION
 from headrace.spark.sink import HeadraceCommitMessage, HeadraceStreamWriter
-from headrace.spark.source import HeadraceInputPartition, HeadraceStreamReader, parse_source_options
+from headrace.spark.source import (
+    HeadraceInputPartition,
+    HeadraceStreamReader,
+    max_tasks_option,
+    parse_source_options,
+)
 from headrace.spark.types import (
     arrow_to_spark_schema,
     arrow_to_spark_type,
@@ -105,6 +110,7 @@ class HeadraceDataSource(DataSource):
     connector: ClassVar[str] = ""
     inline_spec: ClassVar[ConnectorSpec | None] = None
     format_alias: ClassVar[str] = ""
+    max_tasks: ClassVar[int | None] = None  # Spark's default parallelism when registered
 
     @classmethod
     def connector_spec(cls) -> ConnectorSpec:
@@ -140,7 +146,9 @@ class HeadraceDataSource(DataSource):
         """A stream reader for this query. Called by Spark on the driver in each process that
         needs one (see :mod:`headrace.spark.source`); the result is pickled to executors."""
         user_schema = None if getattr(self, "_schema_inferred", False) else spark_to_arrow_schema(schema)
-        return HeadraceStreamReader(self.connector_spec(), dict(self.options), schema, user_schema)
+        spec, raw = self.connector_spec(), dict(self.options)
+        reader = HeadraceStreamReader(spec, raw, schema, user_schema, max_tasks_option(raw, self.max_tasks))
+        return reader
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> HeadraceStreamWriter:
         """A stream writer for this query. Called by Spark on the driver once per micro-batch
@@ -148,14 +156,17 @@ class HeadraceDataSource(DataSource):
         return HeadraceStreamWriter(self.connector_spec(), dict(self.options), schema, overwrite)
 
 
-def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: Registry | None = None) -> type[HeadraceDataSource]:
+def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: Registry | None = None,
+                      max_tasks: int | None = None) -> type[HeadraceDataSource]:  # fmt: skip
     """The Spark ``DataSource`` class for one connector (a name looked up in the registry, or a
     ``ConnectorSpec``). ``alias`` registers it under ``headrace.<alias>`` instead of its name.
 
     An installed connector is referred to by name (Spark's workers look it up in their own
     registry); a spec no installed plugin provides (an application's private connector) is
     carried inline, pickled with the class. Register the class with
-    ``spark.dataSource.register(cls)``.
+    ``spark.dataSource.register(cls)``. ``max_tasks``: the default of the reader option
+    ``headraceMaxTasks`` (at most this many Spark tasks per micro-batch; None: one per
+    partition of the source).
     """
     r = reg or registry()
     spec = connector if isinstance(connector, ConnectorSpec) else r.get(connector)
@@ -171,7 +182,8 @@ def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: R
     return type(
         f"HeadraceDataSource_{safe}",
         (HeadraceDataSource,),
-        {"connector": spec.name, "inline_spec": inline, "format_alias": alias, "__module__": __name__,
+        {"connector": spec.name, "inline_spec": inline, "format_alias": alias, "max_tasks": max_tasks,
+         "__module__": __name__,
          "__doc__": f"headrace connector '{spec.name}' as a Spark data source"},
     )
 
@@ -198,11 +210,21 @@ def register(spark: SparkSession, *connectors: str | ConnectorSpec, aliases: boo
     if not specs:
         raise HeadraceError("no headrace connectors to register; install a plugin (pip install headrace-<name>)")
     names: list[str] = []
+    parallelism = _default_parallelism(spark)
     for spec in specs:
         extra = [a for a in (spec.aliases if aliases else ()) if a.lower() != spec.name.lower()]
         for alias in ("", *dict.fromkeys(extra)):
-            cls = data_source_class(spec, alias=alias)
+            cls = data_source_class(spec, alias=alias, max_tasks=parallelism)
             spark.dataSource.register(cls)
             names.append(cls.name())
     return names
 
+
+
+def _default_parallelism(spark: SparkSession) -> int | None:
+    """Spark's default parallelism (the cores of ``local[N]`` or of the cluster's executors),
+    the default ``headraceMaxTasks``; None where it cannot be asked (Spark Connect)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect has no SparkContext
+        return None

@@ -12,6 +12,8 @@ from headrace.options import OptionSchema
 
 FORMAT_PREFIX = "headrace."
 STATE_PATH_OPTION = "headraceStatePath"
+# Reader option: at most this many Spark tasks per micro-batch (0: one per headrace partition).
+MAX_TASKS_OPTION = "headraceMaxTasks"
 # Options Spark adds to a writer's options (DataStreamWriter.option / queryName), consumed here.
 SPARK_WRITER_OPTIONS = ("checkpointLocation", "queryName")
 

@@ -25,7 +25,7 @@ import pickle
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
@@ -44,10 +44,18 @@ from headrace.errors import HeadraceError, OptionProblem, OptionsError
 from headrace.options import Options
 from headrace.plugins import ConnectorSpec
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
-from headrace.spark._common import STATE_PATH_OPTION, canonical_options, get_option
+from headrace.spark._common import MAX_TASKS_OPTION, STATE_PATH_OPTION, canonical_options, get_option
 from headrace.spark.types import conform_batches, spark_to_arrow_schema
 
-__all__ = ["HeadraceInputPartition", "HeadraceStreamReader", "from_spark_limit", "parse_source_options", "to_spark_limit"]
+__all__ = [
+    "HeadraceInputPartition",
+    "HeadraceStreamReader",
+    "from_spark_limit",
+    "group_partitions",
+    "max_tasks_option",
+    "parse_source_options",
+    "to_spark_limit",
+]
 
 log = logging.getLogger("headrace.spark")
 
@@ -66,19 +74,50 @@ class _SourceRecipe:
 
 
 class HeadraceInputPartition(InputPartition):
-    """One headrace ``Partition`` of a micro-batch, as Spark ships it to an executor.
+    """One Spark partition of a micro-batch, as Spark ships it to an executor: one or more
+    headrace ``Partition`` objects (``partitions``), read one after the other by one task.
 
     ``source`` is the driver's source pickled once per batch (``None`` when it cannot be
     pickled). Must be picklable, like everything it holds.
     """
 
-    def __init__(self, partition: Partition, source: bytes | None, index: int) -> None:
+    def __init__(self, partition: Partition | Sequence[Partition], source: bytes | None, index: int) -> None:
         super().__init__(index)
-        self.partition = partition
+        if isinstance(partition, list | tuple):
+            self.partitions: tuple[Partition, ...] = tuple(partition)
+        else:
+            self.partitions = (cast(Partition, partition),)
         self.source = source
 
+    @property
+    def partition(self) -> Partition:
+        """The first (usually the only) headrace partition."""
+        return self.partitions[0]
+
     def __repr__(self) -> str:
-        return f"HeadraceInputPartition({self.partition!r})"
+        inner = ", ".join(map(repr, self.partitions))
+        return f"HeadraceInputPartition({inner})"
+
+
+def group_partitions(parts: Sequence[Partition], max_groups: int | None) -> list[list[Partition]]:
+    """``parts`` in at most ``max_groups`` runs of contiguous partitions of about equal count
+    (one each when ``max_groups`` is None, 0 or not smaller than ``len(parts)``).
+
+    Each Spark task costs a scheduling round, two Python worker hand-offs (the read and the
+    write) and an Arrow <-> row conversion set-up, so a micro-batch is not cut into more
+    tasks than Spark runs at once (its default parallelism), as Spark's own file source packs
+    files into ``defaultParallelism``-sized splits.
+    """
+    if not max_groups or max_groups >= len(parts):
+        return [[p] for p in parts]
+    size, extra = divmod(len(parts), max_groups)
+    out: list[list[Partition]] = []
+    i = 0
+    for g in range(max_groups):
+        n = size + (1 if g < extra else 0)
+        out.append(list(parts[i : i + n]))
+        i += n
+    return out
 
 
 def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[Options, str]:
@@ -105,13 +144,26 @@ def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[O
     options = Options({})
     try:
         options = spec.source_options.parse(
-            canonical_options(raw, spec.source_options, drop=(STATE_PATH_OPTION,)), connector=spec.name, role="source"
+            canonical_options(raw, spec.source_options, drop=(STATE_PATH_OPTION, MAX_TASKS_OPTION)), connector=spec.name, role="source"
         )
     except OptionsError as e:
         problems = [*e.problems, *problems]
+    tasks = get_option(raw, MAX_TASKS_OPTION)
+    if tasks is not None and not (str(tasks).strip().isdigit()):
+        problems.append(OptionProblem(
+            MAX_TASKS_OPTION,
+            f"must be a whole number >= 0 (got {tasks!r}): at most this many Spark tasks per micro-batch, "
+            "0 for one task per partition of the source",
+        ))  # fmt: skip
     if problems:
         raise OptionsError(spec.name, "source", problems)
     return options, os.path.abspath(str(state))
+
+
+def max_tasks_option(raw: Mapping[str, Any], default: int | None) -> int | None:
+    """``headraceMaxTasks`` (validated by :func:`parse_source_options`), else ``default``."""
+    tasks = get_option(raw, MAX_TASKS_OPTION)
+    return int(str(tasks).strip()) if tasks is not None else default
 
 
 def source_context(state_path: str, user_schema: pa.Schema | None) -> SourceContext:
@@ -167,10 +219,13 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """
 
     def __init__(self, spec: ConnectorSpec, raw_options: Mapping[str, Any], schema: StructType,
-                 user_schema: pa.Schema | None) -> None:  # fmt: skip
+                 user_schema: pa.Schema | None, max_tasks: int | None = None) -> None:  # fmt: skip
         """Validate the options (raising :class:`OptionsError`) without building the source.
-        Called by Spark once per query start in each driver-side process that needs a reader."""
+        Called by Spark once per query start in each driver-side process that needs a reader.
+        ``max_tasks``: at most this many Spark partitions per micro-batch (see
+        :func:`group_partitions`; None: one per headrace partition)."""
         options, state_path = parse_source_options(spec, raw_options)
+        self._max_tasks = max_tasks
         self._recipe = _SourceRecipe(spec, options, source_context(state_path, user_schema))
         self._spark_schema = schema
         self._target = spark_to_arrow_schema(schema)
@@ -249,7 +304,7 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except Exception as e:  # a live client: executors build their own source
             log.debug("source '%s' is not picklable (%s); executors construct it", self._recipe.spec.name, e)
             blob = None
-        return [HeadraceInputPartition(p, blob, i) for i, p in enumerate(parts)]
+        return [HeadraceInputPartition(g, blob, i) for i, g in enumerate(group_partitions(parts, self._max_tasks))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Read one partition on an executor: ``Source.read`` on the pickled copy carried by the
@@ -258,7 +313,8 @@ class HeadraceStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, HeadraceInputPartition)
         source: Source = pickle.loads(partition.source) if partition.source is not None else self._recipe.build()
         try:
-            yield from conform_batches(source.read(partition.partition), self._target, connector=self._recipe.spec.name)
+            for part in partition.partitions:
+                yield from conform_batches(source.read(part), self._target, connector=self._recipe.spec.name)
         finally:
             source.close()
 
