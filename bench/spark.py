@@ -13,6 +13,11 @@ Each round runs the three once, interleaved (the machine may be shared); after o
 round (not counted) ``--rounds`` rounds (default 3) follow and the medians are printed as rows/s
 (rows / wall time from ``start()`` to the end of ``awaitTermination()``) with the ratios
 adapter / native and headrace alone / native. Every output is checked (row count and id sum).
+Also printed: the median CPU seconds of each (this process and its descendants: the JVM and
+PySpark's Python workers), which other work on a shared machine disturbs less than wall time.
+Fairness: the schema is given to all three (Spark's file source needs it; without it
+cloudFiles would infer it and add a ``_rescued_data`` column); ``spark.sql.shuffle.partitions``
+is the core count; Spark's Arrow and worker settings are its defaults.
 ``--verbose`` prints Spark's per-batch durations. Measures; asserts only the outputs.
 """
 
@@ -52,6 +57,33 @@ def write_files(folder: Path, files: int, rows: int, offset: int = 0) -> int:
     return files * rows
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds (user + system, reaped children included) of this process and every
+    descendant: the JVM, PySpark's daemon and its Python workers. Less sensitive than wall time
+    to other work on a shared machine."""
+    stats: dict[int, tuple[int, int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        kids.setdefault(ppid, []).append(pid)
+    total, todo = 0, [os.getpid()]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, (0, 0))[1]
+        todo.extend(kids.get(p, []))
+    return total / _TICK
+
+
 def check(out: Path, total: int, id_sum: int) -> None:
     """Every row exactly once: count and sum of ids of the Parquet files under ``out``."""
     files = [str(p) for p in out.rglob("*.parquet") if "_spark_metadata" not in p.parts and not p.name.startswith(".")]
@@ -71,8 +103,9 @@ def run_native(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, ve
 
 
 def run_adapter(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> float:
+    schema = spark.read.parquet(str(src)).schema  # given, as to Spark's own reader
     t0 = time.perf_counter()
-    df = (spark.readStream.format("headrace.cloudFiles").option("cloudFiles.format", "parquet")
+    df = (spark.readStream.format("headrace.cloudFiles").schema(schema).option("cloudFiles.format", "parquet")
           .option("cloudFiles.schemaLocation", str(chk / "schema"))
           .option("cloudFiles.maxFilesPerTrigger", str(per_trigger))
           .option("headraceStatePath", str(chk / "sources" / "0" / "headrace")).load(str(src)))  # fmt: skip
@@ -93,8 +126,9 @@ def _done(q: Any, t0: float, what: str, verbose: bool) -> float:
 
 
 def run_headrace(src: Path, out: Path, chk: Path, per_trigger: int) -> float:
+    schema = pq.read_schema(next(src.glob("*.parquet")))  # given, as to Spark
     t0 = time.perf_counter()
-    q = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "parquet")
+    q = (hr.read_stream.format("cloudFiles").schema(schema).option("cloudFiles.format", "parquet")
          .option("cloudFiles.schemaLocation", str(chk / "schema"))
          .option("cloudFiles.maxFilesPerTrigger", per_trigger).load(str(src))
          .write_stream.format("files").option("checkpointLocation", str(chk))
@@ -138,22 +172,28 @@ def main() -> None:
         spark = start_spark(args.cores)
         print(f"session start {time.perf_counter() - t0:.1f} s (not counted)")
         times: dict[str, list[float]] = {"native": [], "adapter": [], "headrace": []}
+        cpu: dict[str, list[float]] = {"native": [], "adapter": [], "headrace": []}
         for r in range(args.rounds + 1):
             k = f"r{r}"
             verbose = args.verbose and r > 0
+            c0 = tree_cpu()
             tn = run_native(spark, work / "in", work / f"out-native-{k}", work / f"chk-native-{k}",
                             args.files_per_trigger, verbose)  # fmt: skip
+            c1 = tree_cpu()
             ta = run_adapter(spark, work / "in", work / f"out-adapter-{k}", work / f"chk-adapter-{k}",
                              args.files_per_trigger, verbose)  # fmt: skip
+            c2 = tree_cpu()
             th = run_headrace(work / "in", work / f"out-hr-{k}", work / f"chk-hr-{k}", args.files_per_trigger)
+            c3 = tree_cpu()
             for name in ("native", "adapter", "hr"):
                 check(work / f"out-{name}-{k}", total, id_sum)
                 shutil.rmtree(work / f"out-{name}-{k}", ignore_errors=True)
             if r == 0:
                 print(f"warm-up round (not counted): native {tn:.2f} s, adapter {ta:.2f} s, headrace {th:.2f} s")
                 continue
-            for name, t in (("native", tn), ("adapter", ta), ("headrace", th)):
+            for name, t, c in (("native", tn, c1 - c0), ("adapter", ta, c2 - c1), ("headrace", th, c3 - c2)):
                 times[name].append(t)
+                cpu[name].append(c)
         spark.stop()
         med = {k: statistics.median(v) for k, v in times.items()}
         label = {"native": "Spark native parquet -> parquet", "adapter": "Spark + headrace.spark adapter",
@@ -161,9 +201,12 @@ def main() -> None:
         print(f"medians of {args.rounds} interleaved rounds (every output checked: {total:,} rows, ids summed):")
         for k in ("native", "adapter", "headrace"):
             runs = " ".join(f"{t:.2f}" for t in times[k])
-            print(f"  {label[k]:34s} {total / med[k]:>12,.0f} rows/s  ({med[k]:.2f} s; runs {runs})")
-        print(f"  ratio adapter / Spark native       {med['native'] / med['adapter']:.2f}   (goal >= 0.8)")
+            print(f"  {label[k]:34s} {total / med[k]:>12,.0f} rows/s  ({med[k]:.2f} s; runs {runs}; "
+                  f"CPU {statistics.median(cpu[k]):.2f} s)")  # fmt: skip
+        print(f"  ratio adapter / Spark native        {med['native'] / med['adapter']:.2f}   (goal >= 0.8)")
         print(f"  ratio headrace alone / Spark native {med['native'] / med['headrace']:.2f}")
+        cn, ca = statistics.median(cpu["native"]), statistics.median(cpu["adapter"])
+        print(f"  CPU seconds adapter / native        {ca / cn:.2f}   (JVM + Python workers; less load-sensitive)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
