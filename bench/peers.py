@@ -272,7 +272,7 @@ def w_dlt(workload: str, cfg: dict[str, Any], out: str) -> float:
     if workload == "json_delta":
         schema = _arrow_schema()
         files = sorted(Path(cfg["json"]).iterdir())
-        dest_dir, table_name = os.path.dirname(out), os.path.basename(out)
+        dest_dir, table_name = out + "-dlt", "peers_rows"
 
         @dlt.resource(name=table_name, table_format="delta", write_disposition="append")
         def rows():  # type: ignore[no-untyped-def]
@@ -285,8 +285,8 @@ def w_dlt(workload: str, cfg: dict[str, Any], out: str) -> float:
         p.run(rows(), loader_file_format="parquet")
         dt = time.perf_counter() - t0
         # dlt writes <dest>/<dataset>/<table>; point the check there
-        found = os.path.join(dest_dir, "ds", table_name)
-        shutil.move(found, out)
+        shutil.move(os.path.join(dest_dir, "ds", table_name), out)
+        shutil.rmtree(dest_dir, ignore_errors=True)
         return dt
     if workload == "pg_upsert":
         table = pq.read_table(cfg["parquet"])
@@ -334,6 +334,7 @@ def w_quix(workload: str, cfg: dict[str, Any], out: str) -> float:
     t0 = time.perf_counter()
     app = Application(broker_address=cfg["servers"], consumer_group=f"peers-{uuid.uuid4().hex[:6]}",
                       auto_offset_reset="earliest", commit_every=CHUNK, state_dir=tempfile.mkdtemp(),
+                      auto_create_topics=False,  # the mock cluster has no Admin API for topic creation
                       consumer_extra_config={"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 10,
                                              "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})  # fmt: skip
     sdf = app.dataframe(app.topic(cfg["topic"], value_deserializer="json"))
