@@ -29,7 +29,7 @@ from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_s
 from headrace_cloudfiles.index import FileIndex
 from headrace_cloudfiles.reader import FilesPartition, ReadPlan, partition_values, read_partition
 from headrace_cloudfiles.schemas import SchemaStore, apply_hints
-from headrace_cloudfiles.storage import FileInfo, LocalStore, Store, open_store
+from headrace_cloudfiles.storage import FileInfo, LocalStore, NotARegularFileError, Store, open_store
 from headrace_cloudfiles.watcher import Watcher
 
 __all__ = ["CloudFilesSource"]
@@ -473,6 +473,9 @@ class CloudFilesSource(Source):
                     self.store.move(f.rel, self.move_to)
                 else:
                     self.store.delete(f.rel)
+                done.append(f.seq)
+            except NotARegularFileError as e:  # became a link (or lies under one) since it was read
+                log.error("cloudFiles: refusing to clean %s: %s", self.store.uri(f.rel), e)
                 done.append(f.seq)
             except Exception as e:  # clean-up never fails the stream; retried at the next commit
                 log.warning("cloudFiles: cleanSource %s of %s failed (retried later): %s", self.clean, self.store.uri(f.rel), e)
