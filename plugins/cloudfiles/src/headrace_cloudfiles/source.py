@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.errors import HeadraceError, OptionProblem, OptionsError
+from headrace.errors import CheckpointError, HeadraceError, OptionProblem, OptionsError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_schema, inference_bytes
@@ -129,6 +129,8 @@ class CloudFilesSource(Source):
         self._temp_state: str | None = None
         self._watcher: Watcher | None = None
         self._cap: int | None = None
+        self._cap_pending = False
+        self._trusted = False  # the file index was checked against the checkpoint's offsets this run
         self._discovered_this_run = False
         self._last_expiry = 0.0
         self._closed = False
@@ -176,15 +178,50 @@ class CloudFilesSource(Source):
     # ------------------------------------------------------------------ state
     @property
     def index(self) -> FileIndex:
-        """The file index in the checkpoint (opened on first use, on the driver)."""
+        """The file index in the checkpoint (opened on first use, on the driver).
+
+        Raises CheckpointError when it is damaged or belongs to another query."""
         if self._index is None:
             folder = self.context.state_path
             if folder is None:
                 import tempfile
 
                 folder = self._temp_state = tempfile.mkdtemp(prefix="headrace-cloudfiles-")
-            self._index = FileIndex(folder)
+            idx = FileIndex(folder)
+            qid = self.context.query_id
+            if idx.owner and qid and idx.owner != qid:
+                idx.close()
+                raise CheckpointError(
+                    f"the cloudFiles file index {idx.path} belongs to query {idx.owner}, not to this query ({qid}): "
+                    "it was copied from another checkpoint; restore this checkpoint's own sources/ folder, or start "
+                    "the query with a new checkpointLocation"
+                )
+            self._index = idx
         return self._index
+
+    def _check_state(self, start_seq: int) -> None:
+        """Before the first use of the index in a run that resumes from ``start_seq``: the index
+        must hold every file up to there. A lost, emptied or truncated index would otherwise be
+        refilled by a new listing, re-numbering files: old ones ingested again, new ones skipped."""
+        if self._trusted:
+            return
+        idx = self.index
+        if start_seq > 0 and idx.fresh:
+            what = {"missing": "is missing", "empty": "is empty"}.get(idx.state, "holds no files")
+            raise CheckpointError(
+                f"the cloudFiles file index {idx.path} {what}, but the checkpoint has batches up to file #{start_seq}: "
+                "the index records which files were ingested, and a new one would ingest old files again and skip "
+                "new ones. Restore it from a backup together with the checkpoint, or start the query with a new "
+                "checkpointLocation (with cloudFiles.includeExistingFiles=false to skip the files already there)"
+            )
+        if start_seq > idx.max_seq:
+            raise CheckpointError(
+                f"the checkpoint's offsets reach file #{start_seq} but the cloudFiles file index {idx.path} knows only "
+                f"{idx.max_seq} files: the index was truncated or replaced; restore it, or start with a new "
+                "checkpointLocation"
+            )
+        idx.claim(self.context.query_id)
+        self._trusted = True
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -365,6 +402,8 @@ class CloudFilesSource(Source):
         checkpoint has no batch. With ``includeExistingFiles=false`` it records the files present
         now as seen, so only later files are ingested."""
         idx = self.index
+        idx.claim(self.context.query_id)
+        self._trusted = True
         if not self.include_existing and idx.get("baseline") is None:
             files, last = self._listing(None)
             idx.add(files, allow_overwrites=False, ingest=False)
@@ -379,9 +418,13 @@ class CloudFilesSource(Source):
 
     def prepare_for_available_now(self) -> bool:
         """Discover the files present now and never go beyond them. Called once per run with
-        ``trigger(available_now=True)``."""
-        self._discover()
-        self._cap = self.index.max_seq
+        ``trigger(available_now=True)``; the listing waits for the first ``latest_offset`` when
+        the file index is not checked yet (a resumed stream)."""
+        if self._trusted:
+            self._discover()
+            self._cap = self.index.max_seq
+        else:
+            self._cap_pending = True
         return True
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
@@ -389,14 +432,14 @@ class CloudFilesSource(Source):
 
         Called once per trigger on the driver; returns ``start`` when nothing is new."""
         begin = self._seq(start)
-        if self._cap is None:
-            self._discover()
+        self._check_state(begin)
         idx = self.index
-        if begin > idx.max_seq:
-            raise HeadraceError(
-                f"the checkpoint's offset {start} is beyond the {idx.max_seq} files in the cloudFiles file index "
-                f"{idx.path}: the index was lost or replaced; start with a new checkpointLocation"
-            )
+        if self._cap_pending:
+            self._cap_pending = False
+            self._discover()
+            self._cap = idx.max_seq
+        elif self._cap is None:
+            self._discover()
         end = idx.admit(begin, max_files=limit.max_files, max_bytes=limit.max_bytes, cap=self._cap)
         return {"seq": end}
 
@@ -415,6 +458,7 @@ class CloudFilesSource(Source):
         a, b = self._seq(start), self._seq(end)
         if b <= a:
             return []
+        self._check_state(a)
         files = self.index.files(a, b)
         plan = self.plan
         k = max(1, min(_MAX_PARTITIONS, len(files)))
@@ -446,6 +490,7 @@ class CloudFilesSource(Source):
         """The files up to ``end`` are in committed batches: apply ``cleanSource`` to those
         committed longer than ``retentionDuration`` ago, and expire old entries (``maxFileAge``).
         Called once per batch on the driver, after the batch is committed."""
+        self._check_state(self._seq(end))
         idx = self.index
         now = time.time()
         idx.mark_committed(self._seq(end), int(now * 1000))
