@@ -75,6 +75,17 @@ class CloudFilesSource(Source):
     """
 
     replayable = True
+    needs_state_path = True  # the file index
+
+    @classmethod
+    def default_state_path(cls, options: Options) -> str | None:
+        """Under Spark without ``headraceStatePath``: ``<cloudFiles.schemaLocation>/_headrace_state``
+        (Auto Loader users set schemaLocation anyway; one per stream, like the schema). None
+        without a local schemaLocation. Pure."""
+        loc = options["cloudFiles.schemaLocation"]
+        if not loc or ("://" in str(loc) and not str(loc).startswith("file://")):
+            return None
+        return os.path.join(str(loc).removeprefix("file://"), "_headrace_state")
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
