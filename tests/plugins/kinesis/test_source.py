@@ -333,3 +333,21 @@ def test_an_empty_range_after_a_split_reaches_the_sink_with_the_schema(kinesis: 
     got.clear()
     _available_now(kinesis, s, chk, got)
     assert got and all(t.num_rows == 0 and t.schema == SCHEMA for t in got)
+
+
+def test_available_now_boundary_expired_reads_until_caught_up(faulty_kinesis: Any, caplog: Any) -> None:
+    """The LATEST iterator taken at start expired before it was needed (a batch longer than 5
+    minutes): nothing present at start is missed, the run reads the shard until caught up."""
+    c = faulty_kinesis.client()
+    s = create_stream(c)
+    put_values(c, s, range(5))
+    src = make_source(source_opts(faulty_kinesis, s))
+    a = src.initial_offset()
+    assert src.prepare_for_available_now()
+    faulty_kinesis.set(clockOffsetMs=faulty_kinesis._state["clockOffsetMs"] + 301_000)
+    put_values(c, s, range(5, 8))
+    with caplog.at_level("INFO", logger="headrace.kinesis"):
+        batches, _ = drain(src, a)
+    got = sorted(v for t in batches for v in values(t))
+    assert got[:5] == list(range(5)) and set(got) <= set(range(8))
+    assert "start boundary of shard shardId-000000000000 expired" in caplog.text

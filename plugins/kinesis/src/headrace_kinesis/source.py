@@ -242,10 +242,11 @@ class KinesisSource(Source):
             except Exception as e:
                 if error_code(e) != "ExpiredIteratorException":
                     raise
-                raise HeadraceError(
-                    f"kinesis: available-now lost track of where the records present at its start end on stream "
-                    f"{self.ref} shard {sid} (its LATEST iterator expired); fix: run it again"
-                ) from e
+                # unused for 5 minutes (a very long batch): the exact end is lost; read the shard
+                # until caught up instead, which still reads everything present at start
+                log.info("kinesis: available-now: the start boundary of shard %s expired; reading it until caught up", sid)
+                b.iterator = None
+                return
             b.polled = time.monotonic()
             self._next_fetch[sid] = max(self._next_fetch.get(sid, 0.0), b.polled + self.min_period)
             records = resp.get("Records", [])
