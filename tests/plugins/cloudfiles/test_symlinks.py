@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from headrace_cloudfiles.storage import LocalStore, NotARegularFileError
+from headrace_cloudfiles.local import LocalStore, NotARegularFileError
 from tests.plugins.cloudfiles.helpers import output, run, write_json
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "symlink") or os.name == "nt", reason="POSIX symlinks")

@@ -151,6 +151,36 @@ class FileIndex:
         """True when the index holds nothing from earlier runs (missing, empty or never claimed)."""
         return self.state != "present" or (self.owner is None and self._max_seq == 0)
 
+    def check_owner(self, query_id: str) -> None:
+        """Raise CheckpointError when another query claimed the index (copied from another
+        checkpoint). Called once when the source opens it."""
+        if self.owner and query_id and self.owner != query_id:
+            raise CheckpointError(
+                f"the cloudFiles file index {self.path} belongs to query {self.owner}, not to this query ({query_id}): "
+                "it was copied from another checkpoint; restore this checkpoint's own sources/ folder, or start "
+                "the query with a new checkpointLocation"
+            )
+
+    def check_resume(self, start_seq: int) -> None:
+        """Raise CheckpointError unless the index holds every file up to ``start_seq``, where the
+        checkpoint resumes. Called before the first listing of a resumed run: a lost, emptied or
+        truncated index would otherwise be refilled by it, numbering the files anew (old files
+        ingested again, new ones skipped)."""
+        if start_seq > 0 and self.fresh:
+            what = {"missing": "is missing", "empty": "is empty"}.get(self.state, "holds no files")
+            raise CheckpointError(
+                f"the cloudFiles file index {self.path} {what}, but the checkpoint has batches up to file #{start_seq}: "
+                "the index records which files were ingested, and a new one would ingest old files again and skip "
+                "new ones. Restore it from a backup together with the checkpoint, or start the query with a new "
+                "checkpointLocation (with cloudFiles.includeExistingFiles=false to skip the files already there)"
+            )
+        if start_seq > self._max_seq:
+            raise CheckpointError(
+                f"the checkpoint's offsets reach file #{start_seq} but the cloudFiles file index {self.path} knows only "
+                f"{self._max_seq} files: the index was truncated or replaced; restore it, or start with a new "
+                "checkpointLocation"
+            )
+
     def claim(self, query_id: str) -> None:
         """Record ``query_id`` as the owner. Called once the source knows the index belongs to
         this query (a new stream, or an existing index that passed the checks)."""

@@ -27,9 +27,10 @@ from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_schema, inference_bytes
 from headrace_cloudfiles.index import FileIndex
+from headrace_cloudfiles.local import LocalStore, NotARegularFileError
 from headrace_cloudfiles.reader import FilesPartition, ReadPlan, partition_values, read_partition
 from headrace_cloudfiles.schemas import SchemaStore, apply_hints
-from headrace_cloudfiles.storage import FileInfo, LocalStore, NotARegularFileError, Store, open_store
+from headrace_cloudfiles.storage import FileInfo, Store, open_store
 from headrace_cloudfiles.watcher import Watcher
 
 __all__ = ["CloudFilesSource"]
@@ -199,38 +200,21 @@ class CloudFilesSource(Source):
 
                 folder = self._temp_state = tempfile.mkdtemp(prefix="headrace-cloudfiles-")
             idx = FileIndex(folder)
-            qid = self.context.query_id
-            if idx.owner and qid and idx.owner != qid:
+            try:
+                idx.check_owner(self.context.query_id)
+            except CheckpointError:
                 idx.close()
-                raise CheckpointError(
-                    f"the cloudFiles file index {idx.path} belongs to query {idx.owner}, not to this query ({qid}): "
-                    "it was copied from another checkpoint; restore this checkpoint's own sources/ folder, or start "
-                    "the query with a new checkpointLocation"
-                )
+                raise
             self._index = idx
         return self._index
 
     def _check_state(self, start_seq: int) -> None:
-        """Before the first use of the index in a run that resumes from ``start_seq``: the index
-        must hold every file up to there. A lost, emptied or truncated index would otherwise be
-        refilled by a new listing, re-numbering files: old ones ingested again, new ones skipped."""
+        """Before the first use of the index in a run that resumes from ``start_seq``: see
+        :meth:`FileIndex.check_resume`. Then the index is claimed for this query."""
         if self._trusted:
             return
         idx = self.index
-        if start_seq > 0 and idx.fresh:
-            what = {"missing": "is missing", "empty": "is empty"}.get(idx.state, "holds no files")
-            raise CheckpointError(
-                f"the cloudFiles file index {idx.path} {what}, but the checkpoint has batches up to file #{start_seq}: "
-                "the index records which files were ingested, and a new one would ingest old files again and skip "
-                "new ones. Restore it from a backup together with the checkpoint, or start the query with a new "
-                "checkpointLocation (with cloudFiles.includeExistingFiles=false to skip the files already there)"
-            )
-        if start_seq > idx.max_seq:
-            raise CheckpointError(
-                f"the checkpoint's offsets reach file #{start_seq} but the cloudFiles file index {idx.path} knows only "
-                f"{idx.max_seq} files: the index was truncated or replaced; restore it, or start with a new "
-                "checkpointLocation"
-            )
+        idx.check_resume(start_seq)
         idx.claim(self.context.query_id)
         self._trusted = True
 
