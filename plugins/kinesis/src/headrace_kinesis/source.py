@@ -36,7 +36,15 @@ from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_kinesis._client import StreamRef, error_code, make_client, stream_ref, with_backoff
 from headrace_kinesis._schema import SCHEMA, records_to_batch
-from headrace_kinesis._shards import Position, add_listed, compact, eligible, new_offset, position
+from headrace_kinesis._shards import (
+    Position,
+    add_listed,
+    compact,
+    eligible,
+    new_offset,
+    position,
+    shard_sort_key,
+)
 
 __all__ = ["KinesisSource", "ShardRange", "ShardsPartition"]
 
@@ -127,6 +135,7 @@ class KinesisSource(Source):
         self._list_due = True
         self._an_open: dict[str, _Boundary] | None = None  # available-now: shards open at start
         self._an_closed: set[str] = set()  # available-now: shards closed at start (read to their end)
+        self._an_last: tuple[int, str] | None = None  # available-now: the highest shard id listed at start
         self._closed: set[str] = set()  # shards a listing showed closed: read until the end, never "caught up"
 
     # ------------------------------------------------------------------ plumbing
@@ -225,11 +234,16 @@ class KinesisSource(Source):
                             ShardId=sid, ShardIteratorType="LATEST")["ShardIterator"]  # fmt: skip
             opened[sid] = _Boundary(it, time.monotonic())
         self._an_open, self._an_closed = opened, closed
+        self._an_last = max((shard_sort_key(sid) for sid in (*opened, *closed)), default=None)
         return True
 
     def _in_run(self, sid: str) -> bool:
-        """Available-now: the shard existed when the run started (else all its records are later)."""
-        return self._an_open is None or sid in self._an_open or sid in self._an_closed
+        """Available-now: the shard existed when the run started (else all its records are later).
+        Shard ids grow with every split or merge, so a shard created after the start has an id
+        above every id listed then; a lower id not listed (expired) is read as usual."""
+        if self._an_open is None or sid in self._an_open or sid in self._an_closed:
+            return True
+        return self._an_last is not None and shard_sort_key(sid) <= self._an_last
 
     def _poll_boundary(self, sid: str, b: _Boundary) -> None:
         """Look for the first record after the start on ``b``'s LATEST iterator (a few calls at
