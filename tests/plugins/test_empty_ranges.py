@@ -44,3 +44,26 @@ def test_delta_commit_without_rows(tmp_path: Path) -> None:
     got = collect(hr.read_stream.format("delta").load(table), chk)
     assert got, "the empty commit makes a batch"
     assert all(t.num_rows == 0 and t.column_names[:2] == ["v", "s"] for t in got), [t.schema for t in got]
+
+
+def test_kafka_range_holding_only_a_transaction_marker(kafka: object, tmp_path: Path) -> None:
+    """A committed transaction's marker takes an offset: with maxOffsetsPerTrigger=1 the second
+    batch covers only that marker, holds no row, and still reaches the sink with the columns."""
+    import logging
+    import uuid
+
+    from confluent_kafka import Producer
+
+    servers = kafka.bootstrap_servers  # type: ignore[attr-defined]
+    topic = kafka.create_topic(f"tx-{uuid.uuid4().hex[:8]}", 1)  # type: ignore[attr-defined]
+    p = Producer({"bootstrap.servers": servers, "transactional.id": f"tx-{uuid.uuid4().hex[:8]}",
+                  "logger": logging.getLogger("tests.kafka.producer")})  # it outlives the session's brokers
+    p.init_transactions(10)
+    p.begin_transaction()
+    p.produce(topic, b"a", partition=0)
+    p.commit_transaction(10)
+    frame = (hr.read_stream.format("kafka").option("kafka.bootstrap.servers", servers).option("subscribe", topic)
+             .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", 1).load())  # fmt: skip
+    got = collect(frame, tmp_path / "chk")
+    assert [t.num_rows for t in got] == [1, 0]
+    assert got[1].schema == got[0].schema and "value" in got[1].column_names
