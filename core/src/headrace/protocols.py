@@ -110,6 +110,9 @@ class SourceContext:
     ``state_path`` is the source's own folder in the checkpoint (``sources/<i>``), created
     before the source is, for state such as a file index or staged data. It is ``None`` when
     the source is created outside a query (``headrace describe``, contract tests of offsets).
+    ``has_committed_batches`` is True when the checkpoint already holds a committed batch (a
+    resumed query: state the source kept in ``state_path`` must be there); False for a new
+    query, and where the engine cannot tell (under Spark).
     """
 
     query_id: str = ""
@@ -117,6 +120,7 @@ class SourceContext:
     source_index: int = 0
     state_path: str | None = None
     user_schema: pa.Schema | None = None
+    has_committed_batches: bool = False
 
 
 @dataclass(frozen=True)

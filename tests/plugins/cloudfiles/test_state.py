@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from headrace.errors import CheckpointError, StreamingQueryException
@@ -142,3 +143,31 @@ def test_index_without_owner_from_an_older_version_is_adopted(tmp_path: Path) ->
     run(src, out, chk, **opts(tmp_path))
     assert sorted(output(out).column("id").to_pylist()) == [*range(20), 100]
 
+
+
+def test_lost_index_of_a_source_that_never_admitted_a_file_is_refused(tmp_path: Path) -> None:
+    """A union where the cloudFiles source has not admitted any file yet (its offset is still
+    #0) but the other source committed batches: the index still holds what
+    includeExistingFiles=false excluded, so losing it is refused too (the engine tells the
+    source that the checkpoint has committed batches)."""
+    import headrace as hr
+    from headrace.testing import memory_stream
+
+    land, chk, name = tmp_path / "land", tmp_path / "chk", f"rows-{tmp_path.name}"
+    write_json(land, "old.json", [{"id": 1}])
+    memory_stream(name).add(pa.table({"id": [7]}))
+    more = {**opts(tmp_path), "cloudFiles.includeExistingFiles": "false"}
+
+    def run_union() -> hr.StreamingQuery:
+        files = hr.read_stream.format("cloudFiles").options(more).schema("id BIGINT").load(str(land))
+        rows = hr.read_stream.format("memory").option("name", name).load()
+        q = (files.union(rows).write_stream.format("memory").query_name(name + "-out")
+             .option("checkpointLocation", str(chk)).trigger(available_now=True).start())  # fmt: skip
+        q.await_termination(30)
+        return q
+
+    assert run_union().exception() is None
+    remove(index_path(chk))
+    with pytest.raises((StreamingQueryException, CheckpointError)) as e:
+        run_union()
+    assert str(index_path(chk)) in str(checkpoint_error(e.value))

@@ -197,6 +197,7 @@ class StreamingQuery:
         )
         self._checkpoint = cp
         self.id = meta["id"]
+        committed = bool(cp.committed_ids())
         try:
             for i, plan in enumerate(self._plans):
                 ctx = SourceContext(
@@ -205,6 +206,7 @@ class StreamingQuery:
                     source_index=i,
                     state_path=cp.source_state_path(i),
                     user_schema=plan.user_schema,
+                    has_committed_batches=committed,
                 )
                 self._sources.append(plan.source_class(plan.options, ctx))
             schema = self._sources[0].schema if self._transform is None else None

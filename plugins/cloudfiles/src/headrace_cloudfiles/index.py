@@ -161,15 +161,18 @@ class FileIndex:
                 "the query with a new checkpointLocation"
             )
 
-    def check_resume(self, start_seq: int) -> None:
+    def check_resume(self, start_seq: int, *, committed: bool = False) -> None:
         """Raise CheckpointError unless the index holds every file up to ``start_seq``, where the
-        checkpoint resumes. Called before the first listing of a resumed run: a lost, emptied or
-        truncated index would otherwise be refilled by it, numbering the files anew (old files
-        ingested again, new ones skipped)."""
-        if start_seq > 0 and self.fresh:
+        checkpoint resumes (``committed``: the engine says the checkpoint has committed batches,
+        so even at file #0 the index must exist: it holds the files seen, e.g. those
+        ``includeExistingFiles=false`` excluded). Called before the first listing of a resumed
+        run: a lost, emptied or truncated index would otherwise be refilled by it, numbering the
+        files anew (old files ingested again, new ones skipped)."""
+        if (start_seq > 0 and self.fresh) or (committed and self.state != "present"):
             what = {"missing": "is missing", "empty": "is empty"}.get(self.state, "holds no files")
+            upto = f"up to file #{start_seq}" if start_seq > 0 else "(committed)"
             raise CheckpointError(
-                f"the cloudFiles file index {self.path} {what}, but the checkpoint has batches up to file #{start_seq}: "
+                f"the cloudFiles file index {self.path} {what}, but the checkpoint has batches {upto}: "
                 "the index records which files were ingested, and a new one would ingest old files again and skip "
                 "new ones. Restore it from a backup together with the checkpoint, or start the query with a new "
                 "checkpointLocation (with cloudFiles.includeExistingFiles=false to skip the files already there)"

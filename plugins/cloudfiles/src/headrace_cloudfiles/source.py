@@ -214,7 +214,7 @@ class CloudFilesSource(Source):
         if self._trusted:
             return
         idx = self.index
-        idx.check_resume(start_seq)
+        idx.check_resume(start_seq, committed=getattr(self.context, "has_committed_batches", False))
         idx.claim(self.context.query_id)
         self._trusted = True
 
