@@ -55,6 +55,14 @@ hookspec = pluggy.HookspecMarker("headrace")
 hookimpl = pluggy.HookimplMarker("headrace")
 
 
+def _importable(name: str) -> bool:
+    """True when ``name`` can be imported (its parent packages are imported to find it)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class ConnectorSpec:
     """What a plugin says about one connector. Cheap to build: no client library imported.
@@ -76,8 +84,10 @@ class ConnectorSpec:
     distribution: str = ""
 
     def missing_requirements(self) -> list[str]:
-        """Import names in ``requires`` that are not installed (checked without importing them)."""
-        return [r for r in self.requires if importlib.util.find_spec(r) is None]
+        """Import names in ``requires`` that are not installed (checked without importing them;
+        a dotted name whose parent package is missing, e.g. ``google.cloud.pubsub_v1`` without
+        any ``google`` package, counts as missing instead of raising)."""
+        return [r for r in self.requires if not _importable(r)]
 
     def load_source(self) -> type:
         """Import and return the source class. Called once per query start."""

@@ -233,6 +233,7 @@ class StreamingQuery:
         )
         self._checkpoint = cp
         self.id = meta["id"]
+        committed = bool(cp.committed_ids())
         try:
             for i, plan in enumerate(self._plans):
                 ctx = SourceContext(
@@ -241,6 +242,7 @@ class StreamingQuery:
                     source_index=i,
                     state_path=cp.source_state_path(i),
                     user_schema=plan.user_schema,
+                    has_committed_batches=committed,
                 )
                 self._sources.append(plan.source_class(plan.options, ctx))
             runner = self._resolve_plan(self._sources[0].schema)

@@ -22,8 +22,8 @@ def headrace_connectors() -> list[ConnectorSpec]:
             sink="headrace_lakebase.sink:LakebaseSink",
             sink_options=SINK_OPTIONS,
             description="Batched, exactly-once upserts (or inserts) into PostgreSQL / Databricks Lakebase.",
-            requires=("psycopg",),
-            install_hint="pip install headrace-lakebase",
+            requires=("psycopg", "numpy"),
+            install_hint="pip install 'psycopg[binary]>=3.2' 'numpy>=1.25' (dependencies of headrace-lakebase)",
         )
     ]
 

@@ -183,6 +183,8 @@ class PubSubSource(Source):
     idempotent sink this is exactly-once.
     """
 
+    needs_state_path = True  # pulled messages are staged there until their batch commits
+
     replayable = True
 
     def __init__(self, options: Options, context: SourceContext) -> None:
