@@ -19,6 +19,7 @@ from headrace.options import (
     at_most_one_of,
     rule,
 )
+from headrace.transforms.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
 
 __all__ = ["IDENTIFIER", "SINK_OPTIONS", "TableName", "parse_dbtable"]
 
@@ -99,6 +100,7 @@ SINK_OPTIONS = OptionSchema(
         Option(
             "upsertkey",
             StringList(min_items=1),
+            aliases=("keys",),
             doc="Comma-separated key columns: INSERT ... ON CONFLICT (keys) DO UPDATE. Must equal the "
             "table's primary key exactly. Unset: the primary key of an existing table, else plain inserts.",
         ),
@@ -144,7 +146,8 @@ SINK_OPTIONS = OptionSchema(
             default=10.0,
             doc="headrace extension: timeout of one connection attempt ('10 seconds').",
         ),
+        *AUTO_CDC_OPTIONS,
     ],
-    rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique],
+    rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique, *AUTO_CDC_RULES],
 )
 """Options of the ``lakebase`` (alias ``postgresql``) sink."""

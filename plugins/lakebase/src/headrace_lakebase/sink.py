@@ -32,15 +32,18 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa
+from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
+from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec
+from headrace_lakebase import autocdc
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
-from headrace_lakebase.copy_binary import SIGNATURE, TRAILER, encode_rows
+from headrace_lakebase.copy_binary import FAST_OIDS, SIGNATURE, TRAILER, encode_rows
 from headrace_lakebase.dedupe import last_per_key_sorted
 from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
 
@@ -85,6 +88,7 @@ class LakebaseSink(Sink):
         self.batch_size: int = options["batchsize"]
         self.interval: float = options["batchinterval"]
         self.upsert_key: list[str] | None = options["upsertkey"]
+        self.cdc = AutoCdcSpec.from_options(options, self.upsert_key)
         self._connector = Connector(
             lambda: params_from_options(options),
             max_retries=options["maxRetries"],
@@ -158,10 +162,17 @@ class LakebaseSink(Sink):
             if self._closed:
                 raise HeadraceError("lakebase: write() on a closed sink; create a new one")
             it = iter(data)
+            if self.cdc.enabled:
+                it = autocdc.cdc_batches(it, self.cdc)
             first = next((b for b in it if b.num_rows), None)
             if first is None:
                 return LakebaseCommitMessage("", 0, 0, 0)
-            plan = self._ensure_plan(first.schema)
+            plan = self._ensure_plan(_without_hidden(first.schema) if self.cdc.enabled else first.schema)
+            if self.cdc.enabled and not plan.keys:
+                raise HeadraceError(
+                    f"lakebase: AUTO CDC into {self.table} needs key columns: set keys (or upsertkey), or give the "
+                    "table a primary key"
+                )
             writer = self.writer_id(first)
             self._conn, (done, next_chunk) = self._connector.run(
                 self._conn, lambda c: self._bk.progress(c, batch_id, writer)
@@ -223,6 +234,8 @@ class LakebaseSink(Sink):
 
     def _flush(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
         """Write one chunk in one transaction (with retries). False when it was already recorded."""
+        if self.cdc.enabled:
+            return self._flush_cdc(plan, batch_id, writer, chunk, stopping)
         table = pa.Table.from_batches(chunk.batches).select(list(plan.columns))
         if plan.keys:
             table = last_per_key_sorted(table, plan.keys)
@@ -246,6 +259,58 @@ class LakebaseSink(Sink):
                             cp.write_row(row)
                 if plan.keys:
                     cur.execute(plan.upsert_from_staging())
+            return True
+
+        self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
+        return written
+
+    def _flush_cdc(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
+        """AUTO CDC: apply one chunk of events (latest per key: upserts, then deletes) in one
+        transaction with its bookkeeping row. False when it was already recorded."""
+        keys = list(plan.keys)
+        seq = self.cdc.sequence_by if self.cdc.sequence_by in plan.columns else None
+        upserts, deletes = autocdc.split_chunk(pa.Table.from_batches(chunk.batches), keys)
+        upserts = upserts.select(list(plan.columns))
+        oid_of = dict(zip(plan.columns, plan.oids, strict=True))
+        del_cols = [*keys, *([seq] if seq else [])]
+        deletes = deletes.select(keys).append_column(seq, deletes[SEQ]) if seq and seq not in keys else deletes.select(keys)
+        del_cols = list(deletes.column_names)
+        del_oids = [oid_of[c] for c in del_cols]
+
+        def payload(table: pa.Table, oids: list[int]) -> tuple[bytes | None, Any]:
+            if all(o in FAST_OIDS for o in oids):
+                return SIGNATURE + encode_rows(table, oids) + TRAILER, None
+            return None, _python_rows(table, oids)
+
+        up_bytes, up_rows = payload(upserts, list(plan.oids)) if upserts.num_rows else (None, None)
+        del_bytes, del_rows = payload(deletes, del_oids) if deletes.num_rows else (None, None)
+
+        def copy(cur: psycopg.Cursor[tuple[object, ...]], stmt: Any, data: bytes | None, rows: Any, oids: list[int]) -> None:
+            with cur.copy(stmt) as cp:
+                if data is not None:
+                    cp.write(data)
+                else:
+                    cp.set_types(oids)
+                    for row in rows:
+                        cp.write_row(row)
+
+        def work(conn: Conn) -> bool:
+            if self._staged_conn is not conn:
+                conn.execute(plan.create_staging())
+                conn.execute(autocdc.create_delete_staging(plan, seq))
+                self._staged_conn = conn
+            with conn.transaction(), conn.cursor() as cur:
+                if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
+                    return False
+                if upserts.num_rows:
+                    copy(cur, plan.copy_into(staging=True), up_bytes, up_rows, list(plan.oids))
+                    cur.execute(autocdc.upsert_guarded(plan, seq))
+                if deletes.num_rows:
+                    stage = sql.Identifier(autocdc.delete_staging_name(plan))
+                    cols = sql.SQL(", ").join(map(sql.Identifier, del_cols))
+                    copy(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, cols), del_bytes,
+                         del_rows, del_oids)  # fmt: skip
+                    cur.execute(autocdc.delete_from_staging(plan, seq))
             return True
 
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
@@ -295,6 +360,11 @@ class LakebaseSink(Sink):
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _without_hidden(schema: pa.Schema) -> pa.Schema:
+    """The target's columns of a prepared AUTO CDC batch (without the sequence and delete flag)."""
+    return pa.schema([f for f in schema if f.name not in (SEQ, DELETE)])
 
 
 def _python_rows(table: pa.Table, oids: Sequence[int]) -> Iterator[tuple[Any, ...]]:
