@@ -15,6 +15,8 @@ SCD type 1. Nothing here does I/O; DuckDB is imported only when ``applyAsDeletes
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,7 +36,9 @@ __all__ = [
     "AutoCdcError",
     "AutoCdcSpec",
     "last_per_key",
+    "delete_mask",
     "prepare",
+    "release_sql",
     "sort_events",
 ]
 
@@ -165,13 +169,38 @@ def prepare(table: pa.Table, spec: AutoCdcSpec) -> pa.Table:
     else:
         seq = pa.chunked_array([pa.array(np.arange(table.num_rows, dtype=np.int64))])
     if spec.apply_as_deletes is not None and table.num_rows:
-        from headrace.transforms.expressions import condition_mask
-
-        deletes = condition_mask(table, spec.apply_as_deletes)
+        deletes = delete_mask(table, spec.apply_as_deletes)
     else:
         deletes = pa.chunked_array([pa.array(np.zeros(table.num_rows, dtype=bool))])
     out = table.select(cols)
     return out.append_column(SEQ, seq).append_column(DELETE, deletes.cast(pa.bool_()))
+
+
+_SIMPLE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*'([^']*)'\s*")
+
+
+def delete_mask(table: pa.Table, condition: str) -> pa.ChunkedArray:
+    """``applyAsDeletes`` evaluated on every row (NULL is false): ``column = 'literal'`` directly
+    with Arrow, any other condition with DuckDB (``condition_mask``)."""
+    m = _SIMPLE.fullmatch(condition)
+    if m and m.group(1) in table.column_names and pa.types.is_string(table.schema.field(m.group(1)).type):
+        return pc.fill_null(pc.equal(table[m.group(1)], m.group(2)), False)
+    from headrace.transforms.expressions import condition_mask
+
+    return condition_mask(table, condition)
+
+
+def release_sql() -> None:
+    """Close this thread's DuckDB connection, if any. Sinks call it from ``close`` (the thread
+    that ran their writes): a DuckDB connection destroyed while the interpreter exits, in a
+    daemon thread, aborts the process."""
+    from headrace.transforms import expressions
+
+    con = getattr(expressions._local, "con", None)
+    if con is not None:
+        with contextlib.suppress(Exception):
+            con.close()
+        expressions._local.con = None
 
 
 def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:

@@ -210,6 +210,10 @@ class DeltaSink(Sink):
 
     def close(self) -> None:
         """Remove a temporary staging folder. Called once when the query stops; idempotent."""
+        if self.cdc.apply_as_deletes is not None:
+            from headrace.transforms.auto_cdc import release_sql
+
+            release_sql()
         if self._temp_staging is not None:
             shutil.rmtree(self._temp_staging, ignore_errors=True)
             self._temp_staging = None

@@ -354,6 +354,10 @@ class LakebaseSink(Sink):
 
     def close(self) -> None:
         """Close the connection. Called once when the query stops; idempotent."""
+        if self.cdc.apply_as_deletes is not None:
+            from headrace.transforms.auto_cdc import release_sql
+
+            release_sql()
         self._closed = True
         conn, self._conn = self._conn, None
         self._staged_conn = None
