@@ -180,12 +180,15 @@ def test_delta_to_postgres_survives_kills(postgres_logical: Postgres, tmp_path: 
             "checkpoint": str(tmp_path / "chk"), "trigger": {"available_now": True}}  # fmt: skip
     rng = random.Random(11)
     run_pipeline(spec).check()
-    for n, point in enumerate([*CRASH_POINTS, "random"]):
+    for n, point in enumerate(os.environ.get("CDC_POINTS", ",".join([*CRASH_POINTS, "random"])).split(",")):
         delta_workload(src, rng, 100 * (n + 1))
         if point == "random":
             run_pipeline(spec, kill_after=rng.uniform(1.0, 2.0))
-        else:
+        elif point != "none":
             run_pipeline(spec, crash=f"{point}:{next_batch(tmp_path / 'chk')}")
         run_pipeline(spec).check()
-        expected = sorted((r["id"], r["v"]) for r in DeltaTable(str(src)).to_pyarrow_table().to_pylist())
-        assert sorted(lsql(f"SELECT id, v FROM {cdc_name}")) == expected, f"after {point}"
+        # a set: delta-rs' MERGE here sometimes leaves a row twice in the source table (same id and
+        # value, seen in its own change feed); a keyed mirror holds it once
+        expected = sorted({(r["id"], r["v"]) for r in DeltaTable(str(src)).to_pyarrow_table().to_pylist()})
+        got = sorted(lsql(f"SELECT id, v FROM {cdc_name}"))
+        assert got == expected, f"after {point}: missing {sorted(set(expected) - set(got))}, extra {sorted(set(got) - set(expected))}"

@@ -204,8 +204,9 @@ def release_sql() -> None:
 
 
 def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
-    """The latest event of each key of a :func:`prepare` output (highest :data:`SEQ`, the last
-    in stream order among equals), sorted by key. O(n log n)."""
+    """The latest event of each key of a :func:`prepare` output (highest :data:`SEQ`; among
+    equal sequences a non-delete before a delete, then the last in stream order), sorted by
+    key. O(n log n)."""
     n = prepared.num_rows
     if n <= 1:
         return prepared
@@ -213,8 +214,11 @@ def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
         raise AutoCdcError(f"AUTO CDC: the sequenceBy column has NULL values in {prepared[SEQ].null_count} rows; "
                            "every event needs a sequence value")  # fmt: skip
     with_pos = prepared.append_column(_POS, pa.array(np.arange(n, dtype=np.int64)))
+    # among events of equal sequence (a Delta commit that rewrote a file without change data files
+    # reports the row's delete and its new insert with one version), the non-delete wins
     order = pc.sort_indices(
-        with_pos, sort_keys=[*((k, "ascending") for k in keys), (SEQ, "descending"), (_POS, "descending")]
+        with_pos,
+        sort_keys=[*((k, "ascending") for k in keys), (SEQ, "descending"), (DELETE, "ascending"), (_POS, "descending")],
     )
     ordered = prepared.take(order)
     keep = np.zeros(n, dtype=bool)
@@ -232,5 +236,8 @@ def sort_events(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
     if n <= 1:
         return prepared
     with_pos = prepared.append_column(_POS, pa.array(np.arange(n, dtype=np.int64)))
-    order = pc.sort_indices(with_pos, sort_keys=[*((k, "ascending") for k in keys), (SEQ, "ascending"), (_POS, "ascending")])
+    order = pc.sort_indices(
+        with_pos,
+        sort_keys=[*((k, "ascending") for k in keys), (SEQ, "ascending"), (DELETE, "descending"), (_POS, "ascending")],
+    )
     return prepared.take(order)
