@@ -20,6 +20,7 @@ position: increasing per key, so it orders a key's events) and ``_commit_timesta
 from __future__ import annotations
 
 import logging
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,16 +30,18 @@ from headrace.errors import HeadraceError
 from headrace_lakebase.cdc_setup import TableInfo
 from headrace_lakebase.pgoutput import (
     UNCHANGED,
-    Begin,
     Change,
-    Commit,
     Relation,
     Truncate,
     decode,
     format_lsn,
     pg_time_to_unix_us,
+    tuple_data,
 )
 from headrace_lakebase.pgread import PgColumn, to_arrow
+
+_BEGIN = struct.Struct("!qqI")
+_COMMIT = struct.Struct("!bqqq")
 
 __all__ = ["CDC_COLUMNS", "ChangeDecoder", "SchemaChangedError", "Snapshot", "TruncatedError", "change_schema"]
 
@@ -127,7 +130,10 @@ class ChangeDecoder:
         self._in_tx = False
         self._skip = False
         self._ts = 0
-        self._cols: list[list[Any]] = [[] for _ in self.names]
+        self._rows: list[tuple[object, ...]] = []
+        self._nulls: tuple[object, ...] = (None,) * len(self.names)
+        self._key_pos: list[int] = []
+        self._identity = False  # the relation's columns are the schema's, in order
         self._types: list[str] = []
         self._lsns: list[int] = []
         self._tss: list[int] = []
@@ -143,24 +149,33 @@ class ChangeDecoder:
 
     def feed(self, lsn: int, data: bytes) -> None:
         """One message (``lsn`` the row's WAL position from the peek)."""
+        tag = data[0]
+        # Insert, the common case, decoded inline
+        if tag == 73 and not self._skip and int.from_bytes(data[1:5], "big") == self.relid and self._map is not None:
+            self._row(tuple_data(data, 6)[0], "insert", lsn)
+            return
+        if tag == 66:  # Begin: Int64 final LSN, Int64 commit time, Int32 xid
+            final, ts, xid = _BEGIN.unpack_from(data, 1)
+            self._in_tx = True
+            in_range = final >= self.start and (self.end is None or final < self.end)
+            self._skip = not in_range
+            if in_range and self.snapshot is not None and final < self.snapshot.lsn and self.snapshot.visible(xid):
+                self._skip = True
+                self.skipped_in_snapshot += 1
+            self._ts = pg_time_to_unix_us(ts)
+            return
+        if tag == 67:  # Commit: Int8 flags, Int64 commit LSN, Int64 end LSN, Int64 commit time
+            if not self._skip:
+                _flags, _commit, end_lsn, ts = _COMMIT.unpack_from(data, 1)
+                self.last_commit_end = end_lsn
+                self.last_commit_time_us = pg_time_to_unix_us(ts)
+            self._in_tx = False
+            self._skip = False
+            return
         msg = decode(data)
         if isinstance(msg, Change):
             if not self._skip and msg.relid == self.relid:
                 self._change(lsn, msg)
-        elif isinstance(msg, Begin):
-            self._in_tx = True
-            in_range = msg.final_lsn >= self.start and (self.end is None or msg.final_lsn < self.end)
-            self._skip = not in_range
-            if in_range and self.snapshot is not None and msg.final_lsn < self.snapshot.lsn and self.snapshot.visible(msg.xid):
-                self._skip = True
-                self.skipped_in_snapshot += 1
-            self._ts = pg_time_to_unix_us(msg.commit_time_us)
-        elif isinstance(msg, Commit):
-            if not self._skip:
-                self.last_commit_end = msg.end_lsn
-                self.last_commit_time_us = pg_time_to_unix_us(msg.commit_time_us)
-            self._in_tx = False
-            self._skip = False
         elif isinstance(msg, Relation) and msg.relid == self.relid:
             self._relation(msg)
         elif isinstance(msg, Truncate) and not self._skip and self.relid in msg.relids:
@@ -199,27 +214,22 @@ class ChangeDecoder:
                         ", ".join(missing), self.info.table)  # fmt: skip
         self._map = mapping
         self._width = len(rel.columns)
+        self._key_pos = [i for i, j in mapping if j in self.key_idx]
+        self._identity = len(mapping) == len(self.names) and all(i == j for i, j in mapping)
 
     def _same_base(self, oid: int, col: PgColumn) -> bool:
         return col.oid == oid or col.elem_oid != 0  # arrays of domains: trust the catalog read at start
 
     # ------------------------------------------------------------------ rows
     def _row(self, values: tuple[object, ...] | None, kind: str, lsn: int) -> None:
-        assert self._map is not None
-        cols = self._cols
         if values is None:
-            for c in cols:
-                c.append(None)
-        else:
-            seen = 0
-            for i, j in self._map:
-                cols[j].append(values[i])
-                seen += 1
-            if seen != len(cols):
-                filled = {j for _, j in self._map}
-                for j, c in enumerate(cols):
-                    if j not in filled:
-                        c.append(None)
+            values = self._nulls
+        elif not self._identity:
+            mapped: list[object] = [None] * len(self.names)
+            for i, j in self._map or ():
+                mapped[j] = values[i]
+            values = tuple(mapped)
+        self._rows.append(values)
         self._types.append(kind)
         self._lsns.append(lsn)
         self._tss.append(self._ts)
@@ -241,7 +251,7 @@ class ChangeDecoder:
             old = ch.old
             if ch.old_kind == "K":
                 old = self._key_only(old)
-            if any(v is UNCHANGED for v in new):
+            if UNCHANGED in new:
                 if ch.old_kind != "O" or old is None:
                     cols = [self.columns[j].name for i, j in (self._map or []) if new[i] is UNCHANGED]
                     raise HeadraceError(
@@ -266,7 +276,7 @@ class ChangeDecoder:
 
     def _key_changed(self, old: tuple[object, ...], new: tuple[object, ...]) -> bool:
         assert self._map is not None
-        return any(j in self.key_idx and old[i] != new[i] for i, j in self._map)
+        return any(old[i] != new[i] for i in self._key_pos)
 
     # ------------------------------------------------------------------ output
     def take(self) -> pa.RecordBatch | None:
@@ -274,11 +284,12 @@ class ChangeDecoder:
         n = len(self._types)
         if n == 0:
             return None
-        arrays = [to_arrow(vals, col, t, self.transformer) for vals, col, t in zip(self._cols, self.columns, self.types,
+        cols = list(zip(*self._rows, strict=True)) if self._rows else [() for _ in self.names]
+        arrays = [to_arrow(vals, col, t, self.transformer) for vals, col, t in zip(cols, self.columns, self.types,
                                                                                    strict=True)]  # fmt: skip
         arrays.append(pa.array(self._types, pa.string()))
         arrays.append(pa.array(self._lsns, pa.int64()))
         arrays.append(pa.array(self._tss, pa.int64()).cast(pa.timestamp("us", tz="UTC")))
-        self._cols = [[] for _ in self.names]
+        self._rows = []
         self._types, self._lsns, self._tss = [], [], []
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

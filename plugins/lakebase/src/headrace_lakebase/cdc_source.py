@@ -274,7 +274,7 @@ class LakebaseChangeSource(Source):
                 conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, format_lsn(advance_to)))
             try:
                 cur = conn.execute(
-                    "SELECT lsn::text, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
+                    "SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
                     "'proto_version', '1', 'publication_names', %s)",
                     (self.slot, format_lsn(upto_lsn) if upto_lsn is not None else None, upto_n, self.publication),
                 )
@@ -289,7 +289,7 @@ class LakebaseChangeSource(Source):
                     f"lakebase source: {str(e).strip()}; the publication {self.publication} was dropped? Fix: "
                     f"CREATE PUBLICATION {self.publication} FOR TABLE {self.table}, or restart the query (it creates it)"
                 ) from None
-            return [(parse_lsn(r[0]), bytes(r[1])) for r in cur.fetchall()]
+            return cur.fetchall()
 
         with self._lock:
             if self._conn is None or self._conn.closed or self._conn.broken:

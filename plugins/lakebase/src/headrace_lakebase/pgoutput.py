@@ -30,6 +30,7 @@ __all__ = [
     "format_lsn",
     "parse_lsn",
     "pg_time_to_datetime",
+    "tuple_data",
 ]
 
 _PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
@@ -136,6 +137,11 @@ _REL_HEAD = struct.Struct("!I")
 def _cstring(data: bytes, pos: int) -> tuple[str, int]:
     end = data.index(b"\0", pos)
     return data[pos:end].decode(), end + 1
+
+
+def tuple_data(data: bytes, pos: int) -> tuple[tuple[object, ...], int]:
+    """The TupleData at ``pos`` of a message: its values and the position after it."""
+    return _tuple(data, pos)
 
 
 def _tuple(data: bytes, pos: int) -> tuple[tuple[object, ...], int]:
