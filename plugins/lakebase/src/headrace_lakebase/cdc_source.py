@@ -76,6 +76,7 @@ class SnapshotPartition(Partition):
     after: tuple[str, ...] | None
     upto: tuple[str, ...] | None
     snap_text: str
+    time_us: int = 0
 
 
 def _default_name(info_table: Any) -> str:
@@ -227,7 +228,7 @@ class LakebaseChangeSource(Source):
         held = self._snapshot_for(str(snap.get("text", "")))
         if held.text != snap.get("text"):
             # a new snapshot after a restart: keep the first one's visibility (the skip rule), note the new text
-            snap = {**snap, "text": held.text, "time": held.time_us}
+            snap = {**snap, "text": held.text}
         after = start.get("after")
         upto = next_boundary(held, self.info, after, self.chunk_rows)
         if upto is not None:
@@ -315,14 +316,20 @@ class LakebaseChangeSource(Source):
 
     # ------------------------------------------------------------------ batches
     def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
-        """One partition per batch: a key range of the snapshot, or an LSN range of changes."""
+        """A key range of the snapshot and/or an LSN range of changes. Snapshot rows carry the
+        first snapshot's time as ``_commit_timestamp`` (the same on a replay)."""
         if start == end:
             return []
+        parts: list[Partition] = []
         if start["phase"] == "snapshot":
             snap = end.get("snap") or start.get("snap") or {}
             upto = end.get("after") if end["phase"] == "snapshot" else None
-            return [SnapshotPartition(_tup(start.get("after")), _tup(upto), str(snap.get("text", "")))]
-        return [StreamPartition(int(start["lsn"]), int(end["lsn"]), start.get("snap"))]
+            first = start.get("snap") or {}
+            parts.append(SnapshotPartition(_tup(start.get("after")), _tup(upto), str(snap.get("text", "")),
+                                           int(first.get("time", 0))))  # fmt: skip
+        if end["phase"] == "stream" and int(end["lsn"]) > int(start["lsn"]):
+            parts.append(StreamPartition(int(start["lsn"]), int(end["lsn"]), start.get("snap")))
+        return parts
 
     def read(self, partition: Partition) -> Iterator[pa.RecordBatch]:
         """The partition's change rows, ``8192`` at most per record batch. Called once per batch."""
@@ -361,7 +368,8 @@ class LakebaseChangeSource(Source):
     def _read_snapshot(self, p: SnapshotPartition) -> Iterator[pa.RecordBatch]:
         held = self._snapshot_for(p.snap_text)
         with held.lock:
-            yield from read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto, held.time_us)
+            yield from read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
+                                  p.time_us or held.time_us)  # fmt: skip
         if p.upto is None:
             held.close()
             self._held = None
