@@ -276,3 +276,35 @@ def test_partitions_pickle(cdc_options: dict[str, Any], cdc_name: str, lsql: Sql
         copy.close()
     finally:
         src.close()
+
+
+def test_slot_invalidated_by_max_slot_wal_keep_size_fails_clearly() -> None:
+    from tests.services.fixtures import serve
+    from tests.services.postgres import LOGICAL_SETTINGS
+
+    gen = serve(Postgres(settings={**LOGICAL_SETTINGS, "fsync": "off", "synchronous_commit": "off",
+                                   "max_slot_wal_keep_size": "1MB", "max_wal_size": "32MB", "min_wal_size": "32MB"}))  # fmt: skip
+    pg = next(gen)
+    try:
+        import psycopg
+
+        with psycopg.connect(pg.dsn, autocommit=True) as c:
+            c.execute("CREATE TABLE t (id int PRIMARY KEY)")
+            src = make_source({"url": pg.dsn, "dbtable": "t"}, snapshotMode="never")
+            start = src.initial_offset()
+            c.execute("INSERT INTO t VALUES (1)")
+            for _ in range(4):  # move WAL on by whole segments, then let a checkpoint remove them
+                c.execute("CREATE TABLE junk AS SELECT repeat('x', 2000) AS s FROM generate_series(1, 4000)")
+                c.execute("DROP TABLE junk")
+                c.execute("SELECT pg_switch_wal()")
+            c.execute("CHECKPOINT")
+            status = c.execute("SELECT wal_status FROM pg_replication_slots").fetchone()
+            assert status is not None and status[0] in ("lost", "unreserved"), status
+            if status[0] == "unreserved":
+                c.execute("CHECKPOINT")
+        with pytest.raises(Exception, match=r"invalidated") as info:
+            src.latest_offset(start, ReadLimit.all_available())
+        assert "snapshotMode=initial" in str(info.value)
+        src.close()
+    finally:
+        gen.close()
