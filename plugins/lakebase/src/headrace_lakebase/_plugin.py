@@ -24,7 +24,8 @@ def headrace_connectors() -> list[ConnectorSpec]:
             sink_options=SINK_OPTIONS,
             source="headrace_lakebase.cdc_source:LakebaseChangeSource",
             source_options=SOURCE_OPTIONS,
-            description="Batched, exactly-once upserts (or inserts) into PostgreSQL / Databricks Lakebase.",
+            description="Batched, exactly-once upserts (or inserts, or AUTO CDC) into PostgreSQL / Databricks Lakebase, "
+            "and a change source (logical replication, pgoutput).",
             requires=("psycopg",),
             install_hint="pip install headrace-lakebase",
         )

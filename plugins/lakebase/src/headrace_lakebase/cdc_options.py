@@ -56,8 +56,8 @@ SOURCE_OPTIONS = OptionSchema(
             "maxChangesPerTrigger",
             Integer(min=1),
             default=100000,
-            doc="About this many changes per micro-batch (whole transactions: a batch may go over it to end "
-            "a transaction). Bounds the memory of a batch.",
+            doc="A batch peeks at most this many replication messages (each change, plus a begin and a commit "
+            "per transaction), cut after the last whole transaction (at least one). Bounds a batch's memory.",
         ),
         Option(
             "snapshotChunkRows",
