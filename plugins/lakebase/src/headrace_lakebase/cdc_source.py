@@ -24,16 +24,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import psycopg
 import pyarrow as pa
 
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, RealTimeChunk, Source, SourceContext
 from headrace_lakebase.cdc_decode import ChangeDecoder, Snapshot, change_schema
 from headrace_lakebase.cdc_setup import (
-    ReplicationSetupError,
     TableInfo,
-    check_slot,
     check_table,
     check_wal_level,
     describe_table,
@@ -41,6 +38,7 @@ from headrace_lakebase.cdc_setup import (
     ensure_slot,
     slot_state,
 )
+from headrace_lakebase.cdc_slot import advance_slot, peek
 from headrace_lakebase.cdc_snapshot import (
     HeldSnapshot,
     next_boundary,
@@ -49,7 +47,7 @@ from headrace_lakebase.cdc_snapshot import (
     take_snapshot,
 )
 from headrace_lakebase.connection import Conn, Connector, params_from_options
-from headrace_lakebase.pgoutput import format_lsn, parse_lsn
+from headrace_lakebase.pgoutput import parse_lsn
 from headrace_lakebase.pgread import arrow_type
 
 __all__ = ["LakebaseChangeSource", "SnapshotPartition", "StreamPartition"]
@@ -267,52 +265,18 @@ class LakebaseChangeSource(Source):
 
     # ------------------------------------------------------------------ peeking
     def _peek(self, start: int, upto_lsn: int | None, upto_n: int | None, *, advance_to: int | None) -> list[tuple[int, bytes]]:
+        """The slot's messages (lsn, data), checked to still hold ``start``; the slot first
+        advanced to ``advance_to`` (a committed position) when behind it."""
+
         def work(conn: Conn) -> list[tuple[int, bytes]]:
-            state = slot_state(conn, self.slot)
-            self._check_slot(state, start)
-            assert state is not None
-            if advance_to is not None and state.confirmed_flush < advance_to:
-                conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, format_lsn(advance_to)))
-            try:
-                cur = conn.execute(
-                    "SELECT (lsn - '0/0'::pg_lsn)::bigint, data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
-                    "'proto_version', '1', 'publication_names', %s)",
-                    (self.slot, format_lsn(upto_lsn) if upto_lsn is not None else None, upto_n, self.publication),
-                )
-            except psycopg.errors.ObjectNotInPrerequisiteState as e:
-                raise ReplicationSetupError(
-                    f"lakebase source: replication slot {self.slot} cannot be read: {str(e).strip()}. If it was "
-                    "invalidated (max_slot_wal_keep_size), the changes since its position are gone: drop the slot, "
-                    "delete the checkpoint and start again with snapshotMode=initial"
-                ) from None
-            except psycopg.errors.UndefinedObject as e:
-                raise ReplicationSetupError(
-                    f"lakebase source: {str(e).strip()}; the publication {self.publication} was dropped? Fix: "
-                    f"CREATE PUBLICATION {self.publication} FOR TABLE {self.table}, or restart the query (it creates it)"
-                ) from None
-            return cur.fetchall()
+            return peek(conn, self.slot, self.publication, self.table, self._database, start, upto_lsn, upto_n,
+                        advance_to=advance_to)  # fmt: skip
 
         with self._lock:
             if self._conn is None or self._conn.closed or self._conn.broken:
                 self._conn = None
             self._conn, out = self._connector.run(self._conn, work, on_reconnect=session_setup)
             return out
-
-    def _check_slot(self, state: Any, position: int) -> None:
-        if state is None:
-            raise ReplicationSetupError(
-                f"lakebase source: replication slot {self.slot} does not exist any more (dropped?): the changes of "
-                f"{self.table} after LSN {format_lsn(position)} cannot be read, so the mirror cannot be kept exact. "
-                "Fix: delete the query's checkpoint (and the target's rows) and start again with snapshotMode=initial"
-            )
-        check_slot(state, self.slot, self._database)
-        if state.confirmed_flush > position and position > 0:
-            raise ReplicationSetupError(
-                f"lakebase source: replication slot {self.slot} is at LSN {format_lsn(state.confirmed_flush)}, past "
-                f"this query's position {format_lsn(position)}: another consumer used the slot and the changes in "
-                "between are gone. Fix: give each query its own slotName; reload with a new checkpoint and "
-                "snapshotMode=initial"
-            )
 
     # ------------------------------------------------------------------ batches
     def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
@@ -409,7 +373,7 @@ class LakebaseChangeSource(Source):
         def advance(conn: Conn) -> None:
             state = slot_state(conn, self.slot)
             if state is not None and state.confirmed_flush < lsn:
-                conn.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, format_lsn(lsn)))
+                advance_slot(conn, self.slot, lsn)
 
         self._run(advance)
 

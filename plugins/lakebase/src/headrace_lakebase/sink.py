@@ -32,7 +32,6 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa
-from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
 from headrace.errors import HeadraceError, UnsupportedError
@@ -43,7 +42,7 @@ from headrace_lakebase import autocdc
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
-from headrace_lakebase.copy_binary import FAST_OIDS, SIGNATURE, TRAILER, encode_rows
+from headrace_lakebase.copy_binary import SIGNATURE, TRAILER, encode_rows
 from headrace_lakebase.dedupe import last_per_key_sorted
 from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
 
@@ -265,54 +264,9 @@ class LakebaseSink(Sink):
         return written
 
     def _flush_cdc(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
-        """AUTO CDC: apply one chunk of events (latest per key: upserts, then deletes) in one
-        transaction with its bookkeeping row. False when it was already recorded."""
-        keys = list(plan.keys)
-        seq = self.cdc.sequence_by if self.cdc.sequence_by in plan.columns else None
-        upserts, deletes = autocdc.split_chunk(pa.Table.from_batches(chunk.batches), keys)
-        upserts = upserts.select(list(plan.columns))
-        oid_of = dict(zip(plan.columns, plan.oids, strict=True))
-        del_cols = [*keys, *([seq] if seq else [])]
-        deletes = deletes.select(keys).append_column(seq, deletes[SEQ]) if seq and seq not in keys else deletes.select(keys)
-        del_cols = list(deletes.column_names)
-        del_oids = [oid_of[c] for c in del_cols]
-
-        def payload(table: pa.Table, oids: list[int]) -> tuple[bytes | None, Any]:
-            if all(o in FAST_OIDS for o in oids):
-                return SIGNATURE + encode_rows(table, oids) + TRAILER, None
-            return None, _python_rows(table, oids)
-
-        up_bytes, up_rows = payload(upserts, list(plan.oids)) if upserts.num_rows else (None, None)
-        del_bytes, del_rows = payload(deletes, del_oids) if deletes.num_rows else (None, None)
-
-        def copy(cur: psycopg.Cursor[tuple[object, ...]], stmt: Any, data: bytes | None, rows: Any, oids: list[int]) -> None:
-            with cur.copy(stmt) as cp:
-                if data is not None:
-                    cp.write(data)
-                else:
-                    cp.set_types(oids)
-                    for row in rows:
-                        cp.write_row(row)
-
-        def work(conn: Conn) -> bool:
-            if self._staged_conn is not conn:
-                conn.execute(plan.create_staging())
-                conn.execute(autocdc.create_delete_staging(plan, seq))
-                self._staged_conn = conn
-            with conn.transaction(), conn.cursor() as cur:
-                if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
-                    return False
-                if upserts.num_rows:
-                    copy(cur, plan.copy_into(staging=True), up_bytes, up_rows, list(plan.oids))
-                    cur.execute(autocdc.upsert_guarded(plan, seq))
-                if deletes.num_rows:
-                    stage = sql.Identifier(autocdc.delete_staging_name(plan))
-                    cols = sql.SQL(", ").join(map(sql.Identifier, del_cols))
-                    copy(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, cols), del_bytes,
-                         del_rows, del_oids)  # fmt: skip
-                    cur.execute(autocdc.delete_from_staging(plan, seq))
-            return True
-
+        """AUTO CDC: apply one chunk of events in one transaction with its bookkeeping row
+        (see headrace_lakebase.autocdc). False when it was already recorded."""
+        work = autocdc.chunk_work(plan, self.cdc, self._bk, batch_id, writer, chunk, self)
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
         return written
 
