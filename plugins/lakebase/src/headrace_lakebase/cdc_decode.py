@@ -134,9 +134,6 @@ class ChangeDecoder:
         self._nulls: tuple[object, ...] = (None,) * len(self.names)
         self._key_pos: list[int] = []
         self._identity = False  # the relation's columns are the schema's, in order
-        self._types: list[str] = []
-        self._lsns: list[int] = []
-        self._tss: list[int] = []
         self.changes = 0
         self.last_commit_end = 0
         self.last_commit_time_us = 0
@@ -145,7 +142,7 @@ class ChangeDecoder:
     # ------------------------------------------------------------------ messages
     @property
     def pending(self) -> int:
-        return len(self._types)
+        return len(self._rows)
 
     def feed(self, lsn: int, data: bytes) -> None:
         """One message (``lsn`` the row's WAL position from the peek)."""
@@ -172,6 +169,13 @@ class ChangeDecoder:
             self._in_tx = False
             self._skip = False
             return
+        # Update with a full old row (REPLICA IDENTITY FULL), decoded inline
+        if (tag == 85 and data[5] == 79 and not self._skip and self._map is not None
+                and int.from_bytes(data[1:5], "big") == self.relid):  # fmt: skip
+            old, pos = tuple_data(data, 6)
+            if data[pos] == 78:  # 'N'
+                self._update(lsn, old, tuple_data(data, pos + 1)[0])
+                return
         msg = decode(data)
         if isinstance(msg, Change):
             if not self._skip and msg.relid == self.relid:
@@ -229,10 +233,7 @@ class ChangeDecoder:
             for i, j in self._map or ():
                 mapped[j] = values[i]
             values = tuple(mapped)
-        self._rows.append(values)
-        self._types.append(kind)
-        self._lsns.append(lsn)
-        self._tss.append(self._ts)
+        self._rows.append((*values, kind, lsn, self._ts))  # one tuple per row, transposed by take()
         self.changes += 1
 
     def _change(self, lsn: int, ch: Change) -> None:
@@ -251,21 +252,33 @@ class ChangeDecoder:
             old = ch.old
             if ch.old_kind == "K":
                 old = self._key_only(old)
+            if ch.old_kind == "O" and old is not None:
+                self._update(lsn, old, new)
+                return
             if UNCHANGED in new:
-                if ch.old_kind != "O" or old is None:
-                    cols = [self.columns[j].name for i, j in (self._map or []) if new[i] is UNCHANGED]
-                    raise HeadraceError(
-                        f"lakebase source: an update of {self.info.table} at LSN {format_lsn(lsn)} did not send the "
-                        f"unchanged TOASTed value(s) of {', '.join(cols)} and no old row image holds them; fix: "
-                        f"ALTER TABLE {self.info.table} REPLICA IDENTITY FULL (changes after it are complete)"
-                    )
-                new = tuple(o if v is UNCHANGED else v for v, o in zip(new, old, strict=True))
+                cols = [self.columns[j].name for i, j in (self._map or []) if new[i] is UNCHANGED]
+                raise HeadraceError(
+                    f"lakebase source: an update of {self.info.table} at LSN {format_lsn(lsn)} did not send the "
+                    f"unchanged TOASTed value(s) of {', '.join(cols)} and no old row image holds them; fix: "
+                    f"ALTER TABLE {self.info.table} REPLICA IDENTITY FULL (changes after it are complete)"
+                )
             if old is not None and self.key_idx and self._key_changed(old, new):
                 self._row(old, "delete", lsn)
                 self._row(new, "insert", lsn)
                 return
             self._row(old if old is not None else self._key_only(new), "update_preimage", lsn)
             self._row(new, "update_postimage", lsn)
+
+    def _update(self, lsn: int, old: tuple[object, ...], new: tuple[object, ...]) -> None:
+        """An update with the whole old row (REPLICA IDENTITY FULL)."""
+        if UNCHANGED in new:
+            new = tuple(o if v is UNCHANGED else v for v, o in zip(new, old, strict=True))
+        if self._key_pos and self._key_changed(old, new):
+            self._row(old, "delete", lsn)
+            self._row(new, "insert", lsn)
+            return
+        self._row(old, "update_preimage", lsn)
+        self._row(new, "update_postimage", lsn)
 
     def _key_only(self, values: tuple[object, ...] | None) -> tuple[object, ...] | None:
         """A key-only old tuple: non-key columns are NULL (sent as 'n' by pgoutput already)."""
@@ -281,15 +294,16 @@ class ChangeDecoder:
     # ------------------------------------------------------------------ output
     def take(self) -> pa.RecordBatch | None:
         """The rows decoded since the last call as one record batch (None when there are none)."""
-        n = len(self._types)
+        n = len(self._rows)
         if n == 0:
             return None
-        cols = list(zip(*self._rows, strict=True)) if self._rows else [() for _ in self.names]
+        cols = list(zip(*self._rows, strict=True))
+        kinds, lsns, tss = cols[-3:]
+        cols = cols[:-3]
         arrays = [to_arrow(vals, col, t, self.transformer) for vals, col, t in zip(cols, self.columns, self.types,
                                                                                    strict=True)]  # fmt: skip
-        arrays.append(pa.array(self._types, pa.string()))
-        arrays.append(pa.array(self._lsns, pa.int64()))
-        arrays.append(pa.array(self._tss, pa.int64()).cast(pa.timestamp("us", tz="UTC")))
+        arrays.append(pa.array(kinds, pa.string()))
+        arrays.append(pa.array(lsns, pa.int64()))
+        arrays.append(pa.array(tss, pa.int64()).cast(pa.timestamp("us", tz="UTC")))
         self._rows = []
-        self._types, self._lsns, self._tss = [], [], []
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
