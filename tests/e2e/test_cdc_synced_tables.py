@@ -96,7 +96,7 @@ def test_postgres_to_delta_scd1_and_scd2_survive_kills(
     try:
         run_pipeline(scd2).check()  # the history's slot exists from here on
         next_id = 1000
-        for point in [*CRASH_POINTS, "random", "random"]:
+        for point in [*CRASH_POINTS, "random"]:
             workload(postgres_logical.dsn, cdc_name, rng, next_id)
             next_id += 100
             if point == "random":

@@ -45,7 +45,10 @@ def cdc_options(postgres_logical: Postgres, cdc_name: str, lsql: Sql) -> Iterato
 
 
 def drop_slot(lsql: Sql, slot: str) -> None:
+    """Drop ``slot``, ending a backend still reading it (left by a killed pipeline)."""
     for _ in range(50):
+        lsql("SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = %s "
+             "AND active_pid IS NOT NULL", (slot,))  # fmt: skip
         try:
             lsql("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s", (slot,))
             return
