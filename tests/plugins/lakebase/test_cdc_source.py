@@ -87,6 +87,9 @@ def test_max_changes_per_trigger_cuts_at_transaction_ends(cdc_options: dict[str,
         start = src.initial_offset()
         for i in range(6):  # 6 transactions of 4 rows
             lsql(f"INSERT INTO {cdc_name} SELECT g, 0 FROM generate_series({i * 4}, {i * 4 + 3}) g")
+        first = src.latest_offset(start, src.default_read_limit())
+        backlog = src.metrics(first)
+        assert backlog["lagBytes"] > 0 and backlog["lagSeconds"] >= 0
         tables, _ = drain(src, start)
         assert [t.num_rows for t in tables] == [8, 8, 8]  # 10 messages: two transactions of 1 + 4 + 1
         ids = [r["id"] for t in tables for r in t.to_pylist()]
