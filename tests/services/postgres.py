@@ -64,6 +64,16 @@ def find_pg_bin() -> Path | None:
     return None
 
 
+LOGICAL_SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "20",
+    "max_wal_senders": "10",
+    "synchronous_commit": "on",  # CDC tests restart the server and count on acknowledged commits
+    "fsync": "on",
+}
+"""Settings of a server for logical replication (change data capture) tests: ``Postgres(settings=LOGICAL_SETTINGS)``."""
+
+
 class Postgres(Service):
     """A PostgreSQL server. ``dsn``/``url`` are ``postgresql://user:password@127.0.0.1:port/db``."""
 

@@ -106,7 +106,7 @@ def test_connector_and_alias_are_discovered() -> None:
     assert spec.distribution == "headrace-lakebase"
     assert hr.registry().get("PostgreSQL") is spec
     assert spec.sink == "headrace_lakebase.sink:LakebaseSink"
-    assert spec.source is None
+    assert spec.source == "headrace_lakebase.cdc_source:LakebaseChangeSource"
     assert "batchinterval" in SINK_OPTIONS.render("lakebase")
 
 

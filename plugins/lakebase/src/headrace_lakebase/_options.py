@@ -19,6 +19,7 @@ from headrace.options import (
     at_most_one_of,
     rule,
 )
+from headrace.transforms.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
 
 __all__ = ["IDENTIFIER", "MAX_IDENTIFIER_BYTES", "SINK_OPTIONS", "TableName", "identifier_problem", "parse_dbtable", "url_port_problem"]
 
@@ -161,6 +162,7 @@ SINK_OPTIONS = OptionSchema(
         Option(
             "upsertkey",
             StringList(min_items=1),
+            aliases=("keys",),
             doc="Comma-separated key columns: INSERT ... ON CONFLICT (keys) DO UPDATE. Must equal the "
             "table's primary key exactly. Unset: the primary key of an existing table, else plain inserts.",
         ),
@@ -206,7 +208,8 @@ SINK_OPTIONS = OptionSchema(
             default=10.0,
             doc="headrace extension: timeout of one connection attempt ('10 seconds').",
         ),
+        *AUTO_CDC_OPTIONS,
     ],
-    rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique, _url_port],
+    rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique, _url_port, *AUTO_CDC_RULES],
 )
 """Options of the ``lakebase`` (alias ``postgresql``) sink."""

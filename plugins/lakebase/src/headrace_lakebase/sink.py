@@ -37,6 +37,8 @@ from psycopg.types.json import Json, Jsonb
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
+from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec
+from headrace_lakebase import autocdc
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
@@ -85,6 +87,7 @@ class LakebaseSink(Sink):
         self.batch_size: int = options["batchsize"]
         self.interval: float = options["batchinterval"]
         self.upsert_key: list[str] | None = options["upsertkey"]
+        self.cdc = AutoCdcSpec.from_options(options, self.upsert_key)
         self._connector = Connector(
             lambda: params_from_options(options),
             max_retries=options["maxRetries"],
@@ -158,10 +161,17 @@ class LakebaseSink(Sink):
             if self._closed:
                 raise HeadraceError("lakebase: write() on a closed sink; create a new one")
             it = iter(data)
+            if self.cdc.enabled:
+                it = autocdc.cdc_batches(it, self.cdc)
             first = next((b for b in it if b.num_rows), None)
             if first is None:
                 return LakebaseCommitMessage("", 0, 0, 0)
-            plan = self._ensure_plan(first.schema)
+            plan = self._ensure_plan(_without_hidden(first.schema) if self.cdc.enabled else first.schema)
+            if self.cdc.enabled and not plan.keys:
+                raise HeadraceError(
+                    f"lakebase: AUTO CDC into {self.table} needs key columns: set keys (or upsertkey), or give the "
+                    "table a primary key"
+                )
             writer = self.writer_id(first)
             self._conn, (done, next_chunk) = self._connector.run(
                 self._conn, lambda c: self._bk.progress(c, batch_id, writer)
@@ -223,6 +233,8 @@ class LakebaseSink(Sink):
 
     def _flush(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
         """Write one chunk in one transaction (with retries). False when it was already recorded."""
+        if self.cdc.enabled:
+            return self._flush_cdc(plan, batch_id, writer, chunk, stopping)
         table = pa.Table.from_batches(chunk.batches).select(list(plan.columns))
         if plan.keys:
             table = last_per_key_sorted(table, plan.keys)
@@ -248,6 +260,13 @@ class LakebaseSink(Sink):
                     cur.execute(plan.upsert_from_staging())
             return True
 
+        self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
+        return written
+
+    def _flush_cdc(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
+        """AUTO CDC: apply one chunk of events in one transaction with its bookkeeping row
+        (see headrace_lakebase.autocdc). False when it was already recorded."""
+        work = autocdc.chunk_work(plan, self.cdc, self._bk, batch_id, writer, chunk, self)
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
         return written
 
@@ -289,12 +308,21 @@ class LakebaseSink(Sink):
 
     def close(self) -> None:
         """Close the connection. Called once when the query stops; idempotent."""
+        if self.cdc.apply_as_deletes is not None:
+            from headrace.transforms.auto_cdc import release_sql
+
+            release_sql()
         self._closed = True
         conn, self._conn = self._conn, None
         self._staged_conn = None
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _without_hidden(schema: pa.Schema) -> pa.Schema:
+    """The target's columns of a prepared AUTO CDC batch (without the sequence and delete flag)."""
+    return pa.schema([f for f in schema if f.name not in (SEQ, DELETE)])
 
 
 def _python_rows(table: pa.Table, oids: Sequence[int]) -> Iterator[tuple[Any, ...]]:
