@@ -20,7 +20,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -154,6 +153,8 @@ def prepare(table: pa.Table, spec: AutoCdcSpec) -> pa.Table:
     """One batch of events as rows to apply: ``update_preimage`` rows dropped, the output
     columns, then :data:`SEQ` and :data:`DELETE`. Row order is kept (the stream's order breaks
     ties between events of equal sequence). Called once per batch (or chunk) by a sink."""
+    import numpy as np  # with the sql extra; imported when a change stream is applied
+
     if CHANGE_TYPE in table.column_names and table.num_rows:
         keep = pc.fill_null(pc.not_equal(table[CHANGE_TYPE], "update_preimage"), True)
         if not pc.all(keep).as_py():
@@ -207,6 +208,8 @@ def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
     """The latest event of each key of a :func:`prepare` output (highest :data:`SEQ`; among
     equal sequences a non-delete before a delete, then the last in stream order), sorted by
     key. O(n log n)."""
+    import numpy as np  # with the sql extra; imported when a change stream is applied
+
     n = prepared.num_rows
     if n <= 1:
         return prepared
@@ -232,6 +235,8 @@ def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
 
 def sort_events(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Events sorted by key, then sequence, then stream order (for SCD type 2 history)."""
+    import numpy as np  # with the sql extra; imported when a change stream is applied
+
     n = prepared.num_rows
     if n <= 1:
         return prepared
