@@ -99,7 +99,12 @@ def _checkpoint(args: argparse.Namespace) -> int:
         raise HeadraceError(f"{args.dir} is not a headrace checkpoint (no metadata file); give the checkpointLocation folder")
     cp = Checkpoint(args.dir)
     if args.action == "show":
-        print(json.dumps(cp.describe(), indent=2, default=str))
+        from headrace.history import query_state, read_history
+
+        shown = cp.describe()
+        shown["lastRun"] = query_state(args.dir)
+        shown["recentProgress"] = read_history(args.dir, limit=args.progress)
+        print(json.dumps(shown, indent=2, default=str))
         return 0
     removed = cp.reset_to(args.to_batch)
     print(f"removed batches {removed[0]}..{removed[-1]}" if removed else "nothing to remove")
@@ -126,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     csub = c.add_subparsers(dest="action", required=True)
     s = csub.add_parser("show", help="summary of a checkpoint folder")
     s.add_argument("dir")
+    s.add_argument("--progress", type=int, default=20, metavar="N",
+                   help="include the last N progress records kept with the checkpoint (default 20)")
     rs = csub.add_parser("reset", help="forget batches after N (they are read again on the next run)")
     rs.add_argument("dir")
     rs.add_argument("--to-batch", type=int, required=True, help="the last batch to keep (-1: forget all)")

@@ -33,6 +33,7 @@ from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
 from headrace.errors import HeadraceError, StreamingQueryException, UnsupportedError
+from headrace.history import ProgressHistory
 from headrace.options import Options
 from headrace.progress import QueryProgress
 from headrace.protocols import Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
@@ -94,6 +95,7 @@ class StreamingQuery:
         self._sources: list[Source] = []
         self._sink: Sink | None = None
         self._checkpoint: Checkpoint | None = None
+        self._history: ProgressHistory | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._crash = CrashHook.from_env()
         self._last_trigger: float | None = None
@@ -197,6 +199,7 @@ class StreamingQuery:
         )
         self._checkpoint = cp
         self.id = meta["id"]
+        self._history = ProgressHistory(cp.location, keep=self._keep)
         try:
             for i, plan in enumerate(self._plans):
                 ctx = SourceContext(
@@ -252,6 +255,12 @@ class StreamingQuery:
                        "deliveryGuarantee": self.delivery_guarantee}
             )
         batch_id: int | None = None
+        if self._history is not None:
+            try:
+                self._history.start(id=self.id, run_id=self.run_id, name=self.name)
+            except OSError as e:  # the history is for people; it never stops a query
+                log.warning("query '%s': progress history disabled: %s", self.name, e)
+                self._history = None
         try:
             self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
             batch_id = self._loop()
@@ -261,6 +270,10 @@ class StreamingQuery:
             log.error("query '%s' failed: %s", self.name, e, exc_info=e)
         finally:
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+            if self._history is not None:
+                with contextlib.suppress(Exception):
+                    self._history.finish(run_id=self.run_id, exception=str(self._exception) if self._exception else None,
+                                         batch_id=self._current_batch)  # fmt: skip
             self._close_all()
             with contextlib.suppress(Exception):
                 hook.headrace_query_terminated(
@@ -471,8 +484,11 @@ class StreamingQuery:
         from headrace.plugins import registry
 
         hook = registry().hook
-        if hook.headrace_query_progress.get_hookimpls():
-            d = progress.to_dict()
+        listeners = bool(hook.headrace_query_progress.get_hookimpls())
+        d = progress.to_dict() if listeners or self._history is not None else {}
+        if self._history is not None:
+            self._history.append(d)
+        if listeners:
             try:
                 hook.headrace_query_progress(progress=d)
             except Exception as e:
