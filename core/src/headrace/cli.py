@@ -69,6 +69,8 @@ def _run(args: argparse.Namespace) -> int:
 
     p = load_pipeline(args.pipeline)
     p.validate()
+    if args.metrics_port is not None:
+        _serve_metrics(args.metrics_port, args.metrics_addr)
 
     def show(progress: QueryProgress) -> None:
         print(progress.to_json() if args.json else progress.line(), flush=True)
@@ -88,6 +90,24 @@ def _run(args: argparse.Namespace) -> int:
     rows = sum(x["numInputRows"] for x in q.recent_progress)
     print(f"query '{q.name or q.id}' finished: {len(q.recent_progress)} batches, {rows:,} rows", file=sys.stderr)
     return 0
+
+
+def _serve_metrics(port: int, addr: str | None) -> None:
+    """Start the Prometheus endpoint of the headrace-prometheus plugin (``--metrics-port``)."""
+    import importlib
+
+    try:
+        plugin = importlib.import_module("headrace_prometheus")
+    except ImportError:
+        raise HeadraceError(
+            "--metrics-port needs the headrace-prometheus plugin, which is not installed; "
+            "fix: pip install headrace-prometheus"
+        ) from None
+    try:
+        server = plugin.serve(port, addr)
+    except (OSError, ValueError) as e:
+        raise HeadraceError(str(e)) from None
+    print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
@@ -123,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a pipeline TOML file, printing progress per batch")
     r.add_argument("pipeline")
     r.add_argument("--json", action="store_true", help="print each progress report as JSON")
+    r.add_argument("--metrics-port", type=int, metavar="N",
+                   help="serve Prometheus metrics on port N (needs headrace-prometheus; 0: any free port)")
+    r.add_argument("--metrics-addr", metavar="ADDR",
+                   help="address for --metrics-port (default $HEADRACE_METRICS_ADDR or 127.0.0.1; 0.0.0.0: all)")
     r.set_defaults(fn=_run)
     v = sub.add_parser("validate", help="check a pipeline TOML file's options without running it")
     v.add_argument("pipeline")

@@ -279,7 +279,8 @@ class StreamingQuery:
                 hook.headrace_query_terminated(
                     event={"id": self.id, "runId": self.run_id, "name": self.name,
                            "exception": str(self._exception) if self._exception else None,
-                           "lastBatchId": batch_id}
+                           "lastBatchId": batch_id,
+                           "failedBatchId": self._current_batch if self._exception else None}
                 )
             self._terminated.set()
 
