@@ -7,6 +7,7 @@ import json
 import logging
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -75,9 +76,17 @@ def _run(args: argparse.Namespace) -> int:
     def show(progress: QueryProgress) -> None:
         print(progress.to_json() if args.json else progress.line(), flush=True)
 
+    ui = None
+    if args.ui:
+        from headrace.ui import start_ui
+
+        ui = start_ui([p.checkpoint] if p.checkpoint else [], port=args.ui_port, host=args.ui_host)
+        print(f"dashboard on {ui.url}", file=sys.stderr, flush=True)
     q = p.start(show)
     print(f"query '{q.name or q.id}' started (id {q.id}, delivery {q.delivery_guarantee}, checkpoint {q.checkpoint_location})",
           file=sys.stderr, flush=True)  # fmt: skip
+    if ui is not None and not p.checkpoint:
+        ui.catalog.add(q.checkpoint_location)
 
     def interrupted(signum: int, frame: Any) -> None:
         print("stopping (the running batch finishes first)...", file=sys.stderr, flush=True)
@@ -87,6 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, interrupted)
     while not q.await_termination(0.2):
         pass
+    if ui is not None:
+        ui.close()
     rows = sum(x["numInputRows"] for x in q.recent_progress)
     print(f"query '{q.name or q.id}' finished: {len(q.recent_progress)} batches, {rows:,} rows", file=sys.stderr)
     return 0
@@ -108,6 +119,29 @@ def _serve_metrics(port: int, addr: str | None) -> None:
     except (OSError, ValueError) as e:
         raise HeadraceError(str(e)) from None
     print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
+
+
+def _ui(args: argparse.Namespace) -> int:
+    import os
+
+    from headrace.ui import start_ui
+
+    for d in args.dirs:
+        if not os.path.isdir(d):
+            raise HeadraceError(f"{d} is not a folder; give checkpoint folders or folders that hold checkpoints")
+    ui = start_ui(args.dirs or ["."], port=args.port, host=args.host, refresh_ms=args.refresh_ms)
+    found = len(ui.catalog.checkpoints())
+    print(f"dashboard on {ui.url} ({found} checkpoint{'s' if found != 1 else ''} found; Ctrl-C to stop)",
+          file=sys.stderr, flush=True)  # fmt: skip
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    ui.close()
+    return 0
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
@@ -147,7 +181,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on port N (needs headrace-prometheus; 0: any free port)")
     r.add_argument("--metrics-addr", metavar="ADDR",
                    help="address for --metrics-port (default $HEADRACE_METRICS_ADDR or 127.0.0.1; 0.0.0.0: all)")
+    r.add_argument("--ui", action="store_true", help="serve the dashboard beside the pipeline (needs headrace[ui])")
+    r.add_argument("--ui-port", type=int, default=4040, metavar="N", help="dashboard port for --ui (default 4040)")
+    r.add_argument("--ui-host", default="127.0.0.1", metavar="ADDR", help="dashboard address for --ui (default 127.0.0.1)")
     r.set_defaults(fn=_run)
+    u = sub.add_parser("ui", help="serve a live web dashboard of the queries in checkpoint folders")
+    u.add_argument("dirs", nargs="*", metavar="CHECKPOINT_DIR",
+                   help="checkpoints, or folders holding checkpoints (searched 4 levels down; default: .)")
+    u.add_argument("--port", type=int, default=4040, help="port (default 4040; 0: any free port)")
+    u.add_argument("--host", default="127.0.0.1", help="address (default 127.0.0.1; 0.0.0.0: all)")
+    u.add_argument("--refresh-ms", type=int, default=1000, help="how often the page polls (default 1000)")
+    u.set_defaults(fn=_ui)
     v = sub.add_parser("validate", help="check a pipeline TOML file's options without running it")
     v.add_argument("pipeline")
     v.set_defaults(fn=_validate)
