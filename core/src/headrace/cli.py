@@ -15,6 +15,21 @@ from headrace.errors import HeadraceError
 
 __all__ = ["main"]
 
+log = logging.getLogger(__name__ if __name__ != "__main__" else "headrace.cli")  # python -m headrace.cli
+_json_logs = False
+
+
+def _say(message: str, level: int = logging.INFO) -> None:
+    """A status line for the person at the terminal, on stderr: plain text, or with
+    ``--log-format json`` a JSON log record like every other line there."""
+    if _json_logs:
+        from headrace.logs import JsonFormatter
+
+        record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+        print(JsonFormatter().format(record), file=sys.stderr, flush=True)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
 
 def _connectors(args: argparse.Namespace) -> int:
     from headrace.plugins import registry
@@ -74,22 +89,21 @@ def _run(args: argparse.Namespace) -> int:
         _serve_metrics(args.metrics_port, args.metrics_addr)
 
     def show(progress: QueryProgress) -> None:
-        print(progress.to_json() if args.json else progress.line(), flush=True)
+        print(progress.to_json() if args.json or _json_logs else progress.line(), flush=True)
 
     ui = None
     if args.ui:
         from headrace.ui import start_ui
 
         ui = start_ui([p.checkpoint] if p.checkpoint else [], port=args.ui_port, host=args.ui_host)
-        print(f"dashboard on {ui.url}", file=sys.stderr, flush=True)
+        _say(f"dashboard on {ui.url}")
     q = p.start(show)
-    print(f"query '{q.name or q.id}' started (id {q.id}, delivery {q.delivery_guarantee}, checkpoint {q.checkpoint_location})",
-          file=sys.stderr, flush=True)  # fmt: skip
+    _say(f"query '{q.name or q.id}' started (id {q.id}, delivery {q.delivery_guarantee}, checkpoint {q.checkpoint_location})")
     if ui is not None and not p.checkpoint:
         ui.catalog.add(q.checkpoint_location)
 
     def interrupted(signum: int, frame: Any) -> None:
-        print("stopping (the running batch finishes first)...", file=sys.stderr, flush=True)
+        _say("stopping (the running batch finishes first)...")
         q.stop(timeout=0)
 
     signal.signal(signal.SIGINT, interrupted)
@@ -99,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
     if ui is not None:
         ui.close()
     rows = sum(x["numInputRows"] for x in q.recent_progress)
-    print(f"query '{q.name or q.id}' finished: {len(q.recent_progress)} batches, {rows:,} rows", file=sys.stderr)
+    _say(f"query '{q.name or q.id}' finished: {len(q.recent_progress)} batches, {rows:,} rows")
     return 0
 
 
@@ -118,7 +132,7 @@ def _serve_metrics(port: int, addr: str | None) -> None:
         server = plugin.serve(port, addr)
     except (OSError, ValueError) as e:
         raise HeadraceError(str(e)) from None
-    print(f"serving metrics on {server.url}", file=sys.stderr, flush=True)
+    _say(f"serving metrics on {server.url}")
 
 
 def _ui(args: argparse.Namespace) -> int:
@@ -131,8 +145,7 @@ def _ui(args: argparse.Namespace) -> int:
             raise HeadraceError(f"{d} is not a folder; give checkpoint folders or folders that hold checkpoints")
     ui = start_ui(args.dirs or ["."], port=args.port, host=args.host, refresh_ms=args.refresh_ms)
     found = len(ui.catalog.checkpoints())
-    print(f"dashboard on {ui.url} ({found} checkpoint{'s' if found != 1 else ''} found; Ctrl-C to stop)",
-          file=sys.stderr, flush=True)  # fmt: skip
+    _say(f"dashboard on {ui.url} ({found} checkpoint{'s' if found != 1 else ''} found; Ctrl-C to stop)")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -169,6 +182,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headrace", description="Streams to the lakehouse, with Spark's semantics.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="log lines on stderr as text or as one JSON object per line (default text)")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("connectors", help="list installed connectors").set_defaults(fn=_connectors)
     d = sub.add_parser("describe", help="show a connector's options")
@@ -210,11 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from headrace.logs import configure_logging
+
+    global _json_logs
+    _json_logs = args.log_format == "json"
+    configure_logging(logging.INFO if args.verbose else logging.WARNING, args.log_format)
     try:
         return int(args.fn(args))
     except HeadraceError as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}", level=logging.ERROR)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -24,7 +24,7 @@ from headrace_cloudfiles.storage import Store
 
 __all__ = ["FilesPartition", "ReadPlan", "partition_values", "read_partition"]
 
-log = logging.getLogger("headrace.cloudfiles")
+log = logging.getLogger(__name__)
 
 _COALESCE_ROWS = 65_536
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"

@@ -34,7 +34,7 @@ from headrace_cloudfiles.watcher import Watcher
 
 __all__ = ["CloudFilesSource"]
 
-log = logging.getLogger("headrace.cloudfiles")
+log = logging.getLogger(__name__)
 
 _FULL_LISTING_EVERY = 8  # auto mode: a full listing after 7 consecutive incremental ones (as Auto Loader)
 _MAX_PARTITIONS = 4

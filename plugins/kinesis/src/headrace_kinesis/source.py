@@ -33,7 +33,7 @@ from headrace_kinesis._shards import Position, add_listed, compact, eligible, ne
 
 __all__ = ["KinesisSource", "ShardRange", "ShardsPartition"]
 
-log = logging.getLogger("headrace.kinesis")
+log = logging.getLogger(__name__)
 
 _ITERATOR_MAX_AGE = 270.0  # AWS iterators expire after 300 s
 

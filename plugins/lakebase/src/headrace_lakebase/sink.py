@@ -46,7 +46,7 @@ from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
 
 __all__ = ["LakebaseCommitMessage", "LakebaseSink"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
