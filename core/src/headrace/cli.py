@@ -25,7 +25,7 @@ def _say(message: str, level: int = logging.INFO) -> None:
     if _json_logs:
         from headrace.logs import JsonFormatter
 
-        record = log.makeRecord(log.name, level, __file__, 0, message, None, None)
+        record = log.makeRecord(log.name, level, __file__, 0, message, (), None)
         print(JsonFormatter().format(record), file=sys.stderr, flush=True)
     else:
         print(message, file=sys.stderr, flush=True)
