@@ -408,6 +408,7 @@ class StreamingQuery:
                                crash=crash)  # fmt: skip
         try:
             messages.append(self._sink.write(batch_id, data))
+            self._settle_bad_records(batch_id, counts)
             if wal is not None:
                 tw = time.monotonic()
                 wal.result()  # the write-ahead entry is durable before anything is committed
@@ -438,6 +439,18 @@ class StreamingQuery:
                      {"latestOffset": t_latest, "walCommit": t_wal, "addBatch": t_add,
                       "commitOffsets": t_commit, "triggerExecution": total})  # fmt: skip
 
+    def _settle_bad_records(self, batch_id: int, counts: BatchCounts) -> None:
+        """Apply the bad-record policy of every source and of the sink to the batch (see
+        ``headrace.badrecords``): after the sink's write, before its commit."""
+        for i, (plan, src) in enumerate(zip(self._plans, self._sources, strict=True)):
+            bad = getattr(src, "bad_records", None)
+            if bad is not None:
+                bad.settle(batch_id, counts.input_rows[i], origin=f"source-{i}-{plan.connector}")
+        bad = getattr(self._sink, "bad_records", None)
+        if bad is not None:
+            # the rows handed to the sink include those it rejected
+            bad.settle(batch_id, max(0, counts.output_rows - bad.pending()), origin=f"sink-{self._sink_connector}")
+
     def _report(
         self,
         batch_id: int,
@@ -455,6 +468,9 @@ class StreamingQuery:
                 metrics = dict(src.metrics(en))
             except Exception as e:  # metrics must never fail a batch
                 metrics = {"error": str(e)}
+            bad = getattr(src, "bad_records", None)
+            if bad is not None:
+                metrics.update(bad.metrics())
             srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
         sink_metrics: dict[str, Any] = {}
         get_metrics = getattr(self._sink, "metrics", None)  # duck-typed sinks may lack it
@@ -463,6 +479,9 @@ class StreamingQuery:
                 sink_metrics = dict(get_metrics())
             except Exception as e:  # metrics must never fail a batch
                 sink_metrics = {"error": str(e)}
+        sink_bad = getattr(self._sink, "bad_records", None)
+        if sink_bad is not None:
+            sink_metrics.update(sink_bad.metrics())
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from headrace.badrecords import BadRecords
 from headrace.errors import HeadraceError, OptionProblem, OptionsError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
@@ -123,6 +124,7 @@ class CloudFilesSource(Source):
         self.prefix_bytes = max(1, int(o["cloudFiles.schemaInference.bytesPerFile"]))
         self.ignore_missing = bool(o["ignoreMissingFiles"])
         self.ignore_corrupt = bool(o["ignoreCorruptFiles"])
+        self.bad_records = BadRecords.from_options(o, what=f"cloudFiles {self.path}")
         self._check(o)
         self._plan: ReadPlan | None = None
         self._index: FileIndex | None = None
@@ -254,6 +256,7 @@ class CloudFilesSource(Source):
             ignore_missing=self.ignore_missing,
             ignore_corrupt=self.ignore_corrupt,
             fixed=self.fixed is not None,
+            bad_records=self.bad_records,
         )
 
     def _sample(self) -> list[FileInfo]:
