@@ -19,7 +19,7 @@ from headrace.ui import UIServer, start_ui
 
 
 def _running(chk: Path) -> hr.StreamingQuery:
-    return (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=2000, totalRows=10**9).load()
+    return (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=2000, totalRows=400_000).load()
             .write_stream.format("noop").option("checkpointLocation", str(chk)).query_name("orders_live")
             .trigger(processing_time="250 milliseconds").start())  # fmt: skip
 
@@ -91,7 +91,8 @@ def test_running_query_charts_advance_and_failed_query_shows_its_error(browser: 
         table = browser.find_element(By.ID, "latest").text
         assert "numInputRows" in table and "2000" in table
         if os.environ.get("HEADRACE_UI_SCREENSHOT"):  # docs/img/dashboard.png is made this way
-            Path(os.environ["HEADRACE_UI_SCREENSHOT"]).write_bytes(second)
+            wait_for(lambda: int(_attr(browser, "#latest", "data-batch") or 0) >= 30, timeout=60, what="30 batches")
+            Path(os.environ["HEADRACE_UI_SCREENSHOT"]).write_bytes(browser.get_screenshot_as_png())
 
         wait_for(lambda: _click(browser, failed_css), what="a click on the failed query")
         error = wait_for(lambda: browser.find_elements(By.ID, "error"), what="the error box")[0]
