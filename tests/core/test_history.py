@@ -50,13 +50,30 @@ def test_history_is_bounded_like_the_offsets_log(tmp_path: Path) -> None:
     for b in range(10):
         h.append({"batchId": b, "numInputRows": b})
     h.finish(run_id="r", exception=None, batch_id=9)
-    assert sorted(os.listdir(tmp_path / "progress")) == ["7.json", "8.json", "9.json", "run.json", "terminated.json"]
-    # a restart with a smaller window (or after a checkpoint reset) drops what falls outside it
-    h = ProgressHistory(str(tmp_path), keep=2)
+    assert [r["batchId"] for r in read_history(str(tmp_path))][-3:] == [7, 8, 9]
+    lines = sum(len(p.read_text().splitlines()) for p in (tmp_path / "progress").glob("*.jsonl"))
+    assert 3 <= lines <= 6
+    # many short runs: still the last records, still bounded
+    for run in range(5):
+        h = ProgressHistory(str(tmp_path), keep=3)
+        h.start(id="i", run_id=f"r{run}", name="n")
+        h.append({"batchId": 10 + run})
+        h.finish(run_id=f"r{run}", exception=None, batch_id=10 + run)
+    assert [r["batchId"] for r in read_history(str(tmp_path))][-3:] == [12, 13, 14]
+    assert len(list((tmp_path / "progress").glob("*.jsonl"))) <= 4
+
+
+def test_a_batch_id_that_comes_again_replaces_the_records_from_it_on(tmp_path: Path) -> None:
+    h = ProgressHistory(str(tmp_path))
+    h.start(id="i", run_id="r", name="n")
+    for b in range(6):
+        h.append({"batchId": b, "run": 1})
+    h.finish(run_id="r", exception=None, batch_id=5)
+    h = ProgressHistory(str(tmp_path))  # after `checkpoint reset --to-batch 2`
     h.start(id="i", run_id="r2", name="n")
-    h.append({"batchId": 5})
-    h.finish(run_id="r2", exception=None, batch_id=5)
-    assert [r["batchId"] for r in read_history(str(tmp_path))] == [5]
+    h.append({"batchId": 3, "run": 2})
+    h.finish(run_id="r2", exception=None, batch_id=3)
+    assert [(r["batchId"], r["run"]) for r in read_history(str(tmp_path))] == [(0, 1), (1, 1), (2, 1), (3, 2)]
 
 
 def test_failed_query_records_the_error_and_its_batch(tmp_path: Path) -> None:
@@ -80,11 +97,10 @@ def test_a_killed_run_is_neither_running_nor_finished(tmp_path: Path) -> None:
     assert query_state(str(tmp_path))["status"] == "killed"
 
 
-def test_damaged_records_are_skipped(tmp_path: Path) -> None:
+def test_damaged_lines_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "progress").mkdir()
-    (tmp_path / "progress" / "0.json").write_text("{not json")
-    (tmp_path / "progress" / "1.json").write_text(json.dumps({"batchId": 1}))
-    assert read_history(str(tmp_path)) == [{"batchId": 1}]
+    (tmp_path / "progress" / "1.jsonl").write_text('{"batchId": 0}\n{not json\n{"batchId": 1}\n{"batchId": 2, "cut sh')
+    assert read_history(str(tmp_path)) == [{"batchId": 0}, {"batchId": 1}]
 
 
 def test_secrets_never_reach_the_history() -> None:

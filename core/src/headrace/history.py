@@ -3,15 +3,21 @@
 Layout::
 
     <checkpoint>/progress/
-      <batchId>.json      one progress record (``QueryProgress.to_dict()``), secrets redacted
+      <seq>.jsonl         segments of progress records (``QueryProgress.to_dict()``), one JSON
+                          object per line, secrets redacted; a new segment per run and every
+                          ``keep`` records
       run.json            the current (or last) run: id, runId, name, pid, startedAt
       terminated.json     how the last run ended: runId, exception, batchId, timestamp
 
-Records are written by a background thread (never on the batch's critical path) without
-fsync: the history is for people and dashboards, not for recovery, so a record lost in a crash
-is acceptable while a slower batch is not. Like the offsets log it is bounded: when batch ``n``
-is written, ``n - keep`` is removed, so its size does not grow with the query's age. A damaged
-or foreign file is skipped by the readers (with a warning), never fatal.
+Records are appended by a background thread (never on the batch's critical path), at most
+every 50 ms and in one ``write`` per flush, without fsync: the history is for people and
+dashboards, not for recovery, so a record lost in a crash is acceptable while a slower batch is
+not. It is bounded like the offsets log: the oldest segments are removed as soon as the newer
+ones hold ``keep`` records, so its size does not grow with the query's age. A line cut short by
+a crash (or being written while a dashboard reads) is skipped by the readers, never fatal.
+
+When a batch id comes again (the replay of an uncommitted batch after a restart, or a run after
+``headrace checkpoint reset``), the newer record replaces the older ones from that batch on.
 
 ``run.json`` + ``terminated.json`` are how ``headrace ui`` tells a running query from a finished
 one without touching anything outside the checkpoint: a run is live while ``run.json`` names a
@@ -39,6 +45,7 @@ log = logging.getLogger(__name__)
 
 HISTORY_DIR = "progress"
 _SECRET_MARKERS = PassThrough("").secret_markers
+_FLUSH_EVERY = 0.05  # seconds between two appends: bounds the writer's share of a core
 
 
 def redact(value: Any) -> Any:
@@ -60,7 +67,8 @@ class ProgressHistory:
 
     Created by the engine once per query run (``start``), fed once per batch (``append``, cheap:
     it only queues the record) and closed when the query ends (``finish``, which waits for the
-    pending writes). ``keep`` bounds the number of records on disk.
+    pending writes). ``keep`` bounds the number of records kept (between ``keep`` and
+    ``2 * keep`` lines on disk).
     """
 
     def __init__(self, checkpoint_location: str, *, keep: int = 100) -> None:
@@ -70,14 +78,17 @@ class ProgressHistory:
         self._cond = threading.Condition()
         self._closed = False
         self._thread: threading.Thread | None = None
-        self._last_batch: int | None = None
         self._run_id = ""
+        self._segments: dict[int, int] = {}  # seq -> records in it
+        self._fd: int | None = None
+        self._seq = 0
 
     def start(self, *, id: str, run_id: str, name: str) -> None:
         """Record the run (``run.json``) and start the writer thread. Called once per run."""
         os.makedirs(self.folder, exist_ok=True)
         doc = {"id": id, "runId": run_id, "name": name, "pid": os.getpid(), "startedAt": int(time.time() * 1000)}
         self._write("run.json", doc)
+        self._segments = {seq: _count_lines(os.path.join(self.folder, f"{seq}.jsonl")) for seq in _segments(self.folder)}
         self._run_id = run_id
         _active_runs.add(run_id)
         self._thread = threading.Thread(target=self._work, name="headrace-history", daemon=True)
@@ -101,6 +112,10 @@ class ProgressHistory:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join(30)
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
         if not os.path.isdir(self.folder):
             _active_runs.discard(self._run_id)
             return
@@ -120,39 +135,70 @@ class ProgressHistory:
                     return
                 batch = list(self._pending)
                 self._pending.clear()
-            for record in batch:
-                try:
-                    self._store(record)
-                except Exception as e:  # history must never fail a query
-                    log.warning("could not write progress history to %s: %s", self.folder, e)
+            try:
+                self._store(batch)
+            except Exception as e:  # history must never fail a query
+                log.warning("could not write progress history to %s: %s", self.folder, e)
+            with self._cond:
+                if not self._closed:
+                    self._cond.wait(_FLUSH_EVERY)
 
-    def _store(self, record: dict[str, Any]) -> None:
-        batch_id = int(record.get("batchId", -1))
-        if batch_id < 0:
+    def _store(self, records: list[dict[str, Any]]) -> None:
+        lines: list[bytes] = []
+        for r in records:
+            if int(r.get("batchId", -1)) < 0:
+                continue
+            if self._fd is None or self._segments.get(self._seq, 0) + len(lines) >= self.keep:
+                self._flush(lines)
+                lines = []
+                self._open_segment()
+            lines.append(json.dumps(redact(r), default=str, separators=(",", ":")).encode() + b"\n")
+        self._flush(lines)
+        self._trim()
+
+    def _open_segment(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+        self._seq = max(self._segments, default=0) + 1
+        path = os.path.join(self.folder, f"{self._seq}.jsonl")
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._segments[self._seq] = 0
+
+    def _flush(self, lines: list[bytes]) -> None:
+        if not lines or self._fd is None:
             return
-        self._write(f"{batch_id}.json", redact(record))
-        first = self._last_batch is None
-        self._last_batch = batch_id
-        old = batch_id - self.keep
-        if first:  # a restart (or a reset) may have left records out of the window
-            for n in _ids(self.folder):
-                if n <= old or n > batch_id:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(self.folder, f"{n}.json"))
-        elif old >= 0:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(self.folder, f"{old}.json"))
+        os.write(self._fd, b"".join(lines))
+        self._segments[self._seq] += len(lines)
+
+    def _trim(self) -> None:
+        """Remove the oldest segments once the newer ones hold ``keep`` records."""
+        total = 0
+        for seq in sorted(self._segments, reverse=True):
+            if total >= self.keep:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.folder, f"{seq}.jsonl"))
+                del self._segments[seq]
+            else:
+                total += self._segments[seq]
 
     def _write(self, name: str, doc: Mapping[str, Any]) -> None:
         atomic_write(os.path.join(self.folder, name), json.dumps(doc, default=str).encode(), durable=False)
 
 
-def _ids(folder: str) -> list[int]:
+def _segments(folder: str) -> list[int]:
     try:
         names = os.listdir(folder)
     except FileNotFoundError:
         return []
-    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+    return sorted(int(n[:-6]) for n in names if n.endswith(".jsonl") and n[:-6].isdigit())
+
+
+def _count_lines(path: str) -> int:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.endswith(b"\n"))
+    except OSError:
+        return 0
 
 
 def _load(path: str) -> dict[str, Any] | None:
@@ -168,20 +214,33 @@ def _load(path: str) -> dict[str, Any] | None:
 
 
 def read_history(checkpoint_location: str, *, limit: int | None = None, after: int | None = None) -> list[dict[str, Any]]:
-    """The progress records kept in a checkpoint, oldest first: the last ``limit`` of them,
-    only those with a batch id greater than ``after`` when given. Never raises for a missing
-    or damaged file (it is skipped)."""
+    """The progress records kept in a checkpoint, oldest first (at most ``keep``... the writer's
+    bound), the last ``limit`` of them, only those with a batch id greater than ``after`` when
+    given. A batch id that comes again replaces the records from it on. Never raises for a
+    missing or damaged file or line (it is skipped)."""
     folder = os.path.join(checkpoint_location, HISTORY_DIR)
-    ids = _ids(folder)
-    if after is not None:
-        ids = [i for i in ids if i > after]
-    if limit is not None:
-        ids = ids[-limit:] if limit > 0 else []
-    out = []
-    for i in ids:
-        doc = _load(os.path.join(folder, f"{i}.json"))
-        if doc is not None:
+    out: list[dict[str, Any]] = []
+    for seq in _segments(folder):
+        try:
+            with open(os.path.join(folder, f"{seq}.jsonl"), "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        for line in data.split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                doc = json.loads(line)
+                batch_id = int(doc["batchId"])
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut short by a crash or being written now
+            while out and int(out[-1]["batchId"]) >= batch_id:
+                out.pop()
             out.append(doc)
+    if after is not None:
+        out = [r for r in out if int(r["batchId"]) > after]
+    if limit is not None:
+        out = out[-limit:] if limit > 0 else []
     return out
 
 

@@ -85,6 +85,7 @@ class PrometheusListener:
         self.starts = Counter("query_starts", "Times the query was started.", _Q, namespace=ns, registry=r)
         self.failures = Counter("query_failures", "Times the query ended with an error.", _Q, namespace=ns, registry=r)
         self._names: dict[str, str] = {}
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 
     # ------------------------------------------------------------------ hooks
     @hookimpl
@@ -122,46 +123,54 @@ class PrometheusListener:
             self._names[qid] = str(name)
         return str(name), qid
 
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: the label sets of a query repeat every batch."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def _progress(self, p: Mapping[str, Any]) -> None:
         q = self._labels(p)
-        self.batches.labels(*q).inc()
-        self.input_rows.labels(*q).inc(p.get("numInputRows", 0))
+        self._child(self.batches, *q).inc()
+        self._child(self.input_rows, *q).inc(p.get("numInputRows", 0))
         sink = p.get("sink") or {}
-        self.output_rows.labels(*q).inc(sink.get("numOutputRows", 0))
-        self.input_rate.labels(*q).set(p.get("inputRowsPerSecond", 0.0))
-        self.processing_rate.labels(*q).set(p.get("processedRowsPerSecond", 0.0))
-        self.last_batch_id.labels(*q).set(p.get("batchId", 0))
-        self.last_batch_rows.labels(*q).set(p.get("numInputRows", 0))
+        self._child(self.output_rows, *q).inc(sink.get("numOutputRows", 0))
+        self._child(self.input_rate, *q).set(p.get("inputRowsPerSecond", 0.0))
+        self._child(self.processing_rate, *q).set(p.get("processedRowsPerSecond", 0.0))
+        self._child(self.last_batch_id, *q).set(p.get("batchId", 0))
+        self._child(self.last_batch_rows, *q).set(p.get("numInputRows", 0))
         ts = p.get("timestamp")
         if isinstance(ts, str):
             import datetime as dt
 
-            self.last_progress.labels(*q).set(dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp())
+            self._child(self.last_progress, *q).set(dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp())
         for phase, ms in (p.get("durationMs") or {}).items():
             if _number(ms) is not None:
-                self.batch_duration.labels(*q, phase).observe(ms / 1000)
+                self._child(self.batch_duration, *q, phase).observe(ms / 1000)
         for src in p.get("sources") or ():
             desc = str(src.get("description", ""))
-            self.source_rows.labels(*q, desc).inc(src.get("numInputRows", 0))
+            self._child(self.source_rows, *q, desc).inc(src.get("numInputRows", 0))
             for k, v in (src.get("metrics") or {}).items():
                 if (x := _number(v)) is not None:
-                    self.source_metric.labels(*q, desc, k).set(x)
+                    self._child(self.source_metric, *q, desc, k).set(x)
         for k, v in (sink.get("metrics") or {}).items():
             if (x := _number(v)) is not None:
-                self.sink_metric.labels(*q, str(sink.get("description", "")), k).set(x)
+                self._child(self.sink_metric, *q, str(sink.get("description", "")), k).set(x)
         for kind, summary in (p.get("latencies") or {}).items():
             short = kind.removesuffix("LatencyMs")
             for pq, ms in summary.items():
                 if (x := _number(ms)) is not None and pq.startswith("P"):
-                    self.latency.labels(*q, short, _quantile(pq)).set(x / 1000)
+                    self._child(self.latency, *q, short, _quantile(pq)).set(x / 1000)
         for i, op in enumerate(p.get("stateOperators") or ()):
             name = f"{i}:{op.get('operatorName', 'state')}"
             for gauge, key in ((self.state_rows, "numRowsTotal"), (self.state_rows_updated, "numRowsUpdated"),
                                (self.state_memory, "memoryUsedBytes")):  # fmt: skip
                 if (x := _number(op.get(key))) is not None:
-                    gauge.labels(*q, name).set(x)
+                    self._child(gauge, *q, name).set(x)
             if (x := _number(op.get("numRowsDroppedByWatermark"))) is not None and x > 0:
-                self.state_dropped.labels(*q, name).inc(x)
+                self._child(self.state_dropped, *q, name).inc(x)
 
 
 def _quantile(p: str) -> str:
