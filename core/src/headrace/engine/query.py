@@ -408,11 +408,11 @@ class StreamingQuery:
                                crash=crash)  # fmt: skip
         try:
             messages.append(self._sink.write(batch_id, data))
-            self._settle_bad_records(batch_id, counts)
             if wal is not None:
                 tw = time.monotonic()
                 wal.result()  # the write-ahead entry is durable before anything is committed
                 t_wal += time.monotonic() - tw
+            self._settle_bad_records(batch_id, counts)  # dead letters: after the WAL, before the commit
             crash("before_sink_commit", batch_id)
             self._sink.commit(batch_id, messages)
         except BaseException:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from headrace.checkpoint import OffsetEntry
-from headrace.engine.reader import apply_transform
+from headrace.engine.reader import BatchCounts, apply_transform
 from headrace.protocols import Offset
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ def run_real_time_batch(q: StreamingQuery, batch_id: int, starts: list[Offset]) 
         stop.set()
         end = last[0]
         checkpoint.write_offsets(OffsetEntry(batch_id, starts, [end], int(wall * 1000), real_time=True))
+        q._settle_bad_records(batch_id, BatchCounts(counts, out_rows[0]))
         q._crash("before_sink_commit", batch_id)
         sink.commit(batch_id, messages)
     except BaseException:
