@@ -126,6 +126,23 @@ def test_state_operators_and_sink_metrics_from_a_progress_record() -> None:
     assert registry.get_sample_value("headrace_last_progress_timestamp_seconds", labels) == 1767225600.0
 
 
+def test_bad_records_are_counted_by_origin_and_action() -> None:
+    registry = CollectorRegistry()
+    lst = PrometheusListener(registry)
+    for b in range(2):
+        lst.headrace_query_progress(progress={
+            "id": "qid", "name": "bad", "batchId": b, "numInputRows": 10, "durationMs": {},
+            "sources": [{"description": "cloudFiles", "numInputRows": 10,
+                         "metrics": {"numBadRecords": 3, "numBadRecordsDropped": 0, "numBadRecordsDeadLettered": 3}}],
+            "sink": {"description": "lakebase", "numOutputRows": 10,
+                     "metrics": {"numBadRecords": 1, "numBadRecordsDropped": 1, "numBadRecordsDeadLettered": 0}},
+        })  # fmt: skip
+    labels = {"query": "bad", "query_id": "qid"}
+    assert registry.get_sample_value("headrace_bad_records_total", {**labels, "origin": "source-0", "action": "deadLettered"}) == 6
+    assert registry.get_sample_value("headrace_bad_records_total", {**labels, "origin": "sink", "action": "dropped"}) == 2
+    assert registry.get_sample_value("headrace_bad_records_total", {**labels, "origin": "sink", "action": "deadLettered"}) is None
+
+
 def test_port_in_use_is_a_clear_error(server: MetricsServer) -> None:
     import socket
 

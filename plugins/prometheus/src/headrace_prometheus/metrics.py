@@ -81,6 +81,10 @@ class PrometheusListener:
                                   (*_Q, "operator"), namespace=ns, registry=r)  # fmt: skip
         self.state_dropped = Counter("state_rows_dropped_by_watermark", "Late rows dropped by the watermark.",
                                      (*_Q, "operator"), namespace=ns, registry=r)  # fmt: skip
+        self.bad_records = Counter(
+            "bad_records", "Bad records by what the policy did with them (headrace.badrecords): origin source-<i> "
+            "or sink, action dropped or deadLettered.", (*_Q, "origin", "action"), namespace=ns, registry=r,
+        )  # fmt: skip
         self.active = Gauge("query_active", "1 while the query runs, 0 after it ended.", _Q, namespace=ns, registry=r)
         self.starts = Counter("query_starts", "Times the query was started.", _Q, namespace=ns, registry=r)
         self.failures = Counter("query_failures", "Times the query ended with an error.", _Q, namespace=ns, registry=r)
@@ -123,6 +127,10 @@ class PrometheusListener:
             self._names[qid] = str(name)
         return str(name), qid
 
+    def _bad(self, q: tuple[str, str], origin: str, metrics: Mapping[str, Any]) -> None:
+        for action, n in _bad_counts(metrics):
+            self._child(self.bad_records, *q, origin, action).inc(n)
+
     def _child(self, metric: Any, *labels: str) -> Any:
         """``metric.labels(*labels)``, cached: the label sets of a query repeat every batch."""
         key = (id(metric), labels)
@@ -149,6 +157,9 @@ class PrometheusListener:
         for phase, ms in (p.get("durationMs") or {}).items():
             if _number(ms) is not None:
                 self._child(self.batch_duration, *q, phase).observe(ms / 1000)
+        for i, src in enumerate(p.get("sources") or ()):
+            self._bad(q, f"source-{i}", src.get("metrics") or {})
+        self._bad(q, "sink", sink.get("metrics") or {})
         for src in p.get("sources") or ():
             desc = str(src.get("description", ""))
             self._child(self.source_rows, *q, desc).inc(src.get("numInputRows", 0))
@@ -171,6 +182,15 @@ class PrometheusListener:
                     self._child(gauge, *q, name).set(x)
             if (x := _number(op.get("numRowsDroppedByWatermark"))) is not None and x > 0:
                 self._child(self.state_dropped, *q, name).inc(x)
+
+
+def _bad_counts(metrics: Mapping[str, Any]) -> list[tuple[str, float]]:
+    out = []
+    for action, key in (("dropped", "numBadRecordsDropped"), ("deadLettered", "numBadRecordsDeadLettered")):
+        x = _number(metrics.get(key))
+        if x:
+            out.append((action, x))
+    return out
 
 
 def _quantile(p: str) -> str:

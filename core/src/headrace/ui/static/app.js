@@ -90,9 +90,15 @@
       (p) => !PHASES.includes(p) && p !== "triggerExecution"));
     Charts.bars($("chart-phases"), labels, phases.filter((p) => recs.some((r) => (r.durationMs || {})[p] > 0))
       .map((p) => ({ name: p, values: recs.map((r) => (r.durationMs || {})[p] || 0) })), { unit: "ms" });
+    const badOf = (r) => {
+      const all = (r.sources || []).map((x) => x.metrics || {}).concat([(r.sink || {}).metrics || {}]);
+      const found = all.filter((m) => typeof m.numBadRecords === "number");
+      return found.length ? found.reduce((a, m) => a + m.numBadRecords, 0) : null;
+    };
     Charts.line($("chart-rows"), labels, [
       { name: "input rows", values: recs.map((r) => r.numInputRows) },
       { name: "output rows", values: recs.map((r) => (r.sink || {}).numOutputRows) },
+      { name: "bad records", values: recs.map(badOf), color: "#d1242f" },
     ]);
     const backlogKeys = [];
     for (const r of recs) (r.sources || []).forEach((s, i) => {
