@@ -5,6 +5,8 @@ Options (add ``BAD_RECORD_OPTIONS`` to a connector's schema)::
 
     badRecordsPolicy        fail (default) | drop | deadLetter
     badRecordsPath          dead-letter folder (deadLetter): <path>/batch=<id>/<origin>.jsonl
+    badRecordsSink          ... or a sink connector to write them with (delta, kafka, lakebase...),
+    badRecordsSinkOptions   with these options (badRecordsPath is its path)
     maxBadRecords           fail the batch when more bad records than this (drop / deadLetter)
     maxBadRecordsFraction   ... or when more than this fraction of the batch's records (0..1)
 
@@ -30,24 +32,51 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+
 from headrace.checkpoint import atomic_write
 from headrace.errors import HeadraceError, OptionProblem
-from headrace.options import Choice, Float, Integer, Option, Options, OptionSchema, Rule, String
+from headrace.options import Choice, Float, Integer, Option, Options, OptionSchema, OptionType, Rule, String
 
-__all__ = ["BAD_RECORD_OPTIONS", "BadRecord", "BadRecords", "BadRecordsError", "read_dead_letters"]
+__all__ = ["BAD_RECORD_OPTIONS", "DEAD_LETTER_SCHEMA", "BadRecord", "BadRecords", "BadRecordsError", "JsonObject",
+           "read_dead_letters"]
+
+DEAD_LETTER_SCHEMA = pa.schema([("batchId", pa.int64()), ("origin", pa.string()), ("location", pa.string()),
+                                ("error", pa.string()), ("record", pa.string())])  # fmt: skip
 
 POLICIES = ("fail", "drop", "deadLetter")
+
+
+class JsonObject(OptionType):
+    """A mapping: a dict through the API or TOML, or a JSON object in a string."""
+
+    label = "json object"
+
+    def parse(self, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError as e:
+                raise ValueError(f"is not a JSON object ({e})") from None
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{type(value).__name__} is not a mapping of option names to values")
+        return dict(value)
 
 
 def _check(opts: Options) -> list[OptionProblem]:
     problems = []
     policy = opts.get("badRecordsPolicy") or "fail"
-    if policy == "deadLetter" and not opts.get("badRecordsPath"):
-        problems.append(OptionProblem("badRecordsPath", "is required with badRecordsPolicy=deadLetter (a folder for the dead letters)"))
-    if policy == "fail" and any(opts.is_set(n) for n in ("maxBadRecords", "maxBadRecordsFraction", "badRecordsPath")):
+    if policy == "deadLetter" and not opts.get("badRecordsPath") and not opts.get("badRecordsSink"):
         problems.append(OptionProblem(
-            "badRecordsPolicy", "is fail (the default), so maxBadRecords / maxBadRecordsFraction / badRecordsPath "
-            "have no effect; set badRecordsPolicy to drop or deadLetter"))  # fmt: skip
+            "badRecordsPath", "is required with badRecordsPolicy=deadLetter (a folder for the dead letters), "
+            "unless badRecordsSink names a connector to write them to"))  # fmt: skip
+    given = [n for n in ("maxBadRecords", "maxBadRecordsFraction", "badRecordsPath", "badRecordsSink") if opts.is_set(n)]
+    if policy == "fail" and given:
+        problems.append(OptionProblem(
+            "badRecordsPolicy", f"is fail (the default), so {' / '.join(given)} would have no effect; set "
+            "badRecordsPolicy to drop or deadLetter"))  # fmt: skip
+    if opts.is_set("badRecordsSinkOptions") and not opts.is_set("badRecordsSink"):
+        problems.append(OptionProblem("badRecordsSinkOptions", "is only used with badRecordsSink (the connector)"))
     return problems
 
 
@@ -59,6 +88,12 @@ BAD_RECORD_OPTIONS = OptionSchema(
         Option("badRecordsPath", String(),
                doc="Dead-letter folder (badRecordsPolicy=deadLetter): one JSON-lines file per batch and origin, "
                    "<path>/batch=<id>/<origin>.jsonl, written exactly once with the batch."),
+        Option("badRecordsSink", String(),
+               doc="Write the dead letters through this sink connector instead of JSON files (delta, kafka, "
+                   "lakebase, files...); badRecordsPath is its path. Exactly once when its commit is idempotent."),
+        Option("badRecordsSinkOptions", JsonObject(), secret=True,
+               doc="Options of badRecordsSink (a mapping, or a JSON object string), e.g. {\"topic\": \"dlq\", "
+                   "\"kafka.bootstrap.servers\": \"...\"}."),
         Option("maxBadRecords", Integer(min=0),
                doc="Fail the batch (and the query) when it has more bad records than this (drop / deadLetter)."),
         Option("maxBadRecordsFraction", Float(min=0.0, max=1.0),
@@ -101,6 +136,9 @@ class BadRecords:
         self.max_records = max_records
         self.max_fraction = max_fraction
         self.what = what
+        self.sink_format: str | None = None
+        self.sink_options: dict[str, Any] = {}
+        self.sink: Any = None  # the dead-letter sink the engine made from sink_format (Sink protocol)
         self._lock = threading.Lock()
         self._pending: list[BadRecord] = []
         self.last: dict[str, int] = {}
@@ -113,8 +151,15 @@ class BadRecords:
         policy = options.get("badRecordsPolicy")
         if not policy:
             return None
-        return cls(policy, path=options.get("badRecordsPath"), max_records=options.get("maxBadRecords"),
-                   max_fraction=options.get("maxBadRecordsFraction"), what=what)  # fmt: skip
+        out = cls(policy, path=options.get("badRecordsPath"), max_records=options.get("maxBadRecords"),
+                  max_fraction=options.get("maxBadRecordsFraction"), what=what)  # fmt: skip
+        if policy == "deadLetter" and options.get("badRecordsSink"):
+            out.sink_format = str(options.get("badRecordsSink"))
+            raw = options.get("badRecordsSinkOptions") or {}
+            out.sink_options = dict(raw.reveal() if hasattr(raw, "reveal") else raw)
+            if options.get("badRecordsPath"):
+                out.sink_options.setdefault("path", options.get("badRecordsPath"))
+        return out
 
     def add(self, records: list[BadRecord]) -> None:
         """Report bad records found while reading or writing. ``fail``: raises at once."""
@@ -166,12 +211,20 @@ class BadRecords:
         return counts
 
     def _write(self, batch_id: int, origin: str, bad: list[BadRecord]) -> None:
+        ordered = sorted(bad, key=lambda r: (_natural(r.location), r.error))
+        if self.sink is not None:
+            table = pa.table({"batchId": [batch_id] * len(ordered), "origin": [origin] * len(ordered),
+                              "location": [r.location for r in ordered], "error": [r.error for r in ordered],
+                              "record": [r.record for r in ordered]}, schema=DEAD_LETTER_SCHEMA)  # fmt: skip
+            message = self.sink.write(batch_id, iter(table.to_batches()))
+            self.sink.commit(batch_id, [message])  # idempotent per batch id: a replay commits nothing twice
+            return
         assert self.path is not None
         folder = os.path.join(self.path, f"batch={batch_id}")
         os.makedirs(folder, exist_ok=True)
         lines = [
             json.dumps({"batchId": batch_id, "origin": origin, **r.to_dict()}, sort_keys=True, default=str)
-            for r in sorted(bad, key=lambda r: (_natural(r.location), r.error))
+            for r in ordered
         ]
         atomic_write(os.path.join(folder, f"{_slug(origin)}.jsonl"), ("\n".join(lines) + "\n").encode())
 

@@ -108,11 +108,41 @@ def test_options_are_checked_before_any_io(tmp_path: Path) -> None:
         _frame(tmp_path, badRecordsPolicy="skip").write_stream.format("memory").query_name("x").start()
 
 
-def spec(tmp_path: Path) -> dict[str, Any]:
+def dead_letters(tmp_path: Path, to: str) -> list[dict[str, Any]]:
+    if to == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(tmp_path / "dlq")).to_pyarrow_table().to_pylist()
+    return read_dead_letters(str(tmp_path / "dlq"))
+
+
+def test_dead_letters_to_a_delta_table(tmp_path: Path) -> None:
+    pytest.importorskip("deltalake")
+    good, bad = seed(tmp_path / "in", 3)
+    q = _run(tmp_path, "br_delta", badRecordsPolicy="deadLetter", badRecordsSink="delta",
+             badRecordsPath=str(tmp_path / "dlq"), **{"cloudFiles.maxFilesPerTrigger": 1})  # fmt: skip
+    assert set(hr.memory_table("br_delta").column("id").to_pylist()) == good
+    letters = dead_letters(tmp_path, "delta")
+    assert {x["location"] for x in letters} == bad and len(letters) == len(bad)
+    assert {x["batchId"] for x in letters} == {0, 1, 2} and {x["origin"] for x in letters} == {"source-0-cloudFiles"}
+    assert q.last_progress["sources"][0]["metrics"]["numBadRecordsDeadLettered"] > 0
+
+
+def test_a_bad_dead_letter_sink_is_refused_at_start(tmp_path: Path) -> None:
+    seed(tmp_path / "in", 1)
+    with pytest.raises(OptionsError, match="mode"):
+        (_frame(tmp_path, badRecordsPolicy="deadLetter", badRecordsSink="files",
+                badRecordsSinkOptions={"path": str(tmp_path / "d"), "mode": "x"})
+         .write_stream.format("memory").query_name("br_badsink").start())  # fmt: skip
+    assert not (tmp_path / "d").exists()
+
+
+def spec(tmp_path: Path, to: str = "json") -> dict[str, Any]:
+    target = {"badRecordsSink": "delta"} if to == "delta" else {}
     return {
         "source": {"format": "cloudFiles", "path": str(tmp_path / "in"), "options": {
             "cloudFiles.format": "json", "cloudFiles.maxFilesPerTrigger": 2,
-            "badRecordsPolicy": "deadLetter", "badRecordsPath": str(tmp_path / "dlq")},
+            "badRecordsPolicy": "deadLetter", "badRecordsPath": str(tmp_path / "dlq"), **target},
             "schema": "id BIGINT, amount BIGINT"},
         "sink": {"format": "files", "options": {"path": str(tmp_path / "out"), "format": "arrow"}},
         "checkpoint": str(tmp_path / "chk"),
@@ -121,19 +151,22 @@ def spec(tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_sigkill_at_every_stage_dead_letters_every_bad_row_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("to", ["json", "delta"], ids=["json-folder", "delta-table"])
+def test_sigkill_at_every_stage_dead_letters_every_bad_row_exactly_once(tmp_path: Path, to: str) -> None:
+    if to == "delta":
+        pytest.importorskip("deltalake")
     good, bad = seed(tmp_path / "in")
     results = run_until_done(
-        spec(tmp_path),
+        spec(tmp_path, to),
         crashes=["mid_write:0", "before_sink_commit:1", "after_sink_commit:2", "after_commit:3"],
         random_kills=2, kill_window=(0.8, 1.6), timeout=90,
     )  # fmt: skip
     assert sum(r.killed for r in results) >= 4
     got = output(tmp_path / "out").column("id").to_pylist()
     assert sorted(got) == sorted(good), f"{len(got) - len(set(got))} duplicates, {len(good - set(got))} missing"
-    letters = read_dead_letters(str(tmp_path / "dlq"))
+    letters = dead_letters(tmp_path, to)
     locations = [x["location"] for x in letters]
     assert len(locations) == len(set(locations)), "a bad record was dead-lettered twice"
     assert set(locations) == bad
-    # one dead-letter file per batch that had bad records, and no leftover temporary file
-    assert {p.suffix for p in (tmp_path / "dlq").rglob("*") if p.is_file()} == {".jsonl"}
+    if to == "json":  # one dead-letter file per batch that had bad records, and no leftover temporary file
+        assert {p.suffix for p in (tmp_path / "dlq").rglob("*") if p.is_file()} == {".jsonl"}

@@ -29,6 +29,7 @@ from typing import Any
 
 from headrace.checkpoint import Checkpoint, OffsetEntry
 from headrace.engine.crash import CrashHook
+from headrace.engine.deadletters import close_dead_letter_sinks, open_dead_letter_sinks, settle_bad_records
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
@@ -220,6 +221,7 @@ class StreamingQuery:
                 schema=schema,
             )
             self._sink = self._sink_class(self._sink_options, sctx)
+            open_dead_letter_sinks(self, cp)
         except BaseException:
             self._close_all()
             raise
@@ -298,6 +300,7 @@ class StreamingQuery:
                 self._sink.close()
             except Exception as e:
                 log.warning("closing sink failed: %s", e)
+        close_dead_letter_sinks(self)
         if self._checkpoint is not None:
             self._checkpoint.close()
         if self._temp_checkpoint:
@@ -440,16 +443,7 @@ class StreamingQuery:
                       "commitOffsets": t_commit, "triggerExecution": total})  # fmt: skip
 
     def _settle_bad_records(self, batch_id: int, counts: BatchCounts) -> None:
-        """Apply the bad-record policy of every source and of the sink to the batch (see
-        ``headrace.badrecords``): after the sink's write, before its commit."""
-        for i, (plan, src) in enumerate(zip(self._plans, self._sources, strict=True)):
-            bad = getattr(src, "bad_records", None)
-            if bad is not None:
-                bad.settle(batch_id, counts.input_rows[i], origin=f"source-{i}-{plan.connector}")
-        bad = getattr(self._sink, "bad_records", None)
-        if bad is not None:
-            # the rows handed to the sink include those it rejected
-            bad.settle(batch_id, max(0, counts.output_rows - bad.pending()), origin=f"sink-{self._sink_connector}")
+        settle_bad_records(self, batch_id, counts)
 
     def _report(
         self,
