@@ -41,8 +41,11 @@ from headrace.options import Choice, Float, Integer, Option, Options, OptionSche
 __all__ = ["BAD_RECORD_OPTIONS", "DEAD_LETTER_SCHEMA", "BadRecord", "BadRecords", "BadRecordsError", "JsonObject",
            "read_dead_letters"]
 
+# the dead letters handed to a badRecordsSink; ``key`` (the location) and ``value`` (the whole
+# dead letter as JSON) are what message sinks such as kafka send
 DEAD_LETTER_SCHEMA = pa.schema([("batchId", pa.int64()), ("origin", pa.string()), ("location", pa.string()),
-                                ("error", pa.string()), ("record", pa.string())])  # fmt: skip
+                                ("error", pa.string()), ("record", pa.string()), ("key", pa.string()),
+                                ("value", pa.string())])  # fmt: skip
 
 POLICIES = ("fail", "drop", "deadLetter")
 
@@ -213,9 +216,12 @@ class BadRecords:
     def _write(self, batch_id: int, origin: str, bad: list[BadRecord]) -> None:
         ordered = sorted(bad, key=lambda r: (_natural(r.location), r.error))
         if self.sink is not None:
+            docs = [{"batchId": batch_id, "origin": origin, **r.to_dict()} for r in ordered]
             table = pa.table({"batchId": [batch_id] * len(ordered), "origin": [origin] * len(ordered),
                               "location": [r.location for r in ordered], "error": [r.error for r in ordered],
-                              "record": [r.record for r in ordered]}, schema=DEAD_LETTER_SCHEMA)  # fmt: skip
+                              "record": [r.record for r in ordered], "key": [r.location for r in ordered],
+                              "value": [json.dumps(d, sort_keys=True, default=str) for d in docs]},
+                             schema=DEAD_LETTER_SCHEMA)  # fmt: skip
             message = self.sink.write(batch_id, iter(table.to_batches()))
             self.sink.commit(batch_id, [message])  # idempotent per batch id: a replay commits nothing twice
             return
