@@ -142,6 +142,7 @@ def _compose(transforms: tuple[Transform, ...]) -> Transform | None:
             t = fn(t)
         return t
 
+    composed.parts = transforms  # type: ignore[attr-defined]  # the engine looks for their bad_records
     return composed
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from headrace.checkpoint import Checkpoint
     from headrace.engine.query import StreamingQuery
 
-__all__ = ["close_dead_letter_sinks", "open_dead_letter_sinks", "settle_bad_records"]
+__all__ = ["close_dead_letter_sinks", "open_dead_letter_sinks", "settle_bad_records", "transform_bad_record_metrics"]
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +29,16 @@ def _origins(q: StreamingQuery) -> list[tuple[str, Any]]:
         # not strict: a start that failed half-way has fewer sources than plans
         (f"source-{i}-{p.connector}", s) for i, (p, s) in enumerate(zip(q._plans, q._sources, strict=False))
     ]
+    out.extend((f"transform-{i}", t) for i, t in enumerate(_transforms(q)))
     out.append((f"sink-{q._sink_connector}", q._sink))
     return out
+
+
+def _transforms(q: StreamingQuery) -> list[Any]:
+    t = q._transform
+    if t is None:
+        return []
+    return list(getattr(t, "parts", (t,)))
 
 
 def open_dead_letter_sinks(q: StreamingQuery, cp: Checkpoint) -> None:
@@ -60,6 +68,10 @@ def settle_bad_records(q: StreamingQuery, batch_id: int, counts: BatchCounts) ->
         bad = getattr(src, "bad_records", None)
         if bad is not None:
             bad.settle(batch_id, counts.input_rows[i], origin=f"source-{i}-{plan.connector}")
+    for i, t in enumerate(_transforms(q)):
+        bad = getattr(t, "bad_records", None)
+        if bad is not None:  # the rows read include those the transform took out
+            bad.settle(batch_id, max(0, sum(counts.input_rows) - bad.pending()), origin=f"transform-{i}")
     bad = getattr(q._sink, "bad_records", None)
     if bad is not None:
         # the rows handed to the sink include those it rejected
@@ -75,3 +87,18 @@ def close_dead_letter_sinks(q: StreamingQuery) -> None:
                 bad.sink.close()
             except Exception as e:
                 log.warning("closing the dead-letter sink failed: %s", e)
+
+
+def transform_bad_record_metrics(q: StreamingQuery) -> dict[str, int]:
+    """The last batch's bad-record counts of the transforms (``FromJson``...), summed, as
+    ``transformBadRecords``, ``transformBadRecordsDropped``, ``transformBadRecordsDeadLettered``
+    (reported with the sink's metrics: progress has no section for transforms)."""
+    out: dict[str, int] = {}
+    for t in _transforms(q):
+        bad = getattr(t, "bad_records", None)
+        if bad is None:
+            continue
+        for k, v in bad.metrics().items():
+            key = "transform" + k.removeprefix("num")
+            out[key] = out.get(key, 0) + v
+    return out

@@ -29,7 +29,12 @@ from typing import Any
 
 from headrace.checkpoint import Checkpoint, OffsetEntry
 from headrace.engine.crash import CrashHook
-from headrace.engine.deadletters import close_dead_letter_sinks, open_dead_letter_sinks, settle_bad_records
+from headrace.engine.deadletters import (
+    close_dead_letter_sinks,
+    open_dead_letter_sinks,
+    settle_bad_records,
+    transform_bad_record_metrics,
+)
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
@@ -476,6 +481,7 @@ class StreamingQuery:
         sink_bad = getattr(self._sink, "bad_records", None)
         if sink_bad is not None:
             sink_metrics.update(sink_bad.metrics())
+        sink_metrics.update(transform_bad_record_metrics(self))
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,

@@ -127,8 +127,8 @@ class PrometheusListener:
             self._names[qid] = str(name)
         return str(name), qid
 
-    def _bad(self, q: tuple[str, str], origin: str, metrics: Mapping[str, Any]) -> None:
-        for action, n in _bad_counts(metrics):
+    def _bad(self, q: tuple[str, str], origin: str, metrics: Mapping[str, Any], prefix: str = "num") -> None:
+        for action, n in _bad_counts(metrics, prefix):
             self._child(self.bad_records, *q, origin, action).inc(n)
 
     def _child(self, metric: Any, *labels: str) -> Any:
@@ -160,6 +160,7 @@ class PrometheusListener:
         for i, src in enumerate(p.get("sources") or ()):
             self._bad(q, f"source-{i}", src.get("metrics") or {})
         self._bad(q, "sink", sink.get("metrics") or {})
+        self._bad(q, "transform", sink.get("metrics") or {}, prefix="transform")
         for src in p.get("sources") or ():
             desc = str(src.get("description", ""))
             self._child(self.source_rows, *q, desc).inc(src.get("numInputRows", 0))
@@ -184,10 +185,10 @@ class PrometheusListener:
                 self._child(self.state_dropped, *q, name).inc(x)
 
 
-def _bad_counts(metrics: Mapping[str, Any]) -> list[tuple[str, float]]:
+def _bad_counts(metrics: Mapping[str, Any], prefix: str = "num") -> list[tuple[str, float]]:
     out = []
-    for action, key in (("dropped", "numBadRecordsDropped"), ("deadLettered", "numBadRecordsDeadLettered")):
-        x = _number(metrics.get(key))
+    for action, key in (("dropped", "BadRecordsDropped"), ("deadLettered", "BadRecordsDeadLettered")):
+        x = _number(metrics.get(prefix + key))
         if x:
             out.append((action, x))
     return out

@@ -93,7 +93,10 @@
     const badOf = (r) => {
       const all = (r.sources || []).map((x) => x.metrics || {}).concat([(r.sink || {}).metrics || {}]);
       const found = all.filter((m) => typeof m.numBadRecords === "number");
-      return found.length ? found.reduce((a, m) => a + m.numBadRecords, 0) : null;
+      const sinkM = (r.sink || {}).metrics || {};
+      const t = typeof sinkM.transformBadRecords === "number" ? sinkM.transformBadRecords : null;
+      if (!found.length) return t;
+      return found.reduce((a, m) => a + m.numBadRecords, 0) + (t || 0);
     };
     Charts.line($("chart-rows"), labels, [
       { name: "input rows", values: recs.map((r) => r.numInputRows) },
