@@ -214,10 +214,10 @@ def _load(path: str) -> dict[str, Any] | None:
 
 
 def read_history(checkpoint_location: str, *, limit: int | None = None, after: int | None = None) -> list[dict[str, Any]]:
-    """The progress records kept in a checkpoint, oldest first (at most ``keep``... the writer's
-    bound), the last ``limit`` of them, only those with a batch id greater than ``after`` when
-    given. A batch id that comes again replaces the records from it on. Never raises for a
-    missing or damaged file or line (it is skipped)."""
+    """The progress records kept in a checkpoint, oldest first: the last ``limit`` of them, only
+    those with a batch id greater than ``after`` when given. A batch id that comes again replaces
+    the records from it on. Never raises for a missing or damaged file or line (it is skipped).
+    Reads at most two ``keep``-sized segments: O(keep)."""
     folder = os.path.join(checkpoint_location, HISTORY_DIR)
     out: list[dict[str, Any]] = []
     for seq in _segments(folder):
