@@ -33,6 +33,7 @@ class Otel:
         self.listener = OtelListener(tp, MeterProvider(metric_readers=[self.reader]))
 
     def points(self, name: str, query_id: str) -> list[Any]:
+        self.listener.flush()
         data = self.reader.get_metrics_data()
         out = []
         for rm in data.resource_metrics if data else ():
@@ -56,6 +57,7 @@ def test_one_span_per_batch_with_its_phases_as_children(otel: Otel, tmp_path: Pa
          .write_stream.format("memory").query_name("otel_run").option("checkpointLocation", str(tmp_path))
          .trigger(available_now=True).start())  # fmt: skip
     assert q.await_termination(30)
+    otel.listener.flush()
     spans = otel.spans.get_finished_spans()
     batches = [s for s in spans if s.name == "headrace.batch" and s.attributes["headrace.query.id"] == q.id]
     assert sorted(s.attributes["headrace.batch.id"] for s in batches) == [0, 1, 2]
@@ -88,6 +90,7 @@ def test_a_failed_batch_gets_an_error_span(otel: Otel) -> None:
          .write_stream.format("memory").query_name("otel_fail").start())  # fmt: skip
     with pytest.raises(StreamingQueryException):
         q.await_termination(30)
+    otel.listener.flush()
     (span,) = [s for s in otel.spans.get_finished_spans() if s.attributes.get("headrace.query.id") == q.id]
     assert span.status.status_code is StatusCode.ERROR and "bad input" in (span.status.description or "")
     assert span.attributes["headrace.batch.id"] == 0

@@ -18,9 +18,12 @@ faithful account of each phase's length, not of its exact start).
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import logging
 import os
+import queue
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,6 +64,13 @@ class OtelListener:
     def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
         from headrace_prometheus import __version__
 
+        # the SDK work (~0.5-1 ms a batch) happens on a worker thread, off the query's thread;
+        # spans carry explicit times, so doing it a moment later changes nothing
+        self._queue: queue.Queue[tuple[str, Mapping[str, Any]] | None] = queue.Queue(maxsize=10_000)
+        self._worker = threading.Thread(target=self._work, name="headrace-otel", daemon=True)
+        self._worker.start()
+        atexit.register(self.flush)
+
         tp = tracer_provider or trace.get_tracer_provider()
         mp = meter_provider or metrics.get_meter_provider()
         self.tracer = tp.get_tracer(_SCOPE, __version__)
@@ -87,18 +97,45 @@ class OtelListener:
 
     @hookimpl
     def headrace_query_progress(self, progress: Mapping[str, Any]) -> None:
-        """Called after every batch: metrics, and the batch's span with its phase spans."""
-        try:
-            self._metrics(progress)
-            self._spans(progress)
-        except Exception as e:  # a listener must not fail the query
-            log.warning("OpenTelemetry listener: could not export batch %s: %s", progress.get("batchId"), e)
+        """Called after every batch: queues its metrics and spans for the worker thread."""
+        self._put(("progress", progress))
 
     @hookimpl
     def headrace_query_terminated(self, event: Mapping[str, Any]) -> None:
         """A failure: counted, and an error span ``headrace.batch`` for the batch that failed."""
-        if not event.get("exception"):
-            return
+        if event.get("exception"):
+            self._put(("failure", event))
+
+    def flush(self, timeout: float = 10.0) -> None:
+        """Wait until every queued event was handed to the SDK (tests, and at exit)."""
+        done = threading.Event()
+        self._put(("flush", {"event": done}))
+        done.wait(timeout)
+
+    def _put(self, item: tuple[str, Mapping[str, Any]]) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except queue.Full:  # the exporter is stuck: drop telemetry rather than slow the query
+            log.warning("OpenTelemetry listener: queue full, dropping a %s event", item[0])
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            kind, payload = item
+            try:
+                if kind == "progress":
+                    self._metrics(payload)
+                    self._spans(payload)
+                elif kind == "failure":
+                    self._failure(payload)
+                else:
+                    payload["event"].set()
+            except Exception as e:  # telemetry must not kill its worker
+                log.warning("OpenTelemetry listener: could not export %s: %s", kind, e)
+
+    def _failure(self, event: Mapping[str, Any]) -> None:
         attrs = self._attrs(event)
         self.failures.add(1, attrs)
         span = self.tracer.start_span("headrace.batch", attributes={
