@@ -105,8 +105,10 @@ def test_damaged_lines_are_skipped(tmp_path: Path) -> None:
 def test_secrets_never_reach_the_history() -> None:
     record = {"batchId": 0, "sources": [{"metrics": {"sasl.password": "hunter2", "lag": 3}}],
               "sink": {"metrics": {"apiToken": "abc"}}}  # fmt: skip
+    record["sources"][0]["description"] = "kafka[postgres://app:s3cr3t@db:5432/x]"
     out = json.dumps(redact(record))
     assert "hunter2" not in out and "abc" not in out and '"lag": 3' in out
+    assert "s3cr3t" not in out and "postgres://***@db:5432/x" in out
 
 
 def test_checkpoint_show_prints_the_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

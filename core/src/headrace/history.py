@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -48,9 +49,13 @@ _SECRET_MARKERS = PassThrough("").secret_markers
 _FLUSH_EVERY = 0.05  # seconds between two appends: bounds the writer's share of a core
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@\s:]+:[^/@\s]+@")
+
+
 def redact(value: Any) -> Any:
     """A copy of a JSON-like value with every value under a credential-looking key
-    (password, secret, token, ...) replaced by ``***``. Applied to every record written."""
+    (password, secret, token, ...) replaced by ``***``, and the ``user:password@`` of URLs too.
+    Applied to every record written."""
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
@@ -59,6 +64,8 @@ def redact(value: Any) -> Any:
         return out
     if isinstance(value, list | tuple):
         return [redact(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return _USERINFO.sub("***@", value)
     return value
 
 
