@@ -13,6 +13,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
+from headrace.history import redact
 from headrace.plugins import hookimpl
 
 __all__ = ["PHASES", "PrometheusListener"]
@@ -162,7 +163,7 @@ class PrometheusListener:
         self._bad(q, "sink", sink.get("metrics") or {})
         self._bad(q, "transform", sink.get("metrics") or {}, prefix="transform")
         for src in p.get("sources") or ():
-            desc = str(src.get("description", ""))
+            desc = redact(str(src.get("description", "")))  # no user:password@ of a URL in a label
             self._child(self.source_rows, *q, desc).inc(src.get("numInputRows", 0))
             for k, v in (src.get("metrics") or {}).items():
                 if (x := _number(v)) is not None:

@@ -30,6 +30,7 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Status, StatusCode
 
+from headrace.history import redact
 from headrace.plugins import hookimpl
 from headrace_prometheus.metrics import PHASES
 
@@ -157,7 +158,7 @@ class OtelListener:
         for src in p.get("sources") or ():
             for k, v in (src.get("metrics") or {}).items():
                 if isinstance(v, int | float) and not isinstance(v, bool):
-                    self.source_metric.set(v, {**attrs, "source": str(src.get("description", "")), "metric": k})
+                    self.source_metric.set(v, {**attrs, "source": redact(str(src.get("description", ""))), "metric": k})
         for kind, summary in (p.get("latencies") or {}).items():
             for q, ms in summary.items():
                 self.latency.set(ms / 1000, {**attrs, "kind": kind.removesuffix("LatencyMs"),
