@@ -38,6 +38,16 @@ def test_binary_kafka_values_and_their_offsets_as_locations() -> None:
         FromJson("value", "id BIGINT")(t)
 
 
+@pytest.mark.parametrize(("columns", "location"), [
+    ({"data": [b"x"], "stream": ["s"], "shardId": ["shardId-000"], "sequenceNumber": ["4960"]}, "s/shardId-000@4960"),
+    ({"payload": [b"x"], "messageId": ["m-1"]}, "messageId m-1"),
+], ids=["kinesis", "pubsub"])  # fmt: skip
+def test_locations_of_kinesis_and_pubsub_records(columns: dict[str, list[object]], location: str) -> None:
+    column = "data" if "data" in columns else "payload"
+    with pytest.raises(HeadraceError, match=f"bad record at {location}: malformed JSON"):
+        FromJson(column, "id BIGINT")(pa.table(columns))
+
+
 def test_bad_options_and_a_missing_column_are_clear() -> None:
     with pytest.raises(OptionsError, match="badRecordsPath"):
         FromJson("value", "id BIGINT", badRecordsPolicy="deadLetter")

@@ -12,7 +12,7 @@ A record whose text is not a JSON object, or whose fields do not convert to the 
 types, is a bad record (``headrace.badrecords``): with ``badRecordsPolicy`` fail (the default)
 the batch fails naming it; drop / deadLetter take it out of the rows, counted, or dead-lettered
 exactly once with the batch, with its location — ``topic/partition@offset`` for Kafka rows,
-``shardId@sequenceNumber`` for Kinesis, ``messageId`` for Pub/Sub — so the way a stream applies
+``stream/shardId@sequenceNumber`` for Kinesis, ``messageId <id>`` for Pub/Sub — so the way a stream applies
 a schema to the bytes of a message broker is this transform. Fields the schema lacks are
 ignored; a missing field is null.
 """
@@ -31,9 +31,9 @@ from headrace.errors import HeadraceError
 
 __all__ = ["FromJson"]
 
-# columns that say where a row came from, by source: the first set present names the location
-_LOCATIONS = (("topic", "partition", "offset"), ("shardId", "sequenceNumber"), ("subscription", "messageId"),
-              ("messageId",))  # fmt: skip
+# columns that say where a row came from, by source (kafka, kinesis, pub/sub): the first set
+# present names a bad record's location
+_LOCATIONS = (("topic", "partition", "offset"), ("stream", "shardId", "sequenceNumber"), ("messageId",))
 
 
 class FromJson:
@@ -152,8 +152,8 @@ def _locations(table: pa.Table) -> Any:
     names = set(table.column_names)
     for cols in _LOCATIONS:
         if set(cols) <= names:
-            values = [table.column(c).to_pylist() for c in cols]
-            if cols == ("topic", "partition", "offset"):
-                return lambda i: f"{values[0][i]}/{values[1][i]}@{values[2][i]}"
-            return lambda i: "@".join(str(v[i]) for v in values)
+            v = [table.column(c).to_pylist() for c in cols]
+            if len(cols) == 3:  # topic/partition@offset, stream/shardId@sequenceNumber
+                return lambda i: f"{v[0][i]}/{v[1][i]}@{v[2][i]}"
+            return lambda i: f"messageId {v[0][i]}"
     return lambda i: f"row {i} of a batch"
