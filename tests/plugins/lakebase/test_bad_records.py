@@ -86,3 +86,24 @@ def test_sigkill_at_every_stage_dead_letters_every_refused_row_exactly_once(
     values = [json.loads(x["record"])["value"] for x in read_dead_letters(str(tmp_path / "dlq"))]
     assert len(values) == len(set(values)), "a refused row was dead-lettered twice"
     assert sorted(values) == [v for v in range(total) if _bad(v)]
+
+
+def test_real_time_batches_settle_their_rejects(pg_options: dict[str, Any], table: str, query: Query, tmp_path: Path) -> None:
+    from headrace.testing import wait_for
+
+    query(f"CREATE TABLE {table} (value bigint CHECK (value % 7 <> 3), timestamp timestamptz)")
+    q = (hr.read_stream.format("rate").option("rowsPerSecond", 200).load()
+         .write_stream.format("lakebase").options({**pg_options, "batchsize": 50, "batchinterval": "100 milliseconds",
+                                                   "badRecordsPolicy": "deadLetter", "badRecordsPath": str(tmp_path / "dlq")})
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(real_time="1 second").start())  # fmt: skip
+    try:
+        wait_for(lambda: len(q.recent_progress) >= 2, timeout=30, what="two real-time batches")
+    finally:
+        q.stop()
+    assert q.exception() is None
+    values = [v for (v,) in query(f"SELECT value FROM {table} ORDER BY value")]
+    refused = sorted(json.loads(x["record"])["value"] for x in read_dead_letters(str(tmp_path / "dlq")))
+    assert values and not any(_bad(v) for v in values)
+    assert sorted(values + refused) == list(range(len(values) + len(refused))), "a row lost or written twice"
+    assert refused and all(_bad(v) for v in refused)
+    assert sum(p["sink"]["metrics"]["numBadRecordsDeadLettered"] for p in q.recent_progress) == len(refused)
