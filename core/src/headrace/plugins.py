@@ -150,8 +150,8 @@ class HeadraceHookSpecs:
 
     @hookspec
     def headrace_query_terminated(self, event: dict[str, Any]) -> None:
-        """Called once when a query ends, with ``id``, ``runId`` and ``exception`` (a string or
-        None)."""
+        """Called once when a query ends, with ``id``, ``runId``, ``name``, ``exception`` (a
+        string or None), ``lastBatchId`` and ``failedBatchId`` (the batch that failed, or None)."""
 
 
 @dataclass

@@ -36,12 +36,19 @@ import pyarrow as pa
 
 from headrace.checkpoint import Checkpoint, OffsetEntry
 from headrace.engine.crash import CrashHook
+from headrace.engine.deadletters import (
+    close_dead_letter_sinks,
+    open_dead_letter_sinks,
+    settle_bad_records,
+    transform_bad_record_metrics,
+)
 from headrace.engine.plan import PlanRunner
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
 from headrace.engine.watermark import EventTimeTracker
 from headrace.errors import HeadraceError, StreamingQueryException, UnsupportedError
+from headrace.history import ProgressHistory
 from headrace.options import Options
 from headrace.progress import QueryProgress
 from headrace.protocols import Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
@@ -113,6 +120,7 @@ class StreamingQuery:
         self._sources: list[Source] = []
         self._sink: Sink | None = None
         self._checkpoint: Checkpoint | None = None
+        self._history: ProgressHistory | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._crash = CrashHook.from_env()
         self._last_trigger: float | None = None
@@ -234,6 +242,7 @@ class StreamingQuery:
         self._checkpoint = cp
         self.id = meta["id"]
         committed = bool(cp.committed_ids())
+        self._history = ProgressHistory(cp.location, keep=self._keep)
         try:
             for i, plan in enumerate(self._plans):
                 ctx = SourceContext(
@@ -259,6 +268,7 @@ class StreamingQuery:
             )
             self._sink = self._sink_class(self._sink_options, sctx)
             runner.open(self._operator_context)
+            open_dead_letter_sinks(self, cp)
         except BaseException:
             self._close_all()
             raise
@@ -306,6 +316,12 @@ class StreamingQuery:
                        "deliveryGuarantee": self.delivery_guarantee}
             )
         batch_id: int | None = None
+        if self._history is not None:
+            try:
+                self._history.start(id=self.id, run_id=self.run_id, name=self.name)
+            except OSError as e:  # the history is for people; it never stops a query
+                log.warning("query '%s': progress history disabled: %s", self.name, e)
+                self._history = None
         try:
             self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
             batch_id = self._loop()
@@ -315,12 +331,17 @@ class StreamingQuery:
             log.error("query '%s' failed: %s", self.name, e, exc_info=e)
         finally:
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+            if self._history is not None:
+                with contextlib.suppress(Exception):
+                    self._history.finish(run_id=self.run_id, exception=str(self._exception) if self._exception else None,
+                                         batch_id=self._current_batch)  # fmt: skip
             self._close_all()
             with contextlib.suppress(Exception):
                 hook.headrace_query_terminated(
                     event={"id": self.id, "runId": self.run_id, "name": self.name,
                            "exception": str(self._exception) if self._exception else None,
-                           "lastBatchId": batch_id}
+                           "lastBatchId": batch_id,
+                           "failedBatchId": self._current_batch if self._exception else None}
                 )
             self._terminated.set()
 
@@ -340,6 +361,7 @@ class StreamingQuery:
                 self._sink.close()
             except Exception as e:
                 log.warning("closing sink failed: %s", e)
+        close_dead_letter_sinks(self)
         if self._checkpoint is not None:
             self._checkpoint.close()
         if self._temp_checkpoint:
@@ -484,6 +506,7 @@ class StreamingQuery:
                 tw = time.monotonic()
                 wal.result()  # the write-ahead entry is durable before anything is committed
                 t_wal += time.monotonic() - tw
+            self._settle_bad_records(batch_id, counts)  # dead letters: after the WAL, before the commit
             crash("before_sink_commit", batch_id)
             self._sink.commit(batch_id, messages)
         except BaseException:
@@ -512,6 +535,9 @@ class StreamingQuery:
                       "commitOffsets": t_commit, "triggerExecution": total},
                      event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip
 
+    def _settle_bad_records(self, batch_id: int, counts: BatchCounts) -> None:
+        settle_bad_records(self, batch_id, counts)
+
     def _report(
         self,
         batch_id: int,
@@ -532,6 +558,9 @@ class StreamingQuery:
                 metrics = dict(src.metrics(en))
             except Exception as e:  # metrics must never fail a batch
                 metrics = {"error": str(e)}
+            bad = getattr(src, "bad_records", None)
+            if bad is not None:
+                metrics.update(bad.metrics())
             srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
         sink_metrics: dict[str, Any] = {}
         get_metrics = getattr(self._sink, "metrics", None)  # duck-typed sinks may lack it
@@ -540,6 +569,10 @@ class StreamingQuery:
                 sink_metrics = dict(get_metrics())
             except Exception as e:  # metrics must never fail a batch
                 sink_metrics = {"error": str(e)}
+        sink_bad = getattr(self._sink, "bad_records", None)
+        if sink_bad is not None:
+            sink_metrics.update(sink_bad.metrics())
+        sink_metrics.update(transform_bad_record_metrics(self))
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,
@@ -564,8 +597,11 @@ class StreamingQuery:
         from headrace.plugins import registry
 
         hook = registry().hook
-        if hook.headrace_query_progress.get_hookimpls():
-            d = progress.to_dict()
+        listeners = bool(hook.headrace_query_progress.get_hookimpls())
+        d = progress.to_dict() if listeners or self._history is not None else {}
+        if self._history is not None:
+            self._history.append(d)
+        if listeners:
             try:
                 hook.headrace_query_progress(progress=d)
             except Exception as e:

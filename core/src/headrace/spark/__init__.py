@@ -84,7 +84,7 @@ __all__ = [
     "spark_to_arrow_schema",
 ]
 
-log = logging.getLogger("headrace.spark")
+log = logging.getLogger(__name__)
 
 
 def format_name(connector: str) -> str:

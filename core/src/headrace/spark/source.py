@@ -49,7 +49,7 @@ from headrace.spark.types import conform_batches, spark_to_arrow_schema
 
 __all__ = ["HeadraceInputPartition", "HeadraceStreamReader", "from_spark_limit", "parse_source_options", "to_spark_limit"]
 
-log = logging.getLogger("headrace.spark")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

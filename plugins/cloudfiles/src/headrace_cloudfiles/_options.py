@@ -6,6 +6,7 @@ at start-up to validate options and to render ``headrace describe cloudFiles``.
 
 from __future__ import annotations
 
+from headrace.badrecords import BAD_RECORD_OPTIONS
 from headrace.errors import OptionProblem
 from headrace.options import (
     Boolean,
@@ -206,3 +207,6 @@ SOURCE_OPTIONS = OptionSchema(
         _notifications_or_listing,
     ],
 )
+
+# one bad-record policy for every parsing source (headrace.badrecords)
+SOURCE_OPTIONS = SOURCE_OPTIONS.extended(BAD_RECORD_OPTIONS.options, rules=BAD_RECORD_OPTIONS.rules)

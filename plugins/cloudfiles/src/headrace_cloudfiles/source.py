@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from headrace.badrecords import BadRecords
 from headrace.errors import CheckpointError, HeadraceError, OptionProblem, OptionsError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
@@ -35,7 +36,7 @@ from headrace_cloudfiles.watcher import Watcher
 
 __all__ = ["CloudFilesSource"]
 
-log = logging.getLogger("headrace.cloudfiles")
+log = logging.getLogger(__name__)
 
 _FULL_LISTING_EVERY = 8  # auto mode: a full listing after 7 consecutive incremental ones (as Auto Loader)
 _MAX_PARTITIONS = 4
@@ -135,6 +136,7 @@ class CloudFilesSource(Source):
         self.prefix_bytes = max(1, int(o["cloudFiles.schemaInference.bytesPerFile"]))
         self.ignore_missing = bool(o["ignoreMissingFiles"])
         self.ignore_corrupt = bool(o["ignoreCorruptFiles"])
+        self.bad_records = BadRecords.from_options(o, what=f"cloudFiles {self.path}")
         self._check(o)
         self._plan: ReadPlan | None = None
         self._index: FileIndex | None = None
@@ -286,6 +288,7 @@ class CloudFilesSource(Source):
             ignore_missing=self.ignore_missing,
             ignore_corrupt=self.ignore_corrupt,
             fixed=self.fixed is not None,
+            bad_records=self.bad_records,
         )
 
     def _sample(self) -> list[FileInfo]:

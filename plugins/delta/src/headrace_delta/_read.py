@@ -34,7 +34,7 @@ __all__ = [
     "read_file",
 ]
 
-log = logging.getLogger("headrace_delta")
+log = logging.getLogger(__name__)
 
 CDF_COLUMNS = pa.schema(
     [

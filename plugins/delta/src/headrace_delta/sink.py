@@ -30,7 +30,7 @@ from headrace_delta._storage import TableLocation
 
 __all__ = ["DeltaSink", "StagedBatch"]
 
-log = logging.getLogger("headrace_delta")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

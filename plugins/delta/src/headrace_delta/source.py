@@ -44,7 +44,7 @@ from headrace_delta._storage import TableLocation
 
 __all__ = ["DeltaOffset", "DeltaSource"]
 
-log = logging.getLogger("headrace_delta")
+log = logging.getLogger(__name__)
 
 _OFFSET_FORMAT = 1
 _TIMESTAMP_SLACK_US = 1000  # file statistics of timestamps are truncated to milliseconds

@@ -48,7 +48,7 @@ from headrace_kinesis._shards import (
 
 __all__ = ["KinesisSource", "ShardRange", "ShardsPartition"]
 
-log = logging.getLogger("headrace.kinesis")
+log = logging.getLogger(__name__)
 
 _ITERATOR_MAX_AGE = 270.0  # AWS iterators expire after 300 s
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from headrace.badrecords import BAD_RECORD_OPTIONS
 from headrace.errors import OptionProblem
 from headrace.options import (
     Choice,
@@ -213,3 +214,6 @@ SINK_OPTIONS = OptionSchema(
     rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique, _url_port, *AUTO_CDC_RULES],
 )
 """Options of the ``lakebase`` (alias ``postgresql``) sink."""
+
+# one bad-record policy for every sink that can reject a row (headrace.badrecords)
+SINK_OPTIONS = SINK_OPTIONS.extended(BAD_RECORD_OPTIONS.options, rules=BAD_RECORD_OPTIONS.rules)

@@ -17,7 +17,7 @@ from headrace_lakebase.retry import backoff, is_transient
 
 __all__ = ["Connector", "RetriesExhaustedError", "params_from_options"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 

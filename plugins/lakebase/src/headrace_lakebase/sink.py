@@ -32,8 +32,10 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa
+from psycopg import sql
 from psycopg.types.json import Json, Jsonb
 
+from headrace.badrecords import BadRecords
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
@@ -44,11 +46,12 @@ from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
 from headrace_lakebase.copy_binary import SIGNATURE, TRAILER, encode_rows
 from headrace_lakebase.dedupe import last_per_key_sorted
+from headrace_lakebase.rejects import DATA_ERRORS, ENCODE_ERRORS, Rejects, describe, write_row_by_row
 from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
 
 __all__ = ["LakebaseCommitMessage", "LakebaseSink"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class LakebaseSink(Sink):
             what=f"writing to {self.table}",
         )
         self._bk = Bookkeeping(self.table.schema, str(self.table), context.query_id or context.run_id)
+        self.bad_records = BadRecords.from_options(options, what=f"lakebase {self.table}")
+        self._rejects = Rejects(self.table.schema, str(self.table), context.query_id or context.run_id)
         self._conn: Conn | None = None
         self._staged_conn: Conn | None = None
         self._plan: TablePlan | None = None
@@ -118,6 +123,8 @@ class LakebaseSink(Sink):
             plan = plan_table(conn, self.table, schema, self.upsert_key)
             if not self._bk_ready:
                 self._bk.ensure(conn)
+                if self.bad_records is not None:
+                    self._rejects.ensure(conn)
             return plan
 
         self._conn, plan = self._connector.run(self._conn, prepare)
@@ -210,6 +217,9 @@ class LakebaseSink(Sink):
             flusher.join()
             if failure:
                 raise failure[0]
+            if self.bad_records is not None:  # this run's rejects and those of chunks written before a crash
+                self._conn, rejected = self._connector.run(self._conn, lambda c: self._rejects.read(c, batch_id, writer))
+                self.bad_records.add(describe(rejected, self.table, batch_id, writer))
             self._rows_written += counts[0]
             self._chunks_written += counts[1]
             self._rows_skipped += min(done, total)
@@ -238,8 +248,26 @@ class LakebaseSink(Sink):
         table = pa.Table.from_batches(chunk.batches).select(list(plan.columns))
         if plan.keys:
             table = last_per_key_sorted(table, plan.keys)
-        payload = SIGNATURE + encode_rows(table, list(plan.oids)) + TRAILER if plan.fast else None
-        rows = None if plan.fast else _python_rows(table, plan.oids)
+        checked = self.bad_records is not None and self.bad_records.policy != "fail"
+        try:
+            payload = SIGNATURE + encode_rows(table, list(plan.oids)) + TRAILER if plan.fast else None
+            rows = None if plan.fast else list(_python_rows(table, plan.oids))  # a list: a retry writes it again
+        except ENCODE_ERRORS:
+            if not checked:
+                raise
+            payload, rows = None, None  # a value does not encode: find it row by row
+
+        def copy(cur: psycopg.Cursor[Any], payload: bytes | None, rows: Any) -> None:
+            with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
+                if payload is not None:
+                    cp.write(payload)
+                else:
+                    assert rows is not None
+                    cp.set_types(list(plan.oids))
+                    for row in rows:
+                        cp.write_row(row)
+            if plan.keys:
+                cur.execute(plan.upsert_from_staging())
 
         def work(conn: Conn) -> bool:
             if plan.keys and self._staged_conn is not conn:
@@ -248,16 +276,25 @@ class LakebaseSink(Sink):
             with conn.transaction(), conn.cursor() as cur:
                 if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
                     return False
-                with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
-                    if payload is not None:
-                        cp.write(payload)
-                    else:
-                        assert rows is not None
-                        cp.set_types(list(plan.oids))
-                        for row in rows:
-                            cp.write_row(row)
-                if plan.keys:
-                    cur.execute(plan.upsert_from_staging())
+                if not checked:
+                    copy(cur, payload, rows)
+                    return True
+                if payload is not None or rows is not None:
+                    try:
+                        with conn.transaction():  # a savepoint: the whole chunk at once, the usual case
+                            copy(cur, payload, rows)
+                        return True
+                    except DATA_ERRORS:
+                        pass
+
+                def one(t: pa.Table) -> None:
+                    fast = plan.fast
+                    copy(cur, SIGNATURE + encode_rows(t, list(plan.oids)) + TRAILER if fast else None,
+                         None if fast else list(_python_rows(t, plan.oids)))  # fmt: skip
+                    if plan.keys:
+                        cur.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(plan.staging_name())))
+
+                self._rejects.record(cur, batch_id, writer, chunk.number, write_row_by_row(conn, table, one))
             return True
 
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
@@ -285,6 +322,9 @@ class LakebaseSink(Sink):
                 self._bk.forget_before(conn, batch_id)
             except psycopg.errors.UndefinedTable:
                 pass
+            if self.bad_records is not None:
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    self._rejects.forget_before(conn, batch_id)
 
         with self._lock:
             self._conn, _ = self._connector.run(self._conn, forget)
