@@ -25,7 +25,7 @@ from headrace_cloudfiles.storage import FileInfo, Store, hidden, maybe_decompres
 
 __all__ = ["LocalStore", "NotARegularFileError"]
 
-log = logging.getLogger("headrace.cloudfiles")
+log = logging.getLogger(__name__)
 
 
 class NotARegularFileError(HeadraceError):

@@ -45,7 +45,7 @@ _COMMIT = struct.Struct("!bqqq")
 
 __all__ = ["CDC_COLUMNS", "ChangeDecoder", "SchemaChangedError", "Snapshot", "TruncatedError", "change_schema"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 
 CDC_COLUMNS = ("_change_type", "_lsn", "_commit_timestamp")
 

@@ -21,7 +21,7 @@ from headrace_lakebase.pgread import PgColumn
 __all__ = ["ReplicationSetupError", "SlotState", "TableInfo", "describe_table", "ensure_publication", "ensure_slot",
            "slot_state"]  # fmt: skip
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 
 Conn = psycopg.Connection[tuple[object, ...]]
 

@@ -33,7 +33,7 @@ from headrace_lakebase.pgread import SESSION_SETTINGS, to_arrow
 
 __all__ = ["HeldSnapshot", "read_range", "take_snapshot"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 
 Conn = psycopg.Connection[tuple[object, ...]]
 

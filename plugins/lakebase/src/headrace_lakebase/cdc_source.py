@@ -52,7 +52,7 @@ from headrace_lakebase.pgread import arrow_type
 
 __all__ = ["LakebaseChangeSource", "SnapshotPartition", "StreamPartition"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 
 _BATCH_ROWS = 8192
 
