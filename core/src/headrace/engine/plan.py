@@ -66,10 +66,7 @@ class PlanRunner:
             except SchemaUnknown:
                 schema = None
         self.output_schema: pa.Schema | None = schema
-        # what sinks are told (they may create tables from it): not a guess from a Python
-        # function run on an empty table
-        guessed = any(not getattr(op, "schema_declared", True) for op in self.operators)
-        self.sink_schema: pa.Schema | None = None if guessed else schema
+        self.sink_schema: pa.Schema | None = schema  # what the sink is told (None: unknown)
         first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
         self.prefix: list[Operator] = _fuse(steps[:first_stateful])
         self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]

@@ -39,13 +39,14 @@ log = logging.getLogger(__name__)
 
 class SchemaUnknown(Exception):
     """Raised by ``output_schema`` when a step's output cannot be known before data (a Python
-    function that fails on an empty table): the steps after it are validated on the first chunk."""
+    function without a declared schema): the steps after it are validated on the first chunk."""
 
 
 class MapBatchesOperator(Operator):
-    """``map_batches(fn)``: ``fn(table) -> table`` on every chunk (Spark's ``mapInArrow``).
-
-    ``fn`` runs in the engine's reader threads, so it must be thread-safe."""
+    """``map_batches(fn, schema=None)``: ``fn(table) -> table`` on every chunk (Spark's
+    ``mapInArrow``). ``schema`` is what ``fn`` returns; without it the steps after this one are
+    checked at the first batch. ``fn`` runs in the engine's reader threads, so it must be
+    thread-safe."""
 
     def __init__(self, fn: Callable[[pa.Table], Any], *, schema: pa.Schema | None = None, label: str = "map_batches") -> None:
         self.fn = fn
@@ -57,23 +58,11 @@ class MapBatchesOperator(Operator):
         return self.label
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        # The function is never called on a probe table: it may have side effects (it is the
+        # user's code), so without a declared schema what follows is checked at the first batch.
         if self.schema is not None:
             return self.schema
-        try:
-            out = self.fn(input_schema.empty_table())
-        except Exception as e:
-            log.debug("%s: function failed on an empty table (%s); its output schema is known at the first batch", self.label, e)
-            raise SchemaUnknown(self.label) from None
-        if isinstance(out, pa.RecordBatch | pa.Table):
-            if any(pa.types.is_null(f.type) for f in out.schema):  # types built from no values
-                raise SchemaUnknown(self.label)
-            return out.schema
-        raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
-
-    @property
-    def schema_declared(self) -> bool:
-        """Whether the output schema was given (else it is a guess from an empty table)."""
-        return self.schema is not None
+        raise SchemaUnknown(self.label)
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         out = self.fn(table)
