@@ -15,6 +15,8 @@ registered while the same snapshot is used.
 
 from __future__ import annotations
 
+import atexit
+import logging
 import re
 import threading
 from collections.abc import Iterable
@@ -32,9 +34,11 @@ __all__ = [
     "empty_table",
     "is_identifier",
     "quote_ident",
+    "release_thread",
     "run_sql",
 ]
 
+log = logging.getLogger(__name__)
 _local = threading.local()
 _db_lock = threading.Lock()
 _db: Any = None
@@ -107,6 +111,26 @@ def _release(con: Any, name: str, slot: _Slot | None, *, keep: bool) -> None:
         con.unregister(name)
 
 
+def release_thread() -> None:
+    """Close this thread's DuckDB cursor and drop what it has registered. Called by the engine
+    when a query's thread ends, and at exit for the main thread: a cursor destroyed later, by a
+    daemon thread's teardown racing the interpreter's shutdown, takes the GIL from inside
+    DuckDB's C++ destructor and aborts the process ("FATAL: exception not rethrown")."""
+    con = _local.__dict__.pop("con", None)
+    regs: dict[str, Any] = _local.__dict__.pop("registered", {})
+    if con is None:
+        return
+    for name in regs:
+        try:
+            con.unregister(name)
+        except Exception as e:  # closing must not fail a query's end
+            log.debug("unregistering %s failed: %s", name, e)
+    try:
+        con.close()
+    except Exception as e:
+        log.debug("closing a DuckDB cursor failed: %s", e)
+
+
 def duckdb_connection() -> Any:
     """This thread's DuckDB cursor on the shared in-memory database (a DuckDB connection must
     not run queries from several threads at once, so each thread gets its own cursor)."""
@@ -121,6 +145,8 @@ def duckdb_connection() -> Any:
                 _db = db
         con = _db.cursor()
         _local.con = con
+        if threading.current_thread() is threading.main_thread():
+            atexit.register(release_thread)
     return con
 
 
