@@ -247,7 +247,7 @@ class GroupedStream:
 
     def count(self) -> StreamFrame:
         """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""
-        return self.agg('count(*) AS "count"')
+        return self.agg("count(*) AS count")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -255,7 +256,7 @@ class StreamingQuery:
                 )
                 self._sources.append(plan.source_class(plan.options, ctx))
             runner = self._resolve_plan(self._sources[0].schema)
-            self._runner = runner
+            self._runner = runner  # before open(): operator contexts read it
             self._tracker = EventTimeTracker(runner.watermarks)
             schema = runner.sink_schema
             sctx = SinkContext(
@@ -279,7 +280,8 @@ class StreamingQuery:
         )  # fmt: skip
 
     def _operator_context(self, index: int, op: Operator) -> OperatorContext:
-        assert self._checkpoint is not None
+        assert self._checkpoint is not None and self._runner is not None
+        options = {"checkpointFsync": self._fsync, **self._runner.operator_options(index)}
         return OperatorContext(
             index=index,
             query_id=self.id,
@@ -288,6 +290,7 @@ class StreamingQuery:
             retain=self._checkpoint.retain,
             output_mode=self.output_mode,
             real_time=self.trigger.kind == "real_time",
+            options=options,
         )
 
     def _check_real_time(self) -> None:
@@ -336,6 +339,8 @@ class StreamingQuery:
                     self._history.finish(run_id=self.run_id, exception=str(self._exception) if self._exception else None,
                                          batch_id=self._current_batch)  # fmt: skip
             self._close_all()
+            if "headrace.transforms.expressions" in sys.modules:  # DuckDB was used on this thread
+                sys.modules["headrace.transforms.expressions"].release_thread()
             with contextlib.suppress(Exception):
                 hook.headrace_query_terminated(
                     event={"id": self.id, "runId": self.run_id, "name": self.name,
