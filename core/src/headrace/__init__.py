@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
-from headrace.api import DataStreamReader, DataStreamWriter, StreamFrame, read_stream
+from typing import Any
+
+from headrace.api import DataStreamReader, DataStreamWriter, GroupedStream, StreamFrame, read_stream
 from headrace.connectors.memory import memory_table
 from headrace.errors import (
     CheckpointError,
@@ -25,26 +27,42 @@ from headrace.errors import (
 from headrace.plugins import registry
 from headrace.progress import QueryProgress
 from headrace.query import StreamingQuery, Trigger
+from headrace.transforms.static import DataFrameReader, StaticFrame, read
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CheckpointError",
     "ConnectorNotFoundError",
+    "DataFrameReader",
     "DataLossError",
     "DataStreamReader",
     "DataStreamWriter",
+    "GroupedStream",
     "HeadraceError",
     "OptionsError",
     "PluginError",
     "QueryProgress",
     "SchemaChangedError",
+    "StaticFrame",
     "StreamFrame",
     "StreamingQuery",
     "StreamingQueryException",
     "Trigger",
     "UnsupportedError",
     "memory_table",
+    "read",
     "read_stream",
     "registry",
+    "session_window",
+    "window",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # time windows live with the stateful operators, imported only when used
+    if name in ("window", "session_window"):
+        import importlib
+
+        return getattr(importlib.import_module("headrace.transforms.window"), name)
+    raise AttributeError(f"module 'headrace' has no attribute {name!r}")

@@ -3,6 +3,8 @@
     import headrace as hr
 
     q = (hr.read_stream.format("rate-micro-batch").option("rowsPerBatch", 1000).load()
+           .select_expr("value", "value % 10 AS bucket")   # SQL (DuckDB) over each batch
+           .where("bucket < 5")
            .map_batches(lambda t: t)                      # pyarrow.Table in, pyarrow.Table out
            .write_stream.format("memory").query_name("out")
            .output_mode("append").option("checkpointLocation", "/tmp/chk")
@@ -11,14 +13,15 @@
     hr.memory_table("out")                                # -> pyarrow.Table
 
 Builders are immutable: every call returns a new one, so a half-built reader can be reused.
-Options are validated when ``load()`` / ``start()`` is called, before any I/O.
+Options are validated when ``load()`` / ``start()`` is called, before any I/O. A stream's
+transforms are its plan: a tuple of operators (``headrace.transforms``) run by the engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -26,12 +29,18 @@ from headrace.errors import HeadraceError, OptionProblem, OptionsError
 from headrace.options import Boolean, Duration
 from headrace.plugins import registry
 from headrace.progress import QueryProgress
-from headrace.query import SourcePlan, StreamingQuery, Transform, Trigger
+from headrace.query import SourcePlan, StreamingQuery, Trigger
+from headrace.transforms.frame import FrameSteps
+from headrace.transforms.operator import Operator
 
-__all__ = ["DataStreamReader", "DataStreamWriter", "StreamFrame", "read_stream"]
+if TYPE_CHECKING:
+    from headrace.transforms.static import StaticFrame
+
+__all__ = ["DataStreamReader", "DataStreamWriter", "GroupedStream", "StreamFrame", "read_stream"]
 
 # Options the engine consumes itself on the writer side (not passed to the sink's schema).
-ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync")
+ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync", "stateStore")
+STATE_STORES = ("memory", "rocksdb")
 # Sinks that run without a checkpointLocation (a temporary one is used), as in Spark.
 _NO_CHECKPOINT_NEEDED = {"memory", "console", "noop", "foreach_batch"}
 
@@ -99,50 +108,120 @@ class DataStreamReader:
             user_schema=self._schema,
             path=str(raw.get("path")) if raw.get("path") is not None else None,
         )
-        return StreamFrame((plan,), ())
+        return StreamFrame((plan,), (), self._schema)
 
 
 @dataclass(frozen=True)
-class StreamFrame:
-    """A stream of Arrow record batches (the result of ``read_stream...load()``)."""
+class StreamFrame(FrameSteps):
+    """A stream of Arrow record batches (the result of ``read_stream...load()``) and its plan:
+    the operators applied to every micro-batch, in order.
+
+    Stateless steps (``select_expr``, ``where``, ``with_column``, ``sql``, ``map_batches``,
+    ``join`` with a static frame, ...) come from :class:`~headrace.transforms.frame.FrameSteps`;
+    this class adds event time (``with_watermark``) and the stateful operators
+    (``group_by(...).agg``, ``drop_duplicates``)."""
 
     _sources: tuple[SourcePlan, ...]
-    _transforms: tuple[Transform, ...]
+    _steps: tuple[Operator, ...] = ()
+    _schema: pa.Schema | None = None  # the plan's output schema, when known before start()
 
-    def map_batches(self, fn: Callable[[pa.Table], pa.Table]) -> StreamFrame:
-        """Apply ``fn`` to every record batch (as a ``pyarrow.Table``); it returns a Table.
-
-        Runs in the reading threads, so it must be thread-safe. Like Spark's ``mapInArrow``.
-        """
-        return replace(self, _transforms=(*self._transforms, fn))
-
-    def filter(self, predicate: Callable[[pa.Table], Any]) -> StreamFrame:
-        """Keep the rows where ``predicate(table)`` (a boolean Arrow array) is true."""
-        return self.map_batches(lambda t: t.filter(predicate(t)))
+    def _with_step(self, op: Operator) -> StreamFrame:
+        return replace(self, _steps=(*self._steps, op), _schema=self._next_schema(self._schema, op))
 
     def union(self, other: StreamFrame) -> StreamFrame:
         """Both streams' rows (schemas must match), with offsets for each source checkpointed."""
-        if self._transforms or other._transforms:
-            raise HeadraceError("union() streams before map_batches(); apply the transform after the union")
-        return StreamFrame((*self._sources, *other._sources), ())
+        if self._steps or other._steps:
+            raise HeadraceError("union() streams before transforming them; apply the transforms after the union")
+        return StreamFrame((*self._sources, *other._sources), (), self._schema)
+
+    def with_watermark(self, event_time: str, delay: str | float) -> StreamFrame:
+        """Declare the event-time column and how late rows may arrive, as Spark's
+        ``withWatermark("timestamp", "10 minutes")``: the watermark is the maximum event time
+        seen minus ``delay``, moved between batches and recorded with each batch in the
+        checkpoint. Stateful operators after it drop rows older than the watermark and emit
+        (append mode) or evict what the watermark has passed."""
+        from headrace.transforms.watermark import WatermarkOperator
+
+        return self._with_step(WatermarkOperator(event_time, delay))
+
+    def _watermark_column(self) -> str | None:
+        from headrace.transforms.watermark import WatermarkOperator
+
+        cols = [op.column for op in self._steps if isinstance(op, WatermarkOperator)]
+        return cols[-1] if cols else None
+
+    def group_by(self, *keys: Any) -> GroupedStream:
+        """Group by columns and/or time windows (``hr.window("timestamp", "1 minute")``), then
+        ``.agg("count(*) AS n", "sum(amount) AS total")`` or ``.count()``."""
+        if not keys:
+            raise HeadraceError("group_by() needs at least one key: a column name or hr.window(...)")
+        return GroupedStream(self, tuple(keys))
+
+    def drop_duplicates(self, *cols: str) -> StreamFrame:
+        """Keep the first row of each distinct ``cols`` (all columns if none) across the whole
+        stream. With a watermark and its event-time column among ``cols``, the state of a key
+        is dropped once the watermark passes it (Spark's ``dropDuplicates``)."""
+        from headrace.transforms.dedup import DropDuplicatesOperator
+
+        return self._with_step(DropDuplicatesOperator(list(cols), watermark_column=self._watermark_column()))
+
+    def drop_duplicates_within_watermark(self, *cols: str) -> StreamFrame:
+        """Spark's ``dropDuplicatesWithinWatermark``: duplicates are dropped while the
+        watermark has not passed the first row's event time (needs ``with_watermark``)."""
+        column = self._watermark_column()
+        if column is None:
+            raise HeadraceError(
+                "drop_duplicates_within_watermark() needs an event-time watermark: "
+                "call .with_watermark('timestamp', '10 minutes') before it"
+            )
+        from headrace.transforms.dedup import DropDuplicatesOperator
+
+        return self._with_step(
+            DropDuplicatesOperator(list(cols), within_watermark=True, watermark_column=column)
+        )
+
+    def join(self, other: StaticFrame | pa.Table, on: str | list[str], how: str = "inner") -> StreamFrame:
+        """Join each micro-batch with a static table: a ``StaticFrame`` (``hr.read...load()``)
+        or a ``pyarrow.Table``, read once when the query starts (later changes to it are not
+        seen until the query restarts). ``on``: key column(s) or a SQL condition over
+        ``batch`` and ``static``; ``how``: ``inner`` or ``left``."""
+        from headrace.transforms.join import StreamStaticJoinOperator
+        from headrace.transforms.static import StaticFrame
+
+        if isinstance(other, StreamFrame):
+            raise HeadraceError(
+                "join() of two streams is not supported (stream-stream joins need state on both sides); "
+                "join a stream with a static frame (hr.read...load()) or a pyarrow.Table"
+            )
+        if not isinstance(other, StaticFrame | pa.Table):
+            raise HeadraceError(f"join() takes a StaticFrame or a pyarrow.Table, not {type(other).__name__}")
+        return self._with_step(StreamStaticJoinOperator(other, on, how))
 
     @property
     def write_stream(self) -> DataStreamWriter:
         return DataStreamWriter(self)
 
 
-def _compose(transforms: tuple[Transform, ...]) -> Transform | None:
-    if not transforms:
-        return None
-    if len(transforms) == 1:
-        return transforms[0]
+@dataclass(frozen=True)
+class GroupedStream:
+    """A stream grouped by keys (``stream.group_by(...)``), waiting for its aggregates."""
 
-    def composed(t: pa.Table) -> pa.Table:
-        for fn in transforms:
-            t = fn(t)
-        return t
+    _frame: StreamFrame
+    _keys: tuple[Any, ...]
 
-    return composed
+    def agg(self, *exprs: str) -> StreamFrame:
+        """SQL aggregate expressions, e.g. ``agg("count(*) AS n", "sum(amount) AS total")``
+        (count, sum, min, max, avg and the others listed in docs/transforms_state.md)."""
+        if not exprs:
+            raise HeadraceError("agg() needs at least one aggregate expression, e.g. agg('count(*) AS n')")
+        from headrace.transforms.aggregate import AggregateOperator
+
+        op = AggregateOperator(list(self._keys), list(exprs), watermark_column=self._frame._watermark_column())
+        return self._frame._with_step(op)
+
+    def count(self) -> StreamFrame:
+        """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""
+        return self.agg('count(*) AS "count"')
 
 
 @dataclass(frozen=True)
@@ -241,6 +320,11 @@ class DataStreamWriter:
             fsync = Boolean().parse(lower.get("checkpointfsync", True))
         except ValueError as e:
             raise OptionsError(str(self._format), "sink", [OptionProblem("checkpointFsync", str(e))]) from None
+        state_store = str(lower.get("statestore", "memory")).lower()
+        if state_store not in STATE_STORES:
+            raise OptionsError(str(self._format), "sink", [OptionProblem(
+                "stateStore", f"{lower.get('statestore')!r} is not one of {', '.join(STATE_STORES)} "
+                "(memory: state in memory with a changelog in the checkpoint; rocksdb: state larger than memory)")])  # fmt: skip
         reg = registry()
         spec = reg.get(self._format)
         if self._foreach_batch is not None:
@@ -271,7 +355,8 @@ class DataStreamWriter:
         return StreamingQuery(
             name=name,
             sources=plans,
-            transform=_compose(self._frame._transforms),
+            operators=self._frame._steps,
+            state_store=state_store,
             sink_connector=spec.name,
             sink_class=sink_class,
             sink_options=sink_opts,

@@ -4,10 +4,12 @@ Layout (like Spark's)::
 
     <location>/
       metadata            {"version": 1, "id": <query id>, "name": ..., "sources": [...], "createdAt": ...}
-      offsets/<n>         {"version": 1, "batchId": n, "timestamp": ms, "sources": [{"start": .., "end": ..}]}
+      offsets/<n>         {"version": 1, "batchId": n, "timestamp": ms, "sources": [{"start": .., "end": ..}],
+                           "metadata": {"batchWatermarkMs": ..}}  (metadata only with a watermark)
       commits/<n>         {"version": 1, "batchId": n, "timestamp": ms}
       sources/<i>/...     each source's own state (file index, staged data, schema versions)
       sinks/0/...         the sink's own state
+      state/<i>/...       the state of the plan's stateful operator number i (versioned by batch)
       .lock               held (flock) by the running query
 
 Every write is atomic: a temporary file in the same folder, flushed and fsynced, then renamed
@@ -30,7 +32,7 @@ import os
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.errors import CheckpointError
@@ -64,7 +66,9 @@ class OffsetEntry:
     """One ``offsets/<n>`` entry: per source, where the batch starts and ends.
 
     ``ends`` items are ``None`` for a real-time batch still running (its end is written when the
-    interval closes).
+    interval closes). ``metadata`` is what the batch must be replayed with (Spark's
+    ``OffsetSeqMetadata``): ``batchWatermarkMs``, ``batchTimestampMs`` and the event-time
+    maxima the watermark was computed from (``eventTimeMaxMs``); empty without a watermark.
     """
 
     batch_id: int
@@ -72,6 +76,7 @@ class OffsetEntry:
     ends: list[Offset | None]
     timestamp_ms: int
     real_time: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
         doc = {
@@ -81,6 +86,8 @@ class OffsetEntry:
             "realTime": self.real_time,
             "sources": [{"start": s, "end": e} for s, e in zip(self.starts, self.ends, strict=True)],
         }
+        if self.metadata:
+            doc["metadata"] = self.metadata
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
     @classmethod
@@ -92,6 +99,7 @@ class OffsetEntry:
             ends=[s["end"] for s in srcs],
             timestamp_ms=int(data.get("timestamp", 0)),
             real_time=bool(data.get("realTime", False)),
+            metadata=dict(data.get("metadata") or {}),
         )
 
 
@@ -291,6 +299,16 @@ class Checkpoint:
         for folder in ("offsets", "commits"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self._p(folder, str(batch_id)))
+
+    def read_commit(self, batch_id: int) -> dict[str, Any] | None:
+        """The ``commits/<n>`` entry (with what the engine recorded in it), or None."""
+        return self._read_json(self._p("commits", str(batch_id)))
+
+    def state_path(self, index: int) -> str:
+        """The folder of the plan's stateful operator number ``index`` (``state/<index>``)."""
+        path = self._p("state", str(index))
+        os.makedirs(path, exist_ok=True)
+        return path
 
     def is_committed(self, batch_id: int) -> bool:
         return os.path.exists(self._p("commits", str(batch_id)))

@@ -82,6 +82,10 @@ class QueryProgress:
     sink: SinkProgress
     batch_duration_ms: int = 0
     latencies: dict[str, dict[str, float]] | None = None
+    # Spark's eventTime ({"watermark", "min", "max", "avg"} as ISO-8601 UTC; empty without a
+    # watermark) and stateOperators (one entry per stateful operator: numRowsTotal, ...).
+    event_time: dict[str, str] = field(default_factory=dict)
+    state_operators: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def build(
@@ -97,6 +101,8 @@ class QueryProgress:
         sources: Sequence[tuple[str, Any, Any, Any, int, Mapping[str, Any]]],
         sink: tuple[str, int, Mapping[str, Any]],
         latencies: dict[str, Sequence[float]] | None = None,
+        event_time: Mapping[str, str] | None = None,
+        state_operators: Sequence[Mapping[str, Any]] | None = None,
     ) -> QueryProgress:
         """Assemble a report from the raw numbers the engine measured (seconds)."""
         total = durations.get("triggerExecution", 0.0)
@@ -120,6 +126,8 @@ class QueryProgress:
             sink=SinkProgress(*sink),
             batch_duration_ms=round(total * 1000),
             latencies={k: latency_summary(v) for k, v in latencies.items()} if latencies else None,
+            event_time=dict(event_time or {}),
+            state_operators=[dict(m) for m in state_operators or ()],
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,7 +144,10 @@ class QueryProgress:
             "durationMs": dict(self.duration_ms),
             "sources": [s.to_dict() for s in self.sources],
             "sink": self.sink.to_dict(),
+            "stateOperators": [dict(m) for m in self.state_operators],
         }
+        if self.event_time:
+            d["eventTime"] = dict(self.event_time)
         if self.latencies is not None:
             d["latencies"] = self.latencies
         return d

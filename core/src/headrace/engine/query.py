@@ -4,9 +4,14 @@ Per batch, with Spark's semantics:
 
 1. ``end = source.latest_offset(start, limit)`` for each source; no new data -> no batch.
 2. ``offsets/<n>`` written (write-ahead, atomic) before any data is read.
-3. Partitions read (``headrace.engine.reader``), the user's transform applied,
-   ``sink.write`` then ``sink.commit(n, messages)``.
+3. Partitions read (``headrace.engine.reader``), the stream's plan applied
+   (``headrace.engine.plan``: stateless steps in the reader threads, stateful ones on the
+   consumer), ``sink.write`` then ``sink.commit(n, messages)``.
 4. ``commits/<n>`` written, then ``source.commit(end)``.
+
+With ``with_watermark``, ``offsets/<n>`` also records the batch's watermark
+(``headrace.engine.watermark``), and when the watermark moves while no new data arrives, a
+batch without data runs so that stateful operators can emit and evict (Spark's no-data batch).
 
 On start, a last batch with an offsets entry and no commits entry is replayed over the same
 range with the same batch id, so a sink whose commit is idempotent per batch id gives
@@ -27,15 +32,21 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pyarrow as pa
+
 from headrace.checkpoint import Checkpoint, OffsetEntry
 from headrace.engine.crash import CrashHook
+from headrace.engine.plan import PlanRunner
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
+from headrace.engine.watermark import EventTimeTracker
 from headrace.errors import HeadraceError, StreamingQueryException, UnsupportedError
 from headrace.options import Options
 from headrace.progress import QueryProgress
 from headrace.protocols import Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+from headrace.transforms.stateless import MapBatchesOperator
 
 __all__ = ["StreamingQuery"]
 
@@ -55,7 +66,7 @@ class StreamingQuery:
         *,
         name: str,
         sources: Sequence[SourcePlan],
-        transform: Transform | None,
+        transform: Transform | None = None,
         sink_connector: str,
         sink_class: type,
         sink_options: Options,
@@ -66,12 +77,20 @@ class StreamingQuery:
         progress_callbacks: Sequence[Callable[[QueryProgress], None]] = (),
         keep_progress: int = 100,
         checkpoint_fsync: bool = True,
+        operators: Sequence[Operator] = (),
+        state_store: str = "memory",
     ) -> None:
         if not sources:
             raise HeadraceError("a query needs at least one source")
         self.name = name
         self._plans = list(sources)
-        self._transform = transform
+        ops = list(operators)
+        if transform is not None:
+            ops.append(MapBatchesOperator(transform))
+        self._operators = ops
+        self._state_store = state_store
+        self._runner: PlanRunner | None = None
+        self._tracker = EventTimeTracker(())
         self._sink_connector = sink_connector
         self._sink_class = sink_class
         self._sink_options = sink_options
@@ -100,6 +119,7 @@ class StreamingQuery:
         self._current_batch: int | None = None
         self._processed_batches = 0
         self._idle_checks = 0
+        self._last_watermark: int | None = None
 
     # ------------------------------------------------------------------ public API
     @property
@@ -181,6 +201,20 @@ class StreamingQuery:
         self._thread.start()
         return self
 
+    def _resolve_plan(self, schema: pa.Schema) -> PlanRunner:
+        """Validate the plan against the input schema (every expression run on an empty
+        table), then its output mode and trigger. Raises before any data is read."""
+        runner = PlanRunner(self._operators, schema)
+        runner.check_output_mode(self.output_mode)
+        if self.trigger.kind == "real_time":
+            problems = runner.check_real_time(self.output_mode)
+            if problems:
+                raise UnsupportedError(
+                    "this plan cannot run with the real-time trigger: " + "; ".join(problems)
+                    + ". Use trigger(processing_time=...) instead"
+                )
+        return runner
+
     def _setup(self) -> None:
         if self.trigger.kind == "real_time":
             self._check_real_time()
@@ -189,6 +223,8 @@ class StreamingQuery:
                 f"sink '{self._sink_connector}' does not support output mode '{self.output_mode}'; "
                 f"it supports: {', '.join(getattr(self._sink_class, 'output_modes', ('append',)))}"
             )
+        if self._plans[0].user_schema is not None:  # validate before the checkpoint is touched
+            self._resolve_plan(self._plans[0].user_schema)
         cp = Checkpoint(self._checkpoint_location, durable=self._fsync)
         meta = cp.open(
             name=self.name,
@@ -207,7 +243,10 @@ class StreamingQuery:
                     user_schema=plan.user_schema,
                 )
                 self._sources.append(plan.source_class(plan.options, ctx))
-            schema = self._sources[0].schema if self._transform is None else None
+            runner = self._resolve_plan(self._sources[0].schema)
+            self._runner = runner
+            self._tracker = EventTimeTracker(runner.watermarks)
+            schema = runner.output_schema
             sctx = SinkContext(
                 query_id=self.id,
                 run_id=self.run_id,
@@ -217,6 +256,7 @@ class StreamingQuery:
                 schema=schema,
             )
             self._sink = self._sink_class(self._sink_options, sctx)
+            runner.open(self._operator_context)
         except BaseException:
             self._close_all()
             raise
@@ -225,6 +265,18 @@ class StreamingQuery:
             self.name, self.id, self.run_id, ", ".join(p.describe() for p in self._plans),
             self._sink_connector, self.trigger, self.delivery_guarantee, self._checkpoint_location,
         )  # fmt: skip
+
+    def _operator_context(self, index: int, op: Operator) -> OperatorContext:
+        assert self._checkpoint is not None
+        return OperatorContext(
+            index=index,
+            query_id=self.id,
+            state_path=self._checkpoint.state_path(index) if op.stateful else None,
+            state_backend=self._state_store,
+            retain=self._checkpoint.retain,
+            output_mode=self.output_mode,
+            real_time=self.trigger.kind == "real_time",
+        )
 
     def _check_real_time(self) -> None:
         problems = []
@@ -274,6 +326,8 @@ class StreamingQuery:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+        if self._runner is not None:
+            self._runner.close()
         for s in self._sources:
             try:
                 s.close()
@@ -292,21 +346,25 @@ class StreamingQuery:
     def _loop(self) -> int | None:
         assert self._checkpoint is not None
         entry, committed = self._checkpoint.latest()
+        self._last_watermark = self._tracker.watermark_ms
         if entry is None:
             batch_id = 0
             current: list[Offset] = [s.initial_offset() for s in self._sources]
         elif committed:
             if any(e is None for e in entry.ends):
                 raise HeadraceError(f"checkpoint batch {entry.batch_id} is committed without an end offset")
+            self._tracker.restore(entry.metadata, self._checkpoint.read_commit(entry.batch_id) or {})
+            self._last_watermark = entry.metadata.get("batchWatermarkMs", self._tracker.watermark_ms)
             batch_id = entry.batch_id + 1
             current = [dict(e) for e in entry.ends if e is not None]
         else:
             log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
+            self._tracker.restore(entry.metadata)
             if entry.real_time and any(e is None for e in entry.ends):
-                self._real_time_batch(entry.batch_id, list(entry.starts))
+                self._real_time_batch(entry.batch_id, list(entry.starts), entry.metadata)
             else:
                 ends = [e for e in entry.ends if e is not None]
-                self._batch(entry.batch_id, list(entry.starts), ends, replay=True)
+                self._batch(entry.batch_id, list(entry.starts), ends, replay=True, metadata=entry.metadata)
             assert self._checkpoint is not None
             latest, _ = self._checkpoint.latest()
             assert latest is not None
@@ -337,6 +395,11 @@ class StreamingQuery:
             ends = [s.latest_offset(st, lim) for s, st, lim in zip(self._sources, current, limits, strict=True)]
             t_latest = time.monotonic() - t0
             if all(e == st for e, st in zip(ends, current, strict=True)):
+                if self._needs_no_data_batch():
+                    self._batch(batch_id, current, current, t0=t0, t_latest=t_latest)
+                    last_batch = batch_id
+                    batch_id += 1
+                    continue
                 self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
                 self._idle_checks += 1
                 if kind in ("once", "available_now"):
@@ -356,6 +419,14 @@ class StreamingQuery:
                     self._stop.wait(remaining)
         return last_batch
 
+    def _needs_no_data_batch(self) -> bool:
+        """Whether the watermark moved past the one the last batch ran with, in a plan with
+        stateful operators (which then emit and evict in a batch without data)."""
+        return (
+            self._runner is not None and self._runner.has_stateful and self._tracker.enabled
+            and self._tracker.watermark_ms != self._last_watermark
+        )  # fmt: skip
+
     # ------------------------------------------------------------------ one batch
     def _batch(
         self,
@@ -366,10 +437,14 @@ class StreamingQuery:
         replay: bool = False,
         t0: float | None = None,
         t_latest: float = 0.0,
+        metadata: dict[str, Any] | None = None,
     ) -> None:
-        assert self._checkpoint is not None and self._sink is not None
+        assert self._checkpoint is not None and self._sink is not None and self._runner is not None
         t0 = time.monotonic() if t0 is None else t0
         wall = time.time()
+        if metadata is None:
+            metadata = self._tracker.metadata(int(wall * 1000))
+        info = BatchInfo(batch_id, metadata.get("batchWatermarkMs") if self._tracker.enabled else None)
         self._current_batch = batch_id
         self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
         crash = self._crash
@@ -377,7 +452,8 @@ class StreamingQuery:
         t = time.monotonic()
         wal = None
         if not replay:
-            wal = self._checkpoint.write_offsets_async(OffsetEntry(batch_id, starts, list(ends), int(wall * 1000)))
+            entry = OffsetEntry(batch_id, starts, list(ends), int(wall * 1000), metadata=metadata)
+            wal = self._checkpoint.write_offsets_async(entry)
             if crash.point:  # crash tests need the entry on disk at the named point
                 wal.result()
         t_wal = time.monotonic() - t
@@ -390,10 +466,18 @@ class StreamingQuery:
         counts = BatchCounts([0] * len(self._sources))
         t = time.monotonic()
         messages: list[Any] = []
-        data = read_partitions(self._sources, parts, self._transform, counts, batch_id=batch_id, pool=self._pool,
+        runner = self._runner
+        runner.begin(info)
+        read = read_partitions(self._sources, parts, runner.prefix_transform, counts, batch_id=batch_id, pool=self._pool,
                                crash=crash)  # fmt: skip
+        data = runner.run(read, info)
         try:
             messages.append(self._sink.write(batch_id, data))
+            if not runner.finished:
+                raise HeadraceError(
+                    f"sink '{self._sink_connector}' returned from write() without reading the whole batch; "
+                    "a sink must consume every record batch it is given"
+                )
             if wal is not None:
                 tw = time.monotonic()
                 wal.result()  # the write-ahead entry is durable before anything is committed
@@ -408,21 +492,23 @@ class StreamingQuery:
                 self._sink.abort(batch_id, messages or [None])
             raise
         finally:
-            close = getattr(data, "close", None)
-            if close is not None:
-                close()
+            data.close()
+            read.close()
         t_add = time.monotonic() - t
         crash("after_sink_commit", batch_id)
+        event_time = self._tracker.after_batch(info.watermark_ms)
+        self._last_watermark = info.watermark_ms
         t = time.monotonic()
-        self._checkpoint.write_commit(batch_id)
+        self._checkpoint.write_commit(batch_id, self._tracker.commit_info())
         crash("after_commit", batch_id)
         for src, en in zip(self._sources, ends, strict=True):
             src.commit(en)
         t_commit = time.monotonic() - t
         total = time.monotonic() - t0
-        self._report(batch_id, wall, starts, ends, counts.input_rows, counts.output_rows,
+        self._report(batch_id, wall, starts, ends, counts.input_rows, runner.rows_out,
                      {"latestOffset": t_latest, "walCommit": t_wal, "addBatch": t_add,
-                      "commitOffsets": t_commit, "triggerExecution": total})  # fmt: skip
+                      "commitOffsets": t_commit, "triggerExecution": total},
+                     event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip
 
     def _report(
         self,
@@ -434,6 +520,9 @@ class StreamingQuery:
         out_rows: int,
         durations: dict[str, float],
         latencies: dict[str, Sequence[float]] | None = None,
+        *,
+        event_time: dict[str, str] | None = None,
+        state_operators: list[dict[str, Any]] | None = None,
     ) -> None:
         srcs = []
         for plan, src, st, en, n in zip(self._plans, self._sources, starts, ends, counts, strict=True):
@@ -460,6 +549,8 @@ class StreamingQuery:
             sources=srcs,
             sink=(self._sink_connector, out_rows, sink_metrics),
             latencies=latencies,
+            event_time=event_time,
+            state_operators=state_operators,
         )
         self._last_trigger = wall
         self._progress.append(progress)
@@ -480,5 +571,5 @@ class StreamingQuery:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", progress.line())
 
-    def _real_time_batch(self, batch_id: int, starts: list[Offset]) -> list[Offset]:
-        return run_real_time_batch(self, batch_id, starts)
+    def _real_time_batch(self, batch_id: int, starts: list[Offset], metadata: dict[str, Any] | None = None) -> list[Offset]:
+        return run_real_time_batch(self, batch_id, starts, metadata)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +56,7 @@ def read_partitions(
     batch_id: int,
     pool: ThreadPoolExecutor | None,
     crash: CrashHook,
-) -> Iterator[pa.RecordBatch]:
+) -> Generator[pa.RecordBatch, None, None]:
     """Every partition's batches, transformed, in partition order; read in parallel threads
     (each partition into its own bounded queue) when there are several.
 

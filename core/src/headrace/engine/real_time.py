@@ -1,7 +1,10 @@
 """Real-time batches: one long-running batch per interval, each record processed as it arrives.
 
-``offsets/<n>`` is written with the start only; records go from ``source.read_real_time``
-through the transform into ``sink.write`` as they arrive. When the interval ends,
+``offsets/<n>`` is written with the start only (and the watermark in force, which stays fixed
+for the whole batch); records go from ``source.read_real_time`` through the plan into
+``sink.write`` as they arrive: stateless steps per chunk, stateful operators (aggregations in
+update mode, ``drop_duplicates``) emitting per chunk too; their ``finish`` runs when the
+interval ends, which makes the batch's state version durable before the sink commits. When the interval ends,
 ``offsets/<n>`` is rewritten with the end, then the sink commits and ``commits/<n>`` is
 written. A crash before the end is written replays the batch in real-time mode from its start;
 after, over the recorded range.
@@ -24,7 +27,9 @@ import pyarrow as pa
 
 from headrace.checkpoint import OffsetEntry
 from headrace.engine.reader import apply_transform
+from headrace.errors import HeadraceError
 from headrace.protocols import Offset
+from headrace.transforms.operator import BatchInfo
 
 if TYPE_CHECKING:
     from headrace.engine.query import StreamingQuery
@@ -88,17 +93,23 @@ class RealTimeStats:
                 "e2eLatencyMs": self.e2e.items}  # fmt: skip
 
 
-def run_real_time_batch(q: StreamingQuery, batch_id: int, starts: list[Offset]) -> list[Offset]:
+def run_real_time_batch(
+    q: StreamingQuery, batch_id: int, starts: list[Offset], metadata: dict[str, Any] | None = None
+) -> list[Offset]:
     """Run one real-time batch of ``q`` from ``starts`` until its interval ends or it is
-    stopped; returns the end offsets. Called once per interval by the engine loop."""
-    checkpoint, sink = q._checkpoint, q._sink
-    assert checkpoint is not None and sink is not None
+    stopped; returns the end offsets. Called once per interval by the engine loop (and with
+    the recorded ``metadata`` when an interrupted batch is replayed)."""
+    checkpoint, sink, runner, tracker = q._checkpoint, q._sink, q._runner, q._tracker
+    assert checkpoint is not None and sink is not None and runner is not None
     src = q._sources[0]
     t0 = time.monotonic()
     wall = time.time()
     q._current_batch = batch_id
     q._status = {"message": "Processing new data (real-time)", "isDataAvailable": True, "isTriggerActive": True}
-    checkpoint.write_offsets(OffsetEntry(batch_id, starts, [None], int(wall * 1000), real_time=True))
+    if metadata is None:
+        metadata = tracker.metadata(int(wall * 1000))
+    info = BatchInfo(batch_id, metadata.get("batchWatermarkMs") if tracker.enabled else None, real_time=True)
+    checkpoint.write_offsets(OffsetEntry(batch_id, starts, [None], int(wall * 1000), real_time=True, metadata=metadata))
     q._crash("after_offsets", batch_id)
     stop = threading.Event()
     deadline = t0 + q.trigger.interval
@@ -114,25 +125,33 @@ def run_real_time_batch(q: StreamingQuery, batch_id: int, starts: list[Offset]) 
     counts = [0]
     out_rows = [0]
 
-    def flow() -> Iterator[pa.RecordBatch]:
+    def chunks() -> Iterator[pa.RecordBatch]:
         for chunk in src.read_real_time(starts[0], stop):
             t_read = time.time() * 1000
             counts[0] += chunk.data.num_rows
-            for o in apply_transform(q._transform, chunk.data):
-                out_rows[0] += o.num_rows
-                yield o
-            t_done = time.time() * 1000
+            yield from apply_transform(runner.prefix_transform, chunk.data)
+            t_done = time.time() * 1000  # the plan's output of this chunk has been written
             stats.add(t_read, t_done, chunk.data.num_rows, chunk.source_times_ms)
             last[0] = chunk.offset
             if counts[0] >= 2:
                 q._crash("mid_write", batch_id)
 
     messages: list[Any] = []
+    runner.begin(info)
+    flow = runner.run(chunks(), info)
     try:
-        messages.append(sink.write(batch_id, flow()))
+        messages.append(sink.write(batch_id, flow))
+        if not runner.finished:
+            raise HeadraceError(
+                f"sink '{q._sink_connector}' returned from write() without reading the whole batch; "
+                "a sink must consume every record batch it is given"
+            )
         stop.set()
         end = last[0]
-        checkpoint.write_offsets(OffsetEntry(batch_id, starts, [end], int(wall * 1000), real_time=True))
+        out_rows[0] = runner.rows_out
+        checkpoint.write_offsets(
+            OffsetEntry(batch_id, starts, [end], int(wall * 1000), real_time=True, metadata=metadata)
+        )
         q._crash("before_sink_commit", batch_id)
         sink.commit(batch_id, messages)
     except BaseException:
@@ -140,10 +159,14 @@ def run_real_time_batch(q: StreamingQuery, batch_id: int, starts: list[Offset]) 
         with contextlib.suppress(Exception):
             sink.abort(batch_id, messages or [None])
         raise
+    finally:
+        flow.close()
     q._crash("after_sink_commit", batch_id)
-    checkpoint.write_commit(batch_id)
+    event_time = tracker.after_batch(info.watermark_ms)
+    q._last_watermark = info.watermark_ms
+    checkpoint.write_commit(batch_id, tracker.commit_info())
     src.commit(end)
     total = time.monotonic() - t0
     q._report(batch_id, wall, starts, [end], counts, out_rows[0], {"triggerExecution": total, "addBatch": total},
-              latencies=stats.latencies())  # fmt: skip
+              latencies=stats.latencies(), event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip
     return [end]

@@ -4,6 +4,7 @@
 
     {"source": {"format": "rate-micro-batch", "options": {...}},
      "transform": "package.module:function",          # optional, Table -> Table
+     "frame": "package.module:function",              # optional, StreamFrame -> StreamFrame
      "sink": {"format": "files", "options": {...}},
      "checkpoint": "/tmp/chk", "name": "q",
      "trigger": {"available_now": true},              # any DataStreamWriter.trigger kwargs
@@ -126,6 +127,8 @@ def main(argv: list[str]) -> int:
     frame = reader.load(src.get("path"))
     if spec.get("transform"):
         frame = frame.map_batches(_load(spec["transform"]))
+    if spec.get("frame"):  # a plan: with_watermark, select_expr, group_by(...).agg(...), ...
+        frame = _load(spec["frame"])(frame)
     sink = spec["sink"]
     writer = frame.write_stream.format(sink["format"]).options(sink.get("options", {}))
     if spec.get("checkpoint"):

@@ -1,0 +1,242 @@
+"""Running a stream's plan (its list of operators) over each batch.
+
+At ``start()`` the plan is resolved against the source's schema: every step's output schema
+is computed (SQL is run on an empty table, so a bad expression fails before any I/O), then
+the steps are split in two stages:
+
+- the *prefix*: the stateless steps before the first stateful one, run per record batch in the
+  reader threads (consecutive SQL steps fused into one DuckDB query);
+- the *suffix*: from the first stateful step on, run on the consumer thread, in order:
+  ``process`` per chunk, then ``finish`` per operator at the end of the batch, each
+  operator's output going through the steps after it.
+
+When a batch yields no rows, the sink still gets one empty record batch of the output schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import sys
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from headrace.errors import UnsupportedError
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+from headrace.transforms.stateless import SchemaUnknown, SqlOperator
+from headrace.transforms.watermark import WatermarkOperator
+
+__all__ = ["PlanRunner", "is_aggregation"]
+
+log = logging.getLogger(__name__)
+
+
+def is_aggregation(op: Operator) -> bool:
+    """Whether ``op`` is a streaming aggregation (``group_by(...).agg``)."""
+    mod = sys.modules.get("headrace.transforms.aggregate")
+    cls = getattr(mod, "AggregateOperator", None) if mod is not None else None
+    return bool(cls is not None and isinstance(op, cls)) or bool(getattr(op, "aggregation", False))
+
+
+@dataclass
+class _Step:
+    index: int
+    op: Operator
+    columns: list[str] | None  # input columns, None when unknown before data
+
+
+class PlanRunner:
+    """One query run's plan. Built at ``start()`` (validation), opened once, then driven per
+    batch by the engine: ``begin`` -> (``apply_prefix`` in readers, ``run`` on the consumer)."""
+
+    def __init__(self, operators: Sequence[Operator], input_schema: pa.Schema) -> None:
+        # a shallow copy per run: one frame may be started by several queries at once
+        self.operators = [copy.copy(op) for op in operators]
+        self.input_schema = input_schema
+        steps: list[_Step] = []
+        schema: pa.Schema | None = input_schema
+        for i, op in enumerate(self.operators):
+            steps.append(_Step(i, op, list(schema.names) if schema is not None else None))
+            if schema is None:
+                continue
+            try:
+                schema = op.output_schema(schema)
+            except SchemaUnknown:
+                schema = None
+        self.output_schema: pa.Schema | None = schema
+        first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
+        self.prefix: list[Operator] = _fuse(steps[:first_stateful])
+        self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]
+        self.stateful: list[tuple[int, Operator]] = [(s.index, s.op) for s in steps if s.op.stateful]
+        self.watermarks: list[tuple[int, WatermarkOperator]] = [
+            (s.index, s.op) for s in steps if isinstance(s.op, WatermarkOperator)
+        ]
+        self._opened = False
+        self.finished = True
+
+    @property
+    def has_stateful(self) -> bool:
+        return bool(self.stateful)
+
+    # ------------------------------------------------------------------ checks at start()
+    def check_output_mode(self, mode: str) -> None:
+        """Refuse what Spark refuses, with Spark's reasons. Called at ``start()``."""
+        aggs = [op for op in self.operators if is_aggregation(op)]
+        if mode == "complete" and not aggs:
+            raise UnsupportedError(
+                "Complete output mode not supported when there are no streaming aggregations on streaming "
+                "DataFrames/Datasets; use output_mode('append') or ('update'), or add a group_by(...).agg(...)"
+            )
+        if len(aggs) > 1:
+            raise UnsupportedError(
+                "Multiple streaming aggregations are not supported with streaming DataFrames/Datasets; "
+                "aggregate once per query (write the first aggregation to a table and stream from it)"
+            )
+        for op in self.operators:
+            check = getattr(op, "check_output_mode", None)
+            if callable(check):
+                check(mode)
+
+    def check_real_time(self, mode: str) -> list[str]:
+        """The reasons this plan cannot run in real-time mode (empty when it can)."""
+        problems = []
+        for op in self.operators:
+            if not getattr(op, "supports_real_time", True) or getattr(op, "within_watermark", False):
+                problems.append(f"{op.name} is not supported in real-time mode")
+            elif is_aggregation(op) and mode != "update":
+                problems.append(f"aggregations ({op.name}) run in real-time mode only with output_mode('update')")
+        return problems
+
+    # ------------------------------------------------------------------ life cycle
+    def open(self, context: Callable[[int, Operator], OperatorContext]) -> None:
+        """Open every operator (stateful ones open their state store). Called once per run."""
+        opened: list[Operator] = []
+        try:
+            for i, op in enumerate(self.operators):
+                op.open(context(i, op))
+                opened.append(op)
+        except BaseException:
+            for op in opened:
+                try:
+                    op.close()
+                except Exception as e:
+                    log.warning("closing %s failed: %s", op.name, e)
+            raise
+        self._opened = True
+
+    def close(self) -> None:
+        if not self._opened:
+            return
+        self._opened = False
+        for op in self.operators:
+            try:
+                op.close()
+            except Exception as e:
+                log.warning("closing %s failed: %s", op.name, e)
+
+    def begin(self, info: BatchInfo) -> None:
+        """Start a batch: every operator's ``begin`` (stateful ones load state ``n - 1``)."""
+        for op in self.operators:
+            op.begin(info)
+        self._info = info
+        self.finished = False
+
+    # ------------------------------------------------------------------ per chunk
+    def apply_prefix(self, table: pa.Table) -> pa.Table | None:
+        """The stateless steps before the first stateful one; called per record batch in the
+        reader threads (thread-safe)."""
+        info = self._info
+        for op in self.prefix:
+            out = op.process(table, info)
+            if out is None:
+                return None
+            table = out
+        return table
+
+    @property
+    def prefix_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
+        return self.apply_prefix if self.prefix else None
+
+    def _through(self, start: int, table: pa.Table | None, info: BatchInfo) -> Iterator[pa.Table]:
+        if table is None or (table.num_rows == 0 and start < len(self.suffix)):
+            return
+        for k in range(start, len(self.suffix)):
+            out = self.suffix[k].process(table, info)
+            if out is None or out.num_rows == 0:
+                return
+            table = out
+        yield table
+
+    def process_chunk(self, table: pa.Table, info: BatchInfo) -> Iterator[pa.Table]:
+        """The suffix over one chunk (already through the prefix); on the consumer thread."""
+        yield from self._through(0, table, info)
+
+    def finish(self, info: BatchInfo) -> Iterator[pa.Table]:
+        """End of batch: each suffix operator's ``finish`` output goes through the steps after it."""
+        for k, op in enumerate(self.suffix):
+            out = op.finish(info)
+            if out is not None and out.num_rows:
+                yield from self._through(k + 1, out, info)
+        self.finished = True
+
+    def run(self, data: Iterator[pa.RecordBatch], info: BatchInfo) -> Generator[pa.RecordBatch, None, None]:
+        """The batch as the sink sees it: the reader's record batches (prefix applied) through
+        the suffix, then the operators' end-of-batch output. Counts the rows handed on in
+        ``self.rows_out``."""
+        self.rows_out = 0
+        yielded = False
+        for b in data:
+            if not self.suffix:
+                self.rows_out += b.num_rows
+                yielded = True
+                yield b
+                continue
+            for t in self.process_chunk(pa.Table.from_batches([b]), info):
+                for o in t.to_batches():
+                    self.rows_out += o.num_rows
+                    yielded = True
+                    yield o
+        for t in self.finish(info):
+            for o in t.to_batches():
+                self.rows_out += o.num_rows
+                yielded = True
+                yield o
+        if not yielded and self.output_schema is not None:
+            yield pa.RecordBatch.from_pylist([], schema=self.output_schema)
+
+    def state_metrics(self) -> list[dict[str, object]]:
+        """Spark's ``stateOperators``: one entry per stateful operator, after a batch."""
+        out = []
+        for _, op in self.stateful:
+            try:
+                m = dict(op.metrics())
+            except Exception as e:  # metrics must never fail a batch
+                m = {"error": str(e)}
+            m.setdefault("operatorName", op.name)
+            out.append(m)
+        return out
+
+
+def _fuse(steps: Sequence[_Step]) -> list[Operator]:
+    """Consecutive SQL steps with known input columns become one query."""
+    out: list[Operator] = []
+    run: list[tuple[SqlOperator, list[str]]] = []
+
+    def flush() -> None:
+        if len(run) == 1:
+            out.append(run[0][0])
+        elif run:
+            out.append(SqlOperator.fuse(run))
+        run.clear()
+
+    for s in steps:
+        if isinstance(s.op, SqlOperator) and s.columns is not None:
+            run.append((s.op, s.columns))
+        else:
+            flush()
+            out.append(s.op)
+    flush()
+    return out
+

@@ -1,0 +1,136 @@
+"""Stream-static joins: each micro-batch joined with a snapshot of a static table.
+
+The static side (a ``StaticFrame`` or a ``pyarrow.Table``) is read when the query starts
+(``open``) and kept for the whole run: changes made to it later are not seen until the query
+restarts (the "stream snapshot join" of Lakeflow pipelines). Each batch (each chunk in
+real-time mode) is joined by DuckDB over Arrow, with the static side registered as ``static``.
+
+``on`` is a column name or a list of them (an equi-join; the key columns appear once, first,
+as in Spark), or a SQL condition over ``batch`` and ``static`` (``"event_key = lookup_key"``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError
+from headrace.transforms.expressions import ExpressionError, check_syntax, is_identifier, quote_ident, run_sql
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+
+if TYPE_CHECKING:
+    from headrace.transforms.static import StaticFrame
+
+__all__ = ["StreamStaticJoinOperator"]
+
+log = logging.getLogger(__name__)
+
+_HOW = {"inner": "JOIN", "left": "LEFT JOIN", "left_outer": "LEFT JOIN", "leftouter": "LEFT JOIN"}
+
+
+class StreamStaticJoinOperator(Operator):
+    """``stream.join(static, on=..., how="inner"|"left")``."""
+
+    stateful = False
+    supports_real_time = True
+
+    def __init__(self, static: StaticFrame | pa.Table, on: str | Sequence[str], how: str = "inner") -> None:
+        if how.lower() not in _HOW:
+            raise HeadraceError(
+                f"join(how={how!r}): a stream-static join is 'inner' or 'left' (the stream on the left); "
+                "right and full joins would need state over the whole stream"
+            )
+        self.how = "left" if _HOW[how.lower()] == "LEFT JOIN" else "inner"
+        self.static = static
+        self.keys: list[str] | None
+        self.condition: str | None
+        if isinstance(on, str) and not is_identifier(on):
+            self.keys, self.condition = None, on
+            check_syntax(f"SELECT * FROM batch JOIN static ON ({on})", what=f"join(on={on!r})")
+        else:
+            keys = [on] if isinstance(on, str) else list(on)
+            if not keys:
+                raise HeadraceError("join(on=...) needs at least one key column (or a SQL condition)")
+            self.keys, self.condition = keys, None
+        self._snapshot: pa.Table | None = None
+        self._query: str | None = None
+
+    @property
+    def name(self) -> str:
+        on = self.condition if self.condition is not None else self.keys
+        return f"join(on={on!r}, how={self.how!r})"
+
+    def _static_schema(self) -> pa.Schema:
+        if self._snapshot is not None:
+            return self._snapshot.schema
+        if isinstance(self.static, pa.Table):
+            return self.static.schema
+        return self.static.schema
+
+    def _build_query(self, left: Sequence[str], right: Sequence[str]) -> str:
+        join = _HOW[self.how]
+        if self.keys is None:
+            clash = sorted(set(left) & set(right))
+            if clash:
+                raise ExpressionError(
+                    f"{self.name}: both sides have column(s) {clash}; rename them on one side first "
+                    "(with_column_renamed) so the output has distinct names"
+                )
+            return f"SELECT batch.*, static.* FROM batch {join} static ON ({self.condition})"
+        missing_l = [k for k in self.keys if k not in left]
+        missing_r = [k for k in self.keys if k not in right]
+        if missing_l or missing_r:
+            side = f"the stream has no {missing_l} (columns {list(left)})" if missing_l else ""
+            if missing_r:
+                side += ("; " if side else "") + f"the static side has no {missing_r} (columns {list(right)})"
+            raise ExpressionError(f"{self.name}: {side}")
+        keyset = set(self.keys)
+        rest_l = [c for c in left if c not in keyset]
+        rest_r = [c for c in right if c not in keyset]
+        clash = sorted(set(rest_l) & set(rest_r))
+        if clash:
+            raise ExpressionError(
+                f"{self.name}: both sides have non-key column(s) {clash}; rename or drop them on one side "
+                "first so the output has distinct names"
+            )
+        cols = [f"batch.{quote_ident(k)}" for k in self.keys]
+        cols += [f"batch.{quote_ident(c)}" for c in rest_l] + [f"static.{quote_ident(c)}" for c in rest_r]
+        cond = " AND ".join(f"batch.{quote_ident(k)} = static.{quote_ident(k)}" for k in self.keys)
+        return f"SELECT {', '.join(cols)} FROM batch {join} static ON {cond}"
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        right = self._static_schema()
+        query = self._build_query(input_schema.names, right.names)
+        out = run_sql(input_schema.empty_table(), query, what=self.name, extra=[("static", right.empty_table())])
+        schema = out.schema
+        if self.how == "left":  # static columns may be NULL when no row matches
+            schema = pa.schema([f.with_nullable(True) if f.name in right.names else f for f in schema])
+        return schema
+
+    def open(self, context: OperatorContext) -> None:
+        """Take the snapshot of the static side (read it now, once per query run)."""
+        t = time.monotonic()
+        self._snapshot = self.static if isinstance(self.static, pa.Table) else self.static.to_arrow()
+        self._query = None
+        log.info("%s: static side snapshot of %d rows taken in %.0f ms", self.name, self._snapshot.num_rows,
+                 (time.monotonic() - t) * 1000)  # fmt: skip
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        snap = self._snapshot
+        if snap is None:
+            raise HeadraceError(f"{self.name} was not opened (the static side is read when the query starts)")
+        query = self._query
+        if query is None:
+            query = self._query = self._build_query(table.column_names, snap.column_names)
+        return run_sql(table, query, what=self.name, extra=[("static", snap)])
+
+    def close(self) -> None:
+        self._snapshot = None
+        self._query = None
+
+    def metrics(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,207 @@
+"""Stateless operators: Python functions over each table, SQL queries and projections.
+
+SQL operators run one DuckDB query per chunk over the table ``batch``; consecutive SQL steps
+are fused into one query by the plan (``WITH batch AS (<step 1>) SELECT * FROM (<step 2>)``)
+so a chain of ``select_expr``/``where``/``with_column`` costs one DuckDB call per chunk.
+Column-only steps (``select`` of names, ``drop``, ``with_column_renamed``) use Arrow directly.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError
+from headrace.transforms.expressions import ExpressionError, check_syntax, quote_ident, run_sql
+from headrace.transforms.operator import BatchInfo, Operator
+
+__all__ = [
+    "DropColumnsOperator",
+    "MapBatchesOperator",
+    "RenameColumnOperator",
+    "SchemaUnknown",
+    "SelectColumnsOperator",
+    "SqlOperator",
+    "WithColumnOperator",
+    "select_expr_query",
+    "where_query",
+    "with_column_query",
+]
+
+log = logging.getLogger(__name__)
+
+
+class SchemaUnknown(Exception):
+    """Raised by ``output_schema`` when a step's output cannot be known before data (a Python
+    function that fails on an empty table): the steps after it are validated on the first chunk."""
+
+
+class MapBatchesOperator(Operator):
+    """``map_batches(fn)``: ``fn(table) -> table`` on every chunk (Spark's ``mapInArrow``).
+
+    ``fn`` runs in the engine's reader threads, so it must be thread-safe."""
+
+    def __init__(self, fn: Callable[[pa.Table], Any], *, schema: pa.Schema | None = None, label: str = "map_batches") -> None:
+        self.fn = fn
+        self.schema = schema
+        self.label = label
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        if self.schema is not None:
+            return self.schema
+        try:
+            out = self.fn(input_schema.empty_table())
+        except Exception as e:
+            log.debug("%s: function failed on an empty table (%s); its output schema is known at the first batch", self.label, e)
+            raise SchemaUnknown(self.label) from None
+        if isinstance(out, pa.RecordBatch):
+            return out.schema
+        if isinstance(out, pa.Table):
+            return out.schema
+        raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        out = self.fn(table)
+        if isinstance(out, pa.RecordBatch):
+            return pa.Table.from_batches([out])
+        if isinstance(out, pa.Table) or out is None:
+            return out
+        raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
+
+
+class SqlOperator(Operator):
+    """A SELECT over the table ``batch`` (``select_expr``, ``where``, ``with_column``, ``sql``).
+
+    ``what`` names the step in errors, e.g. ``where('amount > 0')``. The query is parsed when
+    the step is defined and run on an empty table of the input schema at ``start()``."""
+
+    def __init__(self, query: str, *, what: str, check: bool = True) -> None:
+        self.query = query
+        self.what = what
+        if check:
+            check_syntax(query, what=what)
+
+    @property
+    def name(self) -> str:
+        return self.what
+
+    def query_for(self, columns: Sequence[str]) -> str:
+        """The query to run on a table with these columns."""
+        return self.query
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return run_sql(input_schema.empty_table(), self.query_for(input_schema.names), what=self.what).schema
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        return run_sql(table, self.query_for(table.column_names), what=self.what)
+
+    @staticmethod
+    def fuse(steps: Sequence[tuple[SqlOperator, Sequence[str]]]) -> SqlOperator:
+        """Several steps (each with its input's columns) as one query: each step's result is
+        the ``batch`` of the next one."""
+        query = steps[0][0].query_for(steps[0][1])
+        for op, cols in steps[1:]:
+            query = f"WITH batch AS ({query}) SELECT * FROM ({op.query_for(cols)})"
+        return SqlOperator(query, what=".".join(op.what for op, _ in steps), check=False)
+
+
+class WithColumnOperator(SqlOperator):
+    """``with_column(name, expr)``: adds the column, or replaces it in place if it exists."""
+
+    def __init__(self, name: str, expr: str) -> None:
+        self.column = name
+        self.expr = expr
+        super().__init__(with_column_query(name, expr, False), what=f"with_column({name!r}, {expr!r})")
+
+    def query_for(self, columns: Sequence[str]) -> str:
+        return with_column_query(self.column, self.expr, self.column in columns)
+
+
+class SelectColumnsOperator(Operator):
+    """``select("a", "b")`` of plain column names: an Arrow projection, no SQL."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+
+    @property
+    def name(self) -> str:
+        return f"select({', '.join(map(repr, self.columns))})"
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        missing = [c for c in self.columns if c not in input_schema.names]
+        if missing:
+            raise ExpressionError(
+                f"{self.name}: no column {', '.join(map(repr, missing))}; the columns are {input_schema.names}"
+            )
+        return pa.schema([input_schema.field(c) for c in self.columns])
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        return table.select(self.columns)
+
+
+class RenameColumnOperator(Operator):
+    """``with_column_renamed(old, new)``; a missing ``old`` is a no-op, as in Spark."""
+
+    def __init__(self, old: str, new: str) -> None:
+        self.old = old
+        self.new = new
+
+    @property
+    def name(self) -> str:
+        return f"with_column_renamed({self.old!r}, {self.new!r})"
+
+    def _names(self, names: Sequence[str]) -> list[str]:
+        return [self.new if n == self.old else n for n in names]
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        names = self._names(input_schema.names)
+        if self.old in input_schema.names and self.new != self.old and self.new in input_schema.names:
+            raise ExpressionError(
+                f"{self.name}: a column {self.new!r} exists already; drop it first or choose another name"
+            )
+        return pa.schema([f.with_name(n) for f, n in zip(input_schema, names, strict=True)], metadata=input_schema.metadata)
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        if self.old not in table.column_names:
+            return table
+        return table.rename_columns(self._names(table.column_names))
+
+
+class DropColumnsOperator(Operator):
+    """``drop("a", "b")``; names that are not columns are ignored, as in Spark."""
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = list(columns)
+
+    @property
+    def name(self) -> str:
+        return f"drop({', '.join(map(repr, self.columns))})"
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        drop = set(self.columns)
+        return pa.schema([f for f in input_schema if f.name not in drop], metadata=input_schema.metadata)
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        present = [c for c in self.columns if c in table.column_names]
+        return table.drop_columns(present) if present else table
+
+
+def select_expr_query(exprs: Sequence[str]) -> str:
+    return "SELECT " + ", ".join(f"{e}" for e in exprs) + " FROM batch"
+
+
+def where_query(condition: str) -> str:
+    return f"SELECT * FROM batch WHERE ({condition})"
+
+
+def with_column_query(name: str, expr: str, replace: bool) -> str:
+    if replace:
+        return f"SELECT * REPLACE (({expr}) AS {quote_ident(name)}) FROM batch"
+    return f"SELECT *, ({expr}) AS {quote_ident(name)} FROM batch"
