@@ -151,10 +151,6 @@ class AggregateOperator(StatefulOperator):
                 self.plain_keys.append(k)
             else:
                 raise HeadraceError(f"group_by key {k!r} must be a column name or hr.window(...)")
-        names = [a.name for a in self.aggs] + self.plain_keys + (["window"] if self.window else [])
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise HeadraceError(f"group_by(...).agg(...): output column names repeat: {dup}; give the aggregates AS names")
         self._buffer: list[pa.Table] = []
         self._sql = ""
         self._partial_names: list[str] = []
