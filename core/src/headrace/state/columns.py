@@ -116,7 +116,10 @@ def key_hashables(keys: pa.Table) -> list[Any]:
     for c in keys.columns:
         if pa.types.is_temporal(c.type):
             c = to_int64(c)
-        cols.append(c.to_pylist())
+        if c.null_count == 0 and (pa.types.is_integer(c.type) or pa.types.is_floating(c.type)):
+            cols.append(c.to_numpy().tolist())  # several times faster than to_pylist
+        else:
+            cols.append(c.to_pylist())
     if len(cols) == 1:
         return cols[0]
     return list(zip(*cols, strict=True))
