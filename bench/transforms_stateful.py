@@ -102,7 +102,7 @@ def spark_session() -> Any:
 
 
 def spark_windowed(spark: Any, rows: int, per: int, keys: int) -> float:
-    from pyspark.sql import functions as F  # noqa: N812
+    from pyspark.sql import functions as F
 
     batches = rows // per
     with tempfile.TemporaryDirectory() as chk:
