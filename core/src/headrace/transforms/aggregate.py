@@ -83,6 +83,30 @@ class AggSpec:
         return [(f"count({a})", "add"), (f"sum({d})", "add"), (f"sum({d} * {d})", "add")]
 
 
+_IDENT = re.compile(r'^(?:[A-Za-z_][A-Za-z0-9_]*|"[^"]+")$')
+
+
+def _arrow_partials(spec: AggSpec, columns: list[str]) -> list[tuple[str | None, str, str]] | None:
+    """The partials of ``spec`` as (input column or None, transform, pyarrow hash aggregate),
+    when its argument is a bare column (then Arrow's group_by computes them without SQL);
+    ``None`` otherwise. Transforms: ``""`` (as is), ``"double"`` (cast), ``"square"``."""
+    a = spec.arg
+    if a == "*":
+        return [(None, "", "count_all")]
+    if not _IDENT.match(a):
+        return None
+    col = a[1:-1] if a.startswith('"') else a
+    if col not in columns:
+        return None
+    if spec.func == "count":
+        return [(col, "", "count")]
+    if spec.func in ("sum", "min", "max"):
+        return [(col, "", spec.func)]
+    if spec.func == "avg":
+        return [(col, "double", "sum"), (col, "", "count")]
+    return [(col, "", "count"), (col, "double", "sum"), (col, "square", "sum")]
+
+
 def parse_aggregate(expr: str) -> AggSpec:
     """Parse ``"sum(amount) AS total"``; raises naming the expression and the supported list."""
     if not isinstance(expr, str):
@@ -153,6 +177,7 @@ class AggregateOperator(StatefulOperator):
                 raise HeadraceError(f"group_by key {k!r} must be a column name or hr.window(...)")
         self._buffer: list[pa.Table] = []
         self._sql = ""
+        self._arrow_plan: list[tuple[str | None, str, str]] | None = None
         self._partial_names: list[str] = []
         self._merge_kinds: list[str] = []
         self._value_schema = pa.schema([])
@@ -216,6 +241,16 @@ class AggregateOperator(StatefulOperator):
         except ExpressionError as e:
             raise ExpressionError(f"aggregation {', '.join(a.text for a in self.aggs)}: {e}") from None
         self._sql = sql
+        self._arrow_plan = None
+        plans = [_arrow_partials(a, list(input_schema.names)) for a in self.aggs]
+        if all(p is not None for p in plans):
+            self._arrow_plan = [x for p in plans for x in (p or [])]
+            # Arrow's sum of a non-numeric (decimal, ...) column may differ in type: keep SQL then
+            for col, _, fn in self._arrow_plan:
+                if fn == "sum" and col is not None and not pa.types.is_integer(input_schema.field(col).type) \
+                        and not pa.types.is_floating(input_schema.field(col).type):
+                    self._arrow_plan = None
+                    break
         self._partial_names = names
         self._merge_kinds = [k for _, k in partials]
         self._key_schema = pa.schema([probe.schema.field(k) for k in key_cols])
@@ -332,7 +367,10 @@ class AggregateOperator(StatefulOperator):
             if not spec.tumbling:
                 table = table.take(pa.array(rows))
             table = table.append_column("__ws", pa.array(starts, pa.int64()))
-        partial = run_sql(table, self._sql, what=f"aggregation {self.describe()}")
+        if self._arrow_plan is not None:
+            partial = self._partial_arrow(table)
+        else:
+            partial = run_sql(table, self._sql, what=f"aggregation {self.describe()}")
         wm_us = self._watermark_us(batch)
         if self._event_key == "window":
             assert spec is not None
@@ -358,6 +396,35 @@ class AggregateOperator(StatefulOperator):
             merged = new.cast(self._value_schema)
         self.store.put(keys, merged, order)
         return keys, merged
+
+    def _partial_arrow(self, table: pa.Table) -> pa.Table:
+        """The partial aggregates by Arrow's hash group_by (aggregates over bare columns): the
+        same columns as the SQL plan, without parsing and planning SQL per batch."""
+        assert self._arrow_plan is not None
+        key_names = self._key_schema.names
+        cols: dict[str, Any] = {}
+        for k in key_names:
+            cols[k] = pa.array(np.zeros(table.num_rows, np.int8)) if k == "__global" else table.column(k)
+        aggs: list[tuple[Any, str]] = [([], "count_all")]
+        for i, (col, how, fn) in enumerate(self._arrow_plan):
+            if col is None:
+                aggs.append(([], fn))
+                continue
+            c = table.column(col)
+            if how == "double":
+                c = pc.cast(c, pa.float64())
+            elif how == "square":
+                d = pc.cast(c, pa.float64())
+                c = pc.multiply(d, d)
+            cols[f"__a{i}"] = c
+            aggs.append((f"__a{i}", fn))
+        g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
+        agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
+        out = [g.column(k) for k in key_names] + agg_cols
+        names = [*key_names, "__rows", *self._partial_names]
+        result = pa.Table.from_arrays(out, names=names)
+        schema = pa.schema([*self._key_schema, pa.field("__rows", pa.int64()), *self._value_schema])
+        return result.cast(schema)
 
     def _final(self, keys: pa.Table, values: pa.Table) -> pa.Table:
         """State rows -> output rows (window struct, avg = sum / count, ...)."""
