@@ -16,7 +16,7 @@ from headrace.errors import HeadraceError, UnsupportedError
 from headrace.transforms.aggregate import AggregateOperator, parse_aggregate
 from headrace.transforms.expressions import ExpressionError
 from headrace.transforms.operator import BatchInfo, OperatorContext
-from headrace.transforms.window import session_window, window
+from headrace.transforms.window import window
 from tests.core.transforms.stateful_harness import run_batches
 
 BACKENDS = ["memory", "rocksdb"]
@@ -270,8 +270,6 @@ def test_definition_errors() -> None:
         window("ts", "1 minute", "2 minutes")
     with pytest.raises(HeadraceError, match="not a duration"):
         window("ts", "soon")
-    with pytest.raises(UnsupportedError, match="session windows"):
-        AggregateOperator([session_window("ts", "5 minutes")], ["count(*)"])
     out = AggregateOperator([window("ts", "1 minute"), "user"], ["count(*)", "sum(amount)", "avg(amount) AS m"]
                             ).output_schema(schema)  # fmt: skip
     assert out.names == ["window", "user", "count(1)", "sum(amount)", "m"]

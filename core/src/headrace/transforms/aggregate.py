@@ -152,6 +152,15 @@ class AggregateOperator(StatefulOperator):
     supports_real_time: ClassVar[bool] = True
     output_modes: ClassVar[tuple[str, ...] | None] = ("append", "update", "complete")
 
+    def __new__(cls, keys: Sequence[Any] = (), aggs: Sequence[str] = (), **kwargs: Any) -> AggregateOperator:
+        """A session-window aggregation (``hr.session_window`` among ``keys``) is a
+        ``SessionWindowAggregateOperator``."""
+        if cls is AggregateOperator and any(isinstance(k, SessionWindowSpec) for k in keys):
+            from headrace.transforms.session import SessionWindowAggregateOperator
+
+            return super().__new__(SessionWindowAggregateOperator)
+        return super().__new__(cls)
+
     def __init__(self, keys: Sequence[str | WindowSpec], aggs: Sequence[str], *, watermark_column: str | None = None) -> None:
         super().__init__()
         self.keys = list(keys)
@@ -162,11 +171,6 @@ class AggregateOperator(StatefulOperator):
         self.window: WindowSpec | None = None
         self.plain_keys: list[str] = []
         for k in self.keys:
-            if isinstance(k, SessionWindowSpec):
-                raise UnsupportedError(
-                    f"group_by({k.describe()}): session windows are not supported yet; use a tumbling or sliding "
-                    "hr.window(...) (see docs/transforms_state.md)"
-                )
             if isinstance(k, WindowSpec):
                 if self.window is not None:
                     raise HeadraceError("group_by: at most one window per aggregation")
