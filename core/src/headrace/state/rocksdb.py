@@ -47,7 +47,13 @@ def _dec_order(b: bytes) -> int:
 
 
 def _py_columns(table: pa.Table) -> list[list[Any]]:
-    return [(to_int64(c) if pa.types.is_temporal(c.type) else c).to_pylist() for c in table.columns]
+    out = []
+    for c in table.columns:
+        if pa.types.is_temporal(c.type):
+            c = to_int64(c)
+        numeric = pa.types.is_integer(c.type) or pa.types.is_floating(c.type)
+        out.append(c.to_numpy().tolist() if numeric and c.null_count == 0 else c.to_pylist())
+    return out
 
 
 def _arrow(values: list[Any], type: pa.DataType) -> pa.Array:
@@ -86,6 +92,7 @@ class RocksDBStateStore(StateStore):
         self._db_version: int | None = None
         self._db_dirty = False
         self._last: tuple[pa.Table, list[bytes], list[Any]] | None = None
+        self._last_orders: tuple[pa.Table, list[Any]] | None = None
 
     # ------------------------------------------------------------------ database
     def _options(self) -> Any:
@@ -135,7 +142,8 @@ class RocksDBStateStore(StateStore):
         if last is not None and last[0] is keys:
             return last[1], last[2]
         kbs = [pickle.dumps(k, 5) for k in key_hashables(keys)]
-        raw = self._db.get([b"d" + k for k in kbs]) if kbs else []
+        get = self._db.get  # one call per key: faster than rocksdict's multi-get
+        raw = [get(b"d" + k) for k in kbs]
         self._last = (keys, kbs, raw)
         return kbs, raw
 
@@ -144,38 +152,44 @@ class RocksDBStateStore(StateStore):
         self.work.rows_looked_up += len(raw)
         found = np.fromiter((r is not None for r in raw), dtype=np.bool_, count=len(raw))
         ncols = len(self.value_schema)
-        cols: list[list[Any]] = [[None] * len(raw) for _ in range(ncols)]
-        for i, r in enumerate(raw):
-            if r is not None:
-                vals = pickle.loads(r)[1]
-                for j in range(ncols):
-                    cols[j][i] = vals[j]
-        arrays = [_arrow(c, f.type) for c, f in zip(cols, self.value_schema, strict=True)]
+        loads = pickle.loads
+        missing = (None, (None,) * ncols)
+        decoded = [loads(r) if r is not None else missing for r in raw]
+        self._last_orders = (keys, [d[0] for d in decoded])
+        rows = [d[1] for d in decoded]
+        cols: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in range(ncols)]
+        arrays = [_arrow(list(c), f.type) for c, f in zip(cols, self.value_schema, strict=True)]
         return pa.Table.from_arrays(arrays, schema=self.value_schema), found
 
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
         kbs, old = self._lookup(keys)
         self._last = None
+        cached = self._last_orders
+        self._last_orders = None
+        old_orders = cached[1] if cached is not None and cached[0] is keys else None
         vals = list(zip(*_py_columns(values), strict=True)) if values.num_columns else [()] * len(kbs)
         ords = order.to_pylist()
         wb = self._write_batch()
         added = 0
-        for kb, o_raw, v, o in zip(kbs, old, vals, ords, strict=True):
+        for i, (kb, o_raw, v, o) in enumerate(zip(kbs, old, vals, ords, strict=True)):
             if o_raw is None:
                 added += 1
+                if o is not None:
+                    wb.put(b"o" + _enc_order(o) + kb, b"")
             else:
-                old_o = pickle.loads(o_raw)[0]
-                if old_o is not None and old_o != o:
-                    wb.delete(b"o" + _enc_order(old_o) + kb)
+                old_o = old_orders[i] if old_orders is not None else pickle.loads(o_raw)[0]
+                if old_o != o:
+                    if old_o is not None:
+                        wb.delete(b"o" + _enc_order(old_o) + kb)
+                    if o is not None:
+                        wb.put(b"o" + _enc_order(o) + kb, b"")
             wb.put(b"d" + kb, pickle.dumps((o, v), 5))
-            if o is not None:
-                wb.put(b"o" + _enc_order(o) + kb, b"")
         self._rows += added
         self._write(wb)
 
     def _remove(self, keys: pa.Table) -> int:
         kbs, old = self._lookup(keys)
-        self._last = None
+        self._last = self._last_orders = None
         wb = self._write_batch()
         n = 0
         for kb, o_raw in zip(kbs, old, strict=True):
@@ -213,7 +227,7 @@ class RocksDBStateStore(StateStore):
         return pa.Table.from_arrays(arrays, names=[*self.key_schema.names, *self.value_schema.names, ORDER_COLUMN])
 
     def _evict(self, upto: int) -> pa.Table:
-        self._last = None
+        self._last = self._last_orders = None
         it = self._db.iter()
         it.seek(b"o")
         end = _enc_order(upto)
@@ -228,7 +242,8 @@ class RocksDBStateStore(StateStore):
         if not index_keys:
             return self._decode_rows([])
         kbs = [k[9:] for k in index_keys]
-        raw = self._db.get([b"d" + kb for kb in kbs])
+        get = self._db.get
+        raw = [get(b"d" + kb) for kb in kbs]
         self.work.rows_scanned += len(kbs)
         wb = self._write_batch()
         items = []
@@ -289,7 +304,7 @@ class RocksDBStateStore(StateStore):
         self.work.snapshots += 1
 
     def _restore(self, version: int) -> None:
-        self._last = None
+        self._last = self._last_orders = None
         if self._db is None:
             try:
                 self._open()
