@@ -305,3 +305,23 @@ def test_single_int_key_and_no_values(backend: str, tmp_path: Path) -> None:
 
 def _empty_values(n: int) -> pa.Table:
     return pa.table({"_": pa.nulls(n)}).drop_columns(["_"])
+
+
+def test_restore_reads_one_snapshot_and_the_changelogs_after_it(backend: str, tmp_path: Path) -> None:
+    s = store(backend, tmp_path, snapshot_interval=5)
+    s.load(-1)
+    for v in range(23):
+        s.put(keys([f"u{i}" for i in range(v * 10, v * 10 + 10)], [0] * 10), vals([v] * 10, [0.0] * 10, ["x"] * 10))
+        s.commit(v)
+        s.load(v)
+    s.close()
+    if backend == "rocksdb":  # force the rebuild path: the working database is a cache of the files
+        import shutil
+
+        shutil.rmtree(tmp_path / "rocksdb")
+    s2 = store(backend, tmp_path, snapshot_interval=5)
+    s2.load(22)
+    assert len(s2) == 230
+    # the newest snapshot is version 20: its rows (memory backend) and changelogs 21 and 22
+    assert s2.work.restore_rows == (210 if backend == "memory" else 0) + 20
+    s2.close()
