@@ -275,3 +275,30 @@ def test_definition_errors() -> None:
     assert out.names == ["window", "user", "count(1)", "sum(amount)", "m"]
     assert out.field("window").type == pa.struct([("start", TS), ("end", TS)])
     assert out.field("sum(amount)").type == pa.int64()
+
+
+def test_column_types_merge_across_batches(backend: str, tmp_path: Path) -> None:
+    """Decimals, 32-bit ints and floats, timestamps, strings, null keys: merged values keep
+    DuckDB's types and values over all input."""
+    import decimal
+
+    def b(seed: int) -> pa.Table:
+        rng = random.Random(seed)
+        n = 50
+        return pa.table({
+            "k": [rng.choice(["x", "y", None]) for _ in range(n)],
+            "d": pa.array([decimal.Decimal(rng.randrange(-999, 999)) / 100 for _ in range(n)], pa.decimal128(10, 2)),
+            "i": pa.array([rng.randrange(100) for _ in range(n)], pa.int32()),
+            "f": pa.array([rng.random() for _ in range(n)], pa.float32()),
+            "t": pa.array([1_700_000_000_000_000 + rng.randrange(10**9) for _ in range(n)], pa.int64()).cast(TS),
+        })  # fmt: skip
+    batches = [b(s) for s in range(4)]
+    aggs = ["sum(d) AS sd", "min(d) AS mind", "sum(i) AS si", "sum(i * 2) AS si2", "max(f) AS mf", "min(t) AS mint",
+            "max(k) AS mk", "count(*) AS n"]  # fmt: skip
+    run = run_batches(lambda: AggregateOperator(["k"], aggs), batches, state_path=str(tmp_path), backend=backend,
+                      mode="complete")  # fmt: skip
+    out = run.outputs[-1]
+    assert out is not None
+    want = duck(batches, "SELECT k, sum(d) AS sd, min(d) AS mind, sum(i)::BIGINT AS si, sum(i * 2)::BIGINT AS si2, "
+                         "max(f) AS mf, min(t) AS mint, max(k) AS mk, count(*) AS n FROM events GROUP BY k")  # fmt: skip
+    assert sorted(out.to_pylist(), key=lambda r: str(r["k"])) == sorted(want, key=lambda r: str(r["k"]))

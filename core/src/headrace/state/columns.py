@@ -63,8 +63,7 @@ class Column:
         elif self.kind == "b":
             vals = (arr.fill_null(False) if arr.null_count else arr).to_numpy(zero_copy_only=False)
         else:
-            vals = np.empty(len(arr), dtype=object)
-            vals[:] = arr.to_pylist()
+            vals = np.fromiter(arr.to_pylist(), dtype=object, count=len(arr))  # lists stay single objects
         self.data[slots] = vals
         self.valid[slots] = valid
 

@@ -394,7 +394,8 @@ class AggregateOperator(StatefulOperator):
         new = partial.select(self._partial_names)
         old, found = self.store.get(keys)
         if found.any():
-            cols = [_merge_col(kind, o, n) for kind, o, n in zip(self._merge_kinds, old.columns, new.columns, strict=True)]
+            cols = [_merge_col(kind, o, n).cast(f.type) for kind, o, n, f in
+                    zip(self._merge_kinds, old.columns, new.columns, self._value_schema, strict=True)]  # fmt: skip
             merged = pa.Table.from_arrays(cols, schema=self._value_schema)
         else:
             merged = new.cast(self._value_schema)
@@ -452,10 +453,21 @@ class AggregateOperator(StatefulOperator):
 
 def _merge_col(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Array:
     if kind == "add":
+        t = old.type
+        if pa.types.is_decimal(t):  # the sum of two decimal(38, s) is decimal(39, s): add wider, cast back
+            wide = pa.decimal256(t.precision, t.scale)
+            total = pc.add(old.cast(wide), new.cast(wide))
+            return pc.coalesce(total.cast(t), old, new)
         return pc.coalesce(pc.add(old, new), old, new)
-    if kind == "min":
-        return pc.min_element_wise(old, new, skip_nulls=True)
-    return pc.max_element_wise(old, new, skip_nulls=True)
+    t = old.type
+    if pa.types.is_integer(t) or pa.types.is_floating(t):
+        if kind == "min":
+            return pc.min_element_wise(old, new, skip_nulls=True)
+        return pc.max_element_wise(old, new, skip_nulls=True)
+    # timestamps, strings, decimals, ...: no element-wise min/max kernel; compare instead
+    better = pc.less(new, old) if kind == "min" else pc.greater(new, old)
+    pick_new = pc.or_kleene(pc.is_null(old), pc.and_kleene(pc.is_valid(new), pc.fill_null(better, False)))
+    return pc.if_else(pick_new, new, old)
 
 
 def _final_col(func: str, p: list[pa.ChunkedArray]) -> Any:
