@@ -134,6 +134,14 @@ class StreamFrame(FrameSteps):
             raise HeadraceError("union() streams before transforming them; apply the transforms after the union")
         return StreamFrame((*self._sources, *other._sources), (), self._schema)
 
+    def apply_operator(self, op: Operator) -> StreamFrame:
+        """Append a custom operator (a ``headrace.transforms.Operator``) to the plan: Spark's
+        ``transformWithState`` / ``flatMapGroupsWithState`` niche. A stateful operator gets
+        ``<checkpoint>/state/<index>`` for its state, versioned by batch id."""
+        if not isinstance(op, Operator):
+            raise HeadraceError(f"apply_operator() takes a headrace.transforms.Operator, not {type(op).__name__}")
+        return self._with_step(op)
+
     def with_watermark(self, event_time: str, delay: str | float) -> StreamFrame:
         """Declare the event-time column and how late rows may arrive, as Spark's
         ``withWatermark("timestamp", "10 minutes")``: the watermark is the maximum event time
@@ -221,7 +229,7 @@ class GroupedStream:
 
     def count(self) -> StreamFrame:
         """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""
-        return self.agg('count(*) AS "count"')
+        return self.agg("count(*) AS count")
 
 
 @dataclass(frozen=True)

@@ -90,5 +90,5 @@ class RunningCount(Operator):
 def stamp_watermark(frame: hr.StreamFrame) -> hr.StreamFrame:
     """The crash tests' plan: a watermark of 2 s over the rate source's timestamps, a SQL step,
     and the watermark of each batch stamped on its rows."""
-    return frame.with_watermark("timestamp", "2 seconds").select_expr("timestamp", "value", "value % 7 AS m")._with_step(
+    return frame.with_watermark("timestamp", "2 seconds").select_expr("timestamp", "value", "value % 7 AS m").apply_operator(
         StampWatermark())  # fmt: skip

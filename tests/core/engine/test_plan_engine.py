@@ -44,7 +44,7 @@ def test_watermark_moves_between_batches_and_is_in_offsets_and_progress(tmp_path
     name = f"wm-{uuid.uuid4().hex[:6]}"
     stream = memory_stream(name, TS)
     frame = hr.read_stream.format("memory").option("name", name).load().with_watermark("ts", "10 seconds")
-    q = start(frame._with_step(StampWatermark()), tmp_path / "chk", name + "-out", processing_time="10 milliseconds")
+    q = start(frame.apply_operator(StampWatermark()), tmp_path / "chk", name + "-out", processing_time="10 milliseconds")
     try:
         for secs in ([100, 105], [130, 90], [120], [200]):  # 120 < max 130: the watermark never goes back
             stream.add([{"ts": ts(s), "v": int(s)} for s in secs])
@@ -70,7 +70,7 @@ def test_restart_continues_from_the_committed_watermark_and_replay_reuses_the_re
     stream = memory_stream(name, TS)
     chk = tmp_path / "chk"
     frame = hr.read_stream.format("memory").option("name", name).load().with_watermark("ts", "10 seconds")
-    frame = frame._with_step(StampWatermark())
+    frame = frame.apply_operator(StampWatermark())
     stream.add([{"ts": ts(100), "v": 1}])
     assert start(frame, chk, name + "-a").await_termination(30)
     stream.add([{"ts": ts(50), "v": 2}])
@@ -93,7 +93,7 @@ def test_a_stateful_operator_gets_its_state_folder_begin_finish_and_metrics(tmp_
     stream = memory_stream(name, TS)
     chk = tmp_path / "chk"
     frame = (hr.read_stream.format("memory").option("name", name).load().with_watermark("ts", "10 seconds")
-             .where("v >= 0")._with_step(RunningCount("ts")).with_column("double", "total * 2"))  # fmt: skip
+             .where("v >= 0").apply_operator(RunningCount("ts")).with_column("double", "total * 2"))  # fmt: skip
     q = start(frame, chk, name + "-out", mode="update", processing_time="10 milliseconds")
     try:
         stream.add([{"ts": ts(s), "v": s} for s in (100, 101, 102)])
@@ -116,7 +116,7 @@ def test_a_stateful_operator_gets_its_state_folder_begin_finish_and_metrics(tmp_
 
 
 def test_a_stateful_operator_refuses_an_output_mode_at_start(tmp_path: Path) -> None:
-    frame = hr.read_stream.format("memory").option("name", "nothing").schema(TS).load()._with_step(RunningCount())
+    frame = hr.read_stream.format("memory").option("name", "nothing").schema(TS).load().apply_operator(RunningCount())
     with pytest.raises(UnsupportedError, match="supports only update mode"):
         start(frame, tmp_path / "chk", "never")
     assert not (tmp_path / "chk").exists()  # refused before the checkpoint was created
@@ -126,7 +126,7 @@ def test_real_time_refuses_an_operator_that_does_not_support_it_naming_it(tmp_pa
     class NotRealTime(StampWatermark):
         supports_real_time = False
 
-    frame = hr.read_stream.format("rate").load()._with_step(NotRealTime())
+    frame = hr.read_stream.format("rate").load().apply_operator(NotRealTime())
     with pytest.raises(UnsupportedError, match="NotRealTime is not supported in real-time mode"):
         frame.write_stream.format("memory").query_name("rt-no").trigger(real_time="1 second").start()
 
@@ -134,7 +134,7 @@ def test_real_time_refuses_an_operator_that_does_not_support_it_naming_it(tmp_pa
 def test_real_time_runs_sql_steps_and_stateful_operators_per_chunk(tmp_path: Path) -> None:
     chk = tmp_path / "chk"
     frame = (hr.read_stream.format("rate").option("rowsPerSecond", 2000).load()
-             .where("value % 2 = 0")._with_step(RunningCount()))  # fmt: skip
+             .where("value % 2 = 0").apply_operator(RunningCount()))  # fmt: skip
     name = f"rt-{uuid.uuid4().hex[:6]}"
     q = start(frame, chk, name, mode="update", real_time="300 milliseconds")
     try:
@@ -179,3 +179,23 @@ def test_sigkill_at_each_crash_point_replays_with_the_recorded_watermark(point: 
         for m, c in zip(offsets_meta(crashed / "chk"), offsets_meta(clean / "chk"), strict=True)
     ]
     assert len({w for w, _ in stamp.values()}) > 2  # the watermark did move
+
+
+def test_a_stateful_operator_after_an_undeclared_map_batches_is_refused_with_the_fix(tmp_path: Path) -> None:
+    frame = (hr.read_stream.format("memory").option("name", "nothing").schema(TS).load()
+             .map_batches(lambda t: t).apply_operator(RunningCount()))  # fmt: skip
+    with pytest.raises(hr.HeadraceError, match=r"RunningCount needs its input schema.*map_batches\(fn, schema="):
+        start(frame, tmp_path / "chk", "never", mode="update")
+    declared = (hr.read_stream.format("memory").option("name", "nothing").schema(TS).load()
+                .map_batches(lambda t: t, schema=TS).apply_operator(RunningCount()))  # fmt: skip
+    start(declared, tmp_path / "chk2", "fine", mode="update").stop()
+
+
+def test_operators_are_told_the_watermark_column_and_delay(tmp_path: Path) -> None:
+    from headrace.engine.plan import PlanRunner
+
+    s = hr.read_stream.format("memory").option("name", "x").load()
+    frame = s.where("v > 0").with_watermark("ts", "90 seconds").apply_operator(RunningCount("ts"))
+    runner = PlanRunner(frame._steps, TS)
+    assert runner.operator_options(0) == {}
+    assert runner.operator_options(2) == {"watermarkColumn": "ts", "watermarkDelayMs": 90_000}

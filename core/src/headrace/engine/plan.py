@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from headrace.errors import UnsupportedError
+from headrace.errors import HeadraceError, UnsupportedError
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
 from headrace.transforms.stateless import SchemaUnknown, SqlOperator
 from headrace.transforms.watermark import WatermarkOperator
@@ -44,7 +44,7 @@ def is_aggregation(op: Operator) -> bool:
 class _Step:
     index: int
     op: Operator
-    columns: list[str] | None  # input columns, None when unknown before data
+    schema: pa.Schema | None  # the step's input schema, None when unknown before data
 
 
 class PlanRunner:
@@ -57,15 +57,29 @@ class PlanRunner:
         self.input_schema = input_schema
         steps: list[_Step] = []
         schema: pa.Schema | None = input_schema
+        unknown_after = ""
+        self.watermark_of: dict[int, WatermarkOperator] = {}  # step -> the with_watermark before it
+        last_wm: WatermarkOperator | None = None
         for i, op in enumerate(self.operators):
-            steps.append(_Step(i, op, list(schema.names) if schema is not None else None))
+            steps.append(_Step(i, op, schema))
+            if last_wm is not None:
+                self.watermark_of[i] = last_wm
+            if isinstance(op, WatermarkOperator):
+                last_wm = op
             if schema is None:
+                if op.stateful:
+                    raise HeadraceError(
+                        f"{op.name} needs its input schema when the query starts, but {unknown_after} before it "
+                        "does not declare what it returns; give it: map_batches(fn, schema=pyarrow.schema([...]))"
+                    )
                 continue
             try:
                 schema = op.output_schema(schema)
             except SchemaUnknown:
                 schema = None
+                unknown_after = op.name
         self.output_schema: pa.Schema | None = schema
+        self.sink_schema: pa.Schema | None = schema  # what the sink is told (None: unknown)
         first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
         self.prefix: list[Operator] = _fuse(steps[:first_stateful])
         self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]
@@ -110,6 +124,12 @@ class PlanRunner:
         return problems
 
     # ------------------------------------------------------------------ life cycle
+    def operator_options(self, index: int) -> dict[str, object]:
+        """What the engine tells operator ``index`` in ``OperatorContext.options``: the event
+        time column and delay of the ``with_watermark`` before it, if any."""
+        wm = self.watermark_of.get(index)
+        return {"watermarkColumn": wm.column, "watermarkDelayMs": wm.delay_ms} if wm is not None else {}
+
     def open(self, context: Callable[[int, Operator], OperatorContext]) -> None:
         """Open every operator (stateful ones open their state store). Called once per run."""
         opened: list[Operator] = []
@@ -203,8 +223,8 @@ class PlanRunner:
                 self.rows_out += o.num_rows
                 yielded = True
                 yield o
-        if not yielded and self.output_schema is not None:
-            yield pa.RecordBatch.from_pylist([], schema=self.output_schema)
+        if not yielded and self.sink_schema is not None:
+            yield pa.RecordBatch.from_pylist([], schema=self.sink_schema)
 
     def state_metrics(self) -> list[dict[str, object]]:
         """Spark's ``stateOperators``: one entry per stateful operator, after a batch."""
@@ -220,9 +240,9 @@ class PlanRunner:
 
 
 def _fuse(steps: Sequence[_Step]) -> list[Operator]:
-    """Consecutive SQL steps with known input columns become one query."""
+    """Consecutive SQL steps with known input schemas become one query."""
     out: list[Operator] = []
-    run: list[tuple[SqlOperator, list[str]]] = []
+    run: list[tuple[SqlOperator, pa.Schema]] = []
 
     def flush() -> None:
         if len(run) == 1:
@@ -232,8 +252,8 @@ def _fuse(steps: Sequence[_Step]) -> list[Operator]:
         run.clear()
 
     for s in steps:
-        if isinstance(s.op, SqlOperator) and s.columns is not None:
-            run.append((s.op, s.columns))
+        if isinstance(s.op, SqlOperator) and s.schema is not None:
+            run.append((s.op, s.schema))
         else:
             flush()
             out.append(s.op)

@@ -244,9 +244,9 @@ class StreamingQuery:
                 )
                 self._sources.append(plan.source_class(plan.options, ctx))
             runner = self._resolve_plan(self._sources[0].schema)
-            self._runner = runner
+            self._runner = runner  # before open(): operator contexts read it
             self._tracker = EventTimeTracker(runner.watermarks)
-            schema = runner.output_schema
+            schema = runner.sink_schema
             sctx = SinkContext(
                 query_id=self.id,
                 run_id=self.run_id,
@@ -267,7 +267,8 @@ class StreamingQuery:
         )  # fmt: skip
 
     def _operator_context(self, index: int, op: Operator) -> OperatorContext:
-        assert self._checkpoint is not None
+        assert self._checkpoint is not None and self._runner is not None
+        options = {"checkpointFsync": self._fsync, **self._runner.operator_options(index)}
         return OperatorContext(
             index=index,
             query_id=self.id,
@@ -276,6 +277,7 @@ class StreamingQuery:
             retain=self._checkpoint.retain,
             output_mode=self.output_mode,
             real_time=self.trigger.kind == "real_time",
+            options=options,
         )
 
     def _check_real_time(self) -> None:

@@ -5,6 +5,11 @@ The table is visible to the SQL as ``batch``. DuckDB reads the Arrow data withou
 All threads share one in-memory DuckDB database (one pool of DuckDB worker threads); each
 thread queries through its own cursor, as DuckDB requires. The session time zone is UTC, so
 ``TIMESTAMP WITH TIME ZONE`` values come back as Arrow ``timestamp[us, tz=UTC]``.
+
+Each cursor registers ``batch`` (and the other names a query needs, e.g. a join's ``static``)
+once, as an object exposing the Arrow C stream interface whose table is swapped before each
+query: registering and unregistering a table per query cost more than the query itself on
+small chunks (~1.7 of ~5 ms for 100 rows).
 """
 
 from __future__ import annotations
@@ -47,6 +52,33 @@ def _duckdb() -> Any:
             "SQL expressions need DuckDB, which is not installed; pip install 'headrace[sql]'"
         ) from None
     return duckdb
+
+
+class _Slot:
+    """A name registered once in a cursor; DuckDB reads whatever table it holds at query time
+    (through ``__arrow_c_stream__``, asked anew by each query)."""
+
+    def __init__(self) -> None:
+        self.table: pa.Table | None = None
+
+    def __arrow_c_stream__(self, requested_schema: Any = None) -> Any:
+        if self.table is None:
+            raise HeadraceError("no table is bound to this name")
+        return self.table.__arrow_c_stream__(requested_schema)
+
+
+def _bind(con: Any, name: str, table: pa.Table) -> _Slot:
+    """This thread's slot ``name``, holding ``table`` (registered at first use: DuckDB reads
+    the object's schema when it is registered)."""
+    slots: dict[str, _Slot] = _local.__dict__.setdefault("slots", {})
+    slot = slots.get(name)
+    if slot is None:
+        slot = _Slot()
+        slot.table = table
+        con.register(name, slot)
+        slots[name] = slot
+    slot.table = table
+    return slot
 
 
 def duckdb_connection() -> Any:
@@ -107,17 +139,16 @@ def run_sql(table: pa.Table, query: str, *, what: str = "SQL", extra: Iterable[t
     ``extra`` registers more tables under other names (e.g. a join's static side). Called per
     chunk by SQL operators, on whatever thread processes the chunk."""
     con = duckdb_connection()
-    names = ["batch"]
+    slots: list[_Slot] = []
     try:
-        con.register("batch", table)
+        slots.append(_bind(con, "batch", table))
         for name, t in extra:
-            con.register(name, t)
-            names.append(name)
+            slots.append(_bind(con, name, t))
         try:
             return con.sql(query).to_arrow_table()
         finally:
-            for n in names:
-                con.unregister(n)
+            for slot in slots:
+                slot.table = None  # hold no data between queries
     except HeadraceError:
         raise
     except Exception as e:

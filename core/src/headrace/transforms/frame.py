@@ -45,9 +45,9 @@ class FrameSteps:
         """Apply ``fn`` to every record batch (as a ``pyarrow.Table``); it returns a Table.
 
         Runs in the reading threads, so it must be thread-safe. Like Spark's ``mapInArrow``.
-        ``schema`` (optional) is the schema ``fn`` returns; without it, ``fn`` is called on an
-        empty table at ``start()`` to learn it (if that fails, the steps after it are checked
-        at the first batch)."""
+        ``schema`` (optional) is the schema ``fn`` returns: give it so the steps after this one
+        are checked at ``start()`` and the sink knows the output schema; without it they are
+        checked at the first batch (``fn`` is never called on a probe table)."""
         from headrace.transforms.stateless import MapBatchesOperator
 
         return self._with_step(MapBatchesOperator(fn, schema=schema))
@@ -59,10 +59,9 @@ class FrameSteps:
             return self.where(condition)
         if not callable(condition):
             raise HeadraceError(f"filter() takes a SQL condition (str) or a function; got {type(condition).__name__}")
-        from headrace.transforms.stateless import MapBatchesOperator
+        from headrace.transforms.stateless import FilterFunctionOperator
 
-        predicate = condition
-        return self._with_step(MapBatchesOperator(lambda t: t.filter(predicate(t)), label="filter"))
+        return self._with_step(FilterFunctionOperator(condition))
 
     def where(self, condition: str) -> Self:
         """Keep the rows where the SQL ``condition`` is true (NULL counts as false), e.g.

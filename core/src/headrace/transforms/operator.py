@@ -17,6 +17,21 @@ Life cycle, per query run::
 Stateless operators implement only ``output_schema`` and ``process``. Stateful operators keep
 their state in a store under ``<checkpoint>/state/<operator index>/``, versioned by batch id:
 replaying batch n starts again from version n-1, so output is the same as the first time.
+
+Where the engine runs them (``headrace.engine.plan``): the stateless steps before the first
+stateful one run per record batch in the reader threads (so their ``process`` must be
+thread-safe; ``begin`` is called before any thread starts); from the first stateful step on,
+everything runs on the consumer thread. ``open`` is called on a shallow copy of the operator
+made for each query run: keep per-run state in attributes set by ``open``/``begin``.
+
+In real-time mode (``BatchInfo.real_time``) a batch lasts the whole trigger interval and its
+chunks are a few rows each: stateful operators emit from ``process`` (aggregations in update
+mode: the groups the chunk changed; ``drop_duplicates``: the new rows), and ``finish``, when
+the interval ends, makes state version ``n`` durable before the sink commits.
+
+A batch may have no data (``process`` never called): the engine runs one when the watermark
+moved and the plan has stateful operators, so that append-mode windows can be emitted and
+state evicted (Spark's no-data batch).
 """
 
 from __future__ import annotations
@@ -38,7 +53,9 @@ class OperatorContext:
     ``state_path`` is the operator's own folder (``<checkpoint>/state/<index>``), created by
     the engine; ``None`` for stateless operators. ``state_backend`` is the writer option
     ``stateStore`` (``memory`` or ``rocksdb``). ``retain`` is how many state versions to keep
-    (the checkpoint's retention). ``output_mode`` is the query's.
+    (the checkpoint's retention). ``output_mode`` is the query's. ``options`` carries
+    ``checkpointFsync`` (the writer option) and, after a ``with_watermark``, its
+    ``watermarkColumn`` and ``watermarkDelayMs``.
     """
 
     index: int
@@ -114,6 +131,11 @@ class Operator(ABC):
         numRowsRemoved, numRowsDroppedByWatermark, memoryUsedBytes, commitTimeMs, ...) for
         stateful operators; ``{}`` for stateless ones."""
         return {}
+
+    def check_output_mode(self, mode: str) -> None:
+        """Raise ``UnsupportedError`` with Spark's reason if this operator cannot run in the
+        query's output ``mode`` (``append``/``update``/``complete``). Called at ``start()``,
+        before any I/O."""
 
     def close(self) -> None:
         """Release the state store. Called once when the query stops; idempotent."""

@@ -9,6 +9,7 @@ Column-only steps (``select`` of names, ``drop``, ``with_column_renamed``) use A
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,12 +21,14 @@ from headrace.transforms.operator import BatchInfo, Operator
 
 __all__ = [
     "DropColumnsOperator",
+    "FilterFunctionOperator",
     "MapBatchesOperator",
     "RenameColumnOperator",
     "SchemaUnknown",
     "SelectColumnsOperator",
     "SqlOperator",
     "WithColumnOperator",
+    "spark_string_casts",
     "select_expr_query",
     "where_query",
     "with_column_query",
@@ -36,13 +39,14 @@ log = logging.getLogger(__name__)
 
 class SchemaUnknown(Exception):
     """Raised by ``output_schema`` when a step's output cannot be known before data (a Python
-    function that fails on an empty table): the steps after it are validated on the first chunk."""
+    function without a declared schema): the steps after it are validated on the first chunk."""
 
 
 class MapBatchesOperator(Operator):
-    """``map_batches(fn)``: ``fn(table) -> table`` on every chunk (Spark's ``mapInArrow``).
-
-    ``fn`` runs in the engine's reader threads, so it must be thread-safe."""
+    """``map_batches(fn, schema=None)``: ``fn(table) -> table`` on every chunk (Spark's
+    ``mapInArrow``). ``schema`` is what ``fn`` returns; without it the steps after this one are
+    checked at the first batch. ``fn`` runs in the engine's reader threads, so it must be
+    thread-safe."""
 
     def __init__(self, fn: Callable[[pa.Table], Any], *, schema: pa.Schema | None = None, label: str = "map_batches") -> None:
         self.fn = fn
@@ -54,18 +58,11 @@ class MapBatchesOperator(Operator):
         return self.label
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        # The function is never called on a probe table: it may have side effects (it is the
+        # user's code), so without a declared schema what follows is checked at the first batch.
         if self.schema is not None:
             return self.schema
-        try:
-            out = self.fn(input_schema.empty_table())
-        except Exception as e:
-            log.debug("%s: function failed on an empty table (%s); its output schema is known at the first batch", self.label, e)
-            raise SchemaUnknown(self.label) from None
-        if isinstance(out, pa.RecordBatch):
-            return out.schema
-        if isinstance(out, pa.Table):
-            return out.schema
-        raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
+        raise SchemaUnknown(self.label)
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         out = self.fn(table)
@@ -74,6 +71,24 @@ class MapBatchesOperator(Operator):
         if isinstance(out, pa.Table) or out is None:
             return out
         raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
+
+
+class FilterFunctionOperator(Operator):
+    """``filter(fn)``: keeps the rows where ``fn(table)`` (a boolean Arrow array) is true.
+    Runs in the reader threads, so ``fn`` must be thread-safe."""
+
+    def __init__(self, predicate: Callable[[pa.Table], Any]) -> None:
+        self.predicate = predicate
+
+    @property
+    def name(self) -> str:
+        return "filter"
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        return input_schema
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        return table.filter(self.predicate(table))
 
 
 class SqlOperator(Operator):
@@ -92,24 +107,43 @@ class SqlOperator(Operator):
     def name(self) -> str:
         return self.what
 
-    def query_for(self, columns: Sequence[str]) -> str:
-        """The query to run on a table with these columns."""
+    def base_query(self, schema: pa.Schema) -> str:
+        """The step's query for an input of this schema, before Spark's casts are applied."""
         return self.query
 
+    def query_for(self, schema: pa.Schema) -> str:
+        """The query to run on a table of this schema (cached for the last schema seen)."""
+        cached = getattr(self, "_cached", None)
+        if cached is not None and cached[0] == schema:
+            return str(cached[1])
+        query = spark_string_casts(self.base_query(schema), schema)
+        self._cached = (schema, query)
+        return query
+
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        return run_sql(input_schema.empty_table(), self.query_for(input_schema.names), what=self.what).schema
+        return run_sql(input_schema.empty_table(), self.query_for(input_schema), what=self.what).schema
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
-        return run_sql(table, self.query_for(table.column_names), what=self.what)
+        return run_sql(table, self.query_for(table.schema), what=self.what)
 
     @staticmethod
-    def fuse(steps: Sequence[tuple[SqlOperator, Sequence[str]]]) -> SqlOperator:
-        """Several steps (each with its input's columns) as one query: each step's result is
+    def fuse(steps: Sequence[tuple[SqlOperator, pa.Schema]]) -> SqlOperator:
+        """Several steps (each with its input's schema) as one query: each step's result is
         the ``batch`` of the next one."""
         query = steps[0][0].query_for(steps[0][1])
-        for op, cols in steps[1:]:
-            query = f"WITH batch AS ({query}) SELECT * FROM ({op.query_for(cols)})"
-        return SqlOperator(query, what=".".join(op.what for op, _ in steps), check=False)
+        for op, schema in steps[1:]:
+            query = f"WITH batch AS ({query}) SELECT * FROM ({op.query_for(schema)})"
+        return _FusedSql(query, what=".".join(op.what for op, _ in steps))
+
+
+class _FusedSql(SqlOperator):
+    """Steps fused by the plan: their queries are final (casts already applied)."""
+
+    def __init__(self, query: str, *, what: str) -> None:
+        super().__init__(query, what=what, check=False)
+
+    def query_for(self, schema: pa.Schema) -> str:
+        return self.query
 
 
 class WithColumnOperator(SqlOperator):
@@ -120,8 +154,8 @@ class WithColumnOperator(SqlOperator):
         self.expr = expr
         super().__init__(with_column_query(name, expr, False), what=f"with_column({name!r}, {expr!r})")
 
-    def query_for(self, columns: Sequence[str]) -> str:
-        return with_column_query(self.column, self.expr, self.column in columns)
+    def base_query(self, schema: pa.Schema) -> str:
+        return with_column_query(self.column, self.expr, self.column in schema.names)
 
 
 class SelectColumnsOperator(Operator):
@@ -191,6 +225,21 @@ class DropColumnsOperator(Operator):
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         present = [c for c in self.columns if c in table.column_names]
         return table.drop_columns(present) if present else table
+
+
+def spark_string_casts(query: str, schema: pa.Schema) -> str:
+    """Spark's ``CAST(binary_col AS STRING)`` decodes UTF-8; DuckDB's escapes every non-ASCII
+    byte (``h\\xC3\\xA9llo``). So a cast of a binary column (Kafka's ``key``/``value``) to
+    ``STRING``/``VARCHAR``/``TEXT`` becomes ``try(decode(col))``: UTF-8 text, NULL for bytes
+    that are not UTF-8."""
+    for f in schema:
+        if not (pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) or pa.types.is_binary_view(f.type)):
+            continue
+        name = re.escape(f.name)
+        col = rf'(?:"{name}"|(?<![\w."]){name}(?![\w"]))'
+        query = re.sub(rf"(?i)\bCAST\s*\(\s*({col})\s+AS\s+(?:STRING|VARCHAR|TEXT)\s*\)", r"try(decode(\1))", query)
+        query = re.sub(rf"(?i)({col})\s*::\s*(?:STRING|VARCHAR|TEXT)\b", r"try(decode(\1))", query)
+    return query
 
 
 def select_expr_query(exprs: Sequence[str]) -> str:
