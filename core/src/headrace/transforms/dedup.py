@@ -36,8 +36,8 @@ class DropDuplicatesOperator(StatefulOperator):
     """``columns``: the key columns (empty: all columns). ``within_watermark``: Spark 3.5's
     ``dropDuplicatesWithinWatermark``. ``watermark_column``: the stream's ``with_watermark``
     column. ``watermark_delay``: its delay (``"10 minutes"``, seconds or a timedelta), needed
-    by ``within_watermark``; the engine may pass it instead as the context option
-    ``watermarkDelayMs``."""
+    by ``within_watermark``; the engine passes it as the context option ``watermarkDelayMs``
+    (the preceding ``with_watermark``'s), used when this argument is not given."""
 
     operator_name: ClassVar[str] = "dedupe"
     supports_real_time: ClassVar[bool] = True
