@@ -325,3 +325,29 @@ def test_restore_reads_one_snapshot_and_the_changelogs_after_it(backend: str, tm
     # the newest snapshot is version 20: its rows (memory backend) and changelogs 21 and 22
     assert s2.work.restore_rows == (210 if backend == "memory" else 0) + 20
     s2.close()
+
+
+def test_rocksdb_stale_working_database_is_rebuilt_from_a_checkpoint(tmp_path: Path) -> None:
+    """A working database left at an old version whose changelogs are gone (retention) is
+    rebuilt from the newest RocksDB checkpoint and the changelogs after it."""
+    import shutil
+
+    s = store("rocksdb", tmp_path, snapshot_interval=2, retain=2)
+    s.load(-1)
+    for v in range(12):
+        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
+        s.commit(v)
+        s.load(v)
+        if v == 3:
+            s.close()
+            shutil.copytree(tmp_path / "rocksdb", tmp_path / "old")
+            s = store("rocksdb", tmp_path, snapshot_interval=2, retain=2)
+            s.load(3)
+    s.close()
+    assert not (tmp_path / "changelog" / "4").exists()
+    shutil.rmtree(tmp_path / "rocksdb")
+    shutil.move(tmp_path / "old", tmp_path / "rocksdb")
+    s2 = store("rocksdb", tmp_path, snapshot_interval=2, retain=2)
+    s2.load(11)
+    assert {k[0] for k in as_dict(s2.scan())} == {f"u{v}" for v in range(12)}
+    s2.close()

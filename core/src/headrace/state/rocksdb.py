@@ -313,10 +313,14 @@ class RocksDBStateStore(StateStore):
         clean = self._db is not None and not self._db_dirty
         if version == -1 and clean and self._db_version is None and self._rows == 0:
             return
+        paths: list[str] | None = None
         if clean and self._db_version is not None and self._db_version <= version:
             base = self._db_version
-            paths = self._chain(base, version)
-        else:
+            try:
+                paths = self._chain(base, version)
+            except CheckpointError:  # changelogs after it retired: rebuild from a checkpoint instead
+                paths = None
+        if paths is None:
             snaps = [s for s in self._snapshot_versions() if s <= version]
             base = snaps[-1] if snaps else -1
             paths = self._chain(base, version)  # verify before discarding the working database

@@ -189,7 +189,6 @@ class AggregateOperator(StatefulOperator):
         self._out_schema = pa.schema([])
         self._ts_type: pa.DataType | None = None
         self._event_key: str | None = None  # "window" or a plain key column that is the watermark column
-        self._emitted_rt = False
 
     # ------------------------------------------------------------------ planning
     def describe(self) -> str:

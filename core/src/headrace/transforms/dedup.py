@@ -68,6 +68,11 @@ class DropDuplicatesOperator(StatefulOperator):
         self._keys: list[str] = []
         self._event_key = False
 
+    @property
+    def name(self) -> str:
+        """Spark's operator names: ``dedupe``, ``dedupeWithinWatermark``."""
+        return "dedupeWithinWatermark" if self.within_watermark else "dedupe"
+
     def describe(self) -> str:
         kind = "drop_duplicates_within_watermark" if self.within_watermark else "drop_duplicates"
         return f"{kind}({', '.join(self._keys or self.columns)})"

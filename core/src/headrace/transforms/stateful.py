@@ -97,7 +97,7 @@ class StatefulOperator(Operator):
         self._dropped_total += self._dropped
         m = dict(self.store.metrics())
         m["numRowsDroppedByWatermark"] = self._dropped
-        self._metrics = {"operatorName": self.operator_name, **m, "numShufflePartitions": 1,
+        self._metrics = {"operatorName": self.name, **m, "numShufflePartitions": 1,
                          "stateStore": self.store.backend}  # fmt: skip
 
     def metrics(self) -> dict[str, Any]:
