@@ -351,3 +351,31 @@ def test_rocksdb_stale_working_database_is_rebuilt_from_a_checkpoint(tmp_path: P
     s2.load(11)
     assert {k[0] for k in as_dict(s2.scan())} == {f"u{v}" for v in range(12)}
     s2.close()
+
+
+def test_next_batch_does_not_wait_for_a_background_snapshot(tmp_path: Path) -> None:
+    import threading
+
+    from headrace.state.memory import MemoryStateStore
+
+    s = store("memory", tmp_path, snapshot_interval=2)
+    assert isinstance(s, MemoryStateStore)
+    release = threading.Event()
+    started = threading.Event()
+    write = s._write_snapshot
+
+    def slow(version: int) -> None:
+        started.set()
+        release.wait(30)
+        write(version)
+
+    s._write_snapshot = slow  # type: ignore[method-assign]
+    s.load(-1)
+    for v in range(6):
+        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
+        s.commit(v)
+        s.load(v)  # would block here (v >= 2) if the batch waited for the snapshot
+    assert started.is_set() and not (tmp_path / "snapshot" / "2").exists()
+    release.set()
+    s.close()  # waits for it
+    assert (tmp_path / "snapshot" / "2").exists()

@@ -224,7 +224,9 @@ class MemoryStateStore(StateStore):
         """Consolidate the newest earlier snapshot and the changelogs since into
         ``snapshot/<version>``, on a background thread (files in, file out)."""
         if self._bg is not None:
-            return
+            if self._bg.is_alive():
+                return  # still writing the previous one: skip this one (restores read more changelogs)
+            self._bg.join()
         self._bg = threading.Thread(target=self._write_snapshot, args=(version,), name="headrace-state-snapshot",
                                     daemon=True)  # fmt: skip
         self._bg.start()

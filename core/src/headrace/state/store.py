@@ -179,10 +179,10 @@ class StateStore(ABC):
         replay after a crash)."""
         if version < -1:
             raise ValueError(f"state version must be -1 or more, not {version}")
-        self._wait_background()
         self._batch = _BatchStats()
         if not self._dirty and self.version == version:
-            return
+            return  # a background snapshot may still be running: it only reads committed files
+        self._wait_background()
         t0 = time.monotonic()
         self._restore(version)
         self._discard_after(version)
