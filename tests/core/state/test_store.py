@@ -379,3 +379,14 @@ def test_next_batch_does_not_wait_for_a_background_snapshot(tmp_path: Path) -> N
     release.set()
     s.close()  # waits for it
     assert (tmp_path / "snapshot" / "2").exists()
+
+
+def test_packed_keys_are_injective_with_nulls() -> None:
+    from headrace.state.columns import packed_keys
+
+    t = pa.table({"a": pa.array([1, None, 0, 0, None, 256], pa.int64()),
+                  "b": pa.array([True, False, None, False, None, None]),
+                  "t": pa.array([0, 0, 0, 0, 0, 1], pa.int64()).cast(pa.timestamp("us"))})  # fmt: skip
+    ks = packed_keys(t)
+    assert len(set(ks)) == len(ks) == 6
+    assert packed_keys(t.slice(2, 1)) == ks[2:3]  # the same key packs the same in any batch

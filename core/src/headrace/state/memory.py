@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.state.columns import Column, key_hashables
+from headrace.state.columns import Column, packed_keys
 from headrace.state.files import OP_COLUMN, OP_PUT, ORDER_COLUMN, read_state_file, write_state_file
 from headrace.state.store import StateStore
 
@@ -78,7 +78,7 @@ class MemoryStateStore(StateStore):
         last = self._last
         if last is not None and last[0] is keys:
             return last[1], last[2]
-        hk = key_hashables(keys)
+        hk = packed_keys(keys)
         get = self._index.get
         slots = np.fromiter((get(k, -1) for k in hk), dtype=np.int64, count=len(hk))
         self._last = (keys, hk, slots)
