@@ -302,3 +302,18 @@ def test_column_types_merge_across_batches(backend: str, tmp_path: Path) -> None
     want = duck(batches, "SELECT k, sum(d) AS sd, min(d) AS mind, sum(i)::BIGINT AS si, sum(i * 2)::BIGINT AS si2, "
                          "max(f) AS mf, min(t) AS mint, max(k) AS mk, count(*) AS n FROM events GROUP BY k")  # fmt: skip
     assert sorted(out.to_pylist(), key=lambda r: str(r["k"])) == sorted(want, key=lambda r: str(r["k"]))
+
+
+def test_append_mode_keyed_by_the_event_time_column(backend: str, tmp_path: Path) -> None:
+    """group_by(<watermark column>) in append mode: a key is emitted once the watermark passes
+    it, late rows are dropped."""
+    def b(secs: list[int]) -> pa.Table:
+        return pa.table({"ts": pa.array([(1_700_000_000 + s) * 1_000_000 for s in secs], pa.int64()).cast(TS),
+                         "v": pa.array([1] * len(secs), pa.int64())})  # fmt: skip
+    batches = [b([1, 1, 5]), b([1, 9, 12]), b([30]), b([31])]
+    run = run_batches(lambda: AggregateOperator(["ts"], ["count(*) AS n"], watermark_column="ts"), batches,
+                      state_path=str(tmp_path), backend=backend, mode="append", watermark=("ts", 3_000))  # fmt: skip
+    got = [(int(r["ts"].timestamp()) - 1_700_000_000, r["n"]) for r in run.all_rows()]
+    # batch 1 (watermark 2): the 1 s row is late; emits 1 s. batch 2 (9): 5 s and 9 s. batch 3 (27): 12 s.
+    assert got == [(1, 2), (5, 1), (9, 1), (12, 1)]
+    assert run.metrics[1]["numRowsDroppedByWatermark"] == 1
