@@ -357,7 +357,6 @@ class AggregateOperator(StatefulOperator):
         return int(batch.watermark_ms) * 1000
 
     def _merge(self, table: pa.Table, batch: BatchInfo) -> tuple[pa.Table, pa.Table] | None:
-        from headrace.transforms.expressions import run_sql
 
         spec = self.window
         order: np.ndarray | None = None
@@ -373,7 +372,7 @@ class AggregateOperator(StatefulOperator):
         if self._arrow_plan is not None:
             partial = self._partial_arrow(table)
         else:
-            partial = run_sql(table, self._sql, what=f"aggregation {self.describe()}")
+            partial = self._run_sql(table, self._sql)
         wm_us = self._watermark_us(batch)
         if self._event_key == "window":
             assert spec is not None

@@ -196,7 +196,6 @@ class SessionWindowAggregateOperator(AggregateOperator):
         return out
 
     def _merge_sessions(self, table: pa.Table, wm_us: int | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-        from headrace.transforms.expressions import run_sql
 
         assert self.session is not None
         gap = self.session.gap_us
@@ -212,7 +211,7 @@ class SessionWindowAggregateOperator(AggregateOperator):
         if not table.num_rows:
             return []
         table = table.append_column("__t", pa.array(ts, pa.int64()))
-        partial = run_sql(table, self._sql, what=f"aggregation {self.describe()}")
+        partial = self._run_sql(table, self._sql)
         key_names = self._key_schema.names
         if key_names == ["__global"]:
             partial = partial.append_column("__global", pa.array(np.zeros(partial.num_rows, np.int8)))

@@ -32,6 +32,7 @@ class StatefulOperator(Operator):
         self._dropped_total = 0
         self._metrics: dict[str, Any] = {}
         self._input_schema: pa.Schema | None = None
+        self._con: Any = None
 
     @property
     def name(self) -> str:
@@ -100,11 +101,38 @@ class StatefulOperator(Operator):
         self._metrics = {"operatorName": self.name, **m, "numShufflePartitions": 1,
                          "stateStore": self.store.backend}  # fmt: skip
 
+    def _run_sql(self, table: pa.Table, query: str) -> pa.Table:
+        """``query`` over ``table`` (as ``batch``) on this operator's own DuckDB connection,
+        created on the thread that processes batches and closed by :meth:`close`. (A
+        connection kept in that thread's locals would be torn down while the interpreter
+        exits, which DuckDB answers with an abort.)"""
+        from headrace.transforms.expressions import ExpressionError
+
+        con = self._con
+        if con is None:
+            try:
+                import duckdb
+            except ImportError:
+                raise HeadraceError("this aggregation needs DuckDB; pip install 'headrace[sql]'") from None
+            con = self._con = duckdb.connect(":memory:")
+            con.execute("SET TimeZone = 'UTC'")  # as headrace.transforms.expressions, which typed the plan
+        con.register("batch", table)
+        try:
+            return con.sql(query).to_arrow_table()
+        except Exception as e:
+            raise ExpressionError(f"{self.describe()}: {query!r} failed on columns {table.column_names}: {e}") from None
+        finally:
+            con.unregister("batch")
+
     def metrics(self) -> dict[str, Any]:
         """Spark's ``stateOperators`` entry for the last batch."""
         return dict(self._metrics)
 
     def close(self) -> None:
+        """Close the state store and the DuckDB connection. Idempotent."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
         if self._store is not None:
             self._store.close()
             self._store = None
