@@ -104,8 +104,13 @@ def _spec(tmp_path: Path, frame: str, backend: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
+# the points where the operator has written state version n but the batch is not committed
+# (the replay must start again from n - 1), plus one mid-batch; the windowed test covers all
+STATE_POINTS = ("mid_write", "before_sink_commit", "after_sink_commit")
+
+
 def _kill_and_finish(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    crashes = ["before_offsets:0", *(f"{p}:{3 * i + 2}" for i, p in enumerate(CRASH_POINTS))]
+    crashes = [f"{p}:{3 * i + 2}" for i, p in enumerate(STATE_POINTS)]
     results = run_until_done(spec, crashes=crashes, random_kills=1, kill_window=(1.0, 2.5), seed=5, timeout=180)
     killed = sum(r.killed for r in results[: len(crashes)])
     assert killed == len(crashes), [r.stderr[-800:] for r in results if not r.killed]
