@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -316,6 +317,8 @@ class StreamingQuery:
         finally:
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
             self._close_all()
+            if "headrace.transforms.expressions" in sys.modules:  # DuckDB was used on this thread
+                sys.modules["headrace.transforms.expressions"].release_thread()
             with contextlib.suppress(Exception):
                 hook.headrace_query_terminated(
                     event={"id": self.id, "runId": self.run_id, "name": self.name,

@@ -123,7 +123,28 @@ class SqlOperator(Operator):
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         return run_sql(input_schema.empty_table(), self.query_for(input_schema), what=self.what).schema
 
+    def fast_for(self, schema: pa.Schema) -> Callable[[pa.Table], pa.Table] | None:
+        """The query compiled to Arrow compute for small chunks of this schema, or None
+        (``headrace.transforms.arrow_eval``); compiled once per schema."""
+        cached = getattr(self, "_fast", None)
+        if cached is not None and cached[0] == schema:
+            return cached[1]
+        from headrace.transforms.arrow_eval import compile_query
+
+        fast = compile_query(self.query_for(schema), schema, self.output_schema(schema))
+        self._fast = (schema, fast)
+        return fast
+
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        from headrace.transforms.arrow_eval import SMALL_CHUNK_ROWS
+
+        if table.num_rows <= SMALL_CHUNK_ROWS:
+            fast = self.fast_for(table.schema)
+            if fast is not None:
+                try:
+                    return fast(table)
+                except Exception:  # e.g. an overflow: DuckDB runs the chunk and reports it
+                    pass
         return run_sql(table, self.query_for(table.schema), what=self.what)
 
     @staticmethod
@@ -133,17 +154,37 @@ class SqlOperator(Operator):
         query = steps[0][0].query_for(steps[0][1])
         for op, schema in steps[1:]:
             query = f"WITH batch AS ({query}) SELECT * FROM ({op.query_for(schema)})"
-        return _FusedSql(query, what=".".join(op.what for op, _ in steps))
+        return _FusedSql(query, what=".".join(op.what for op, _ in steps), steps=steps)
 
 
 class _FusedSql(SqlOperator):
-    """Steps fused by the plan: their queries are final (casts already applied)."""
+    """Steps fused by the plan: their queries are final (casts already applied). On small
+    chunks, the steps' compiled forms run one after the other when every step has one."""
 
-    def __init__(self, query: str, *, what: str) -> None:
+    def __init__(self, query: str, *, what: str, steps: Sequence[tuple[SqlOperator, pa.Schema]]) -> None:
         super().__init__(query, what=what, check=False)
+        self.steps = list(steps)
 
     def query_for(self, schema: pa.Schema) -> str:
         return self.query
+
+    def fast_for(self, schema: pa.Schema) -> Callable[[pa.Table], pa.Table] | None:
+        cached = getattr(self, "_fast", None)
+        if cached is not None and cached[0] == schema:
+            return cached[1]
+        fast = None
+        if schema == self.steps[0][1]:
+            fns = [op.fast_for(s) for op, s in self.steps]
+            if all(f is not None for f in fns):
+                chain = [f for f in fns if f is not None]
+
+                def fast(table: pa.Table) -> pa.Table:
+                    for f in chain:
+                        table = f(table)
+                    return table
+
+        self._fast = (schema, fast)
+        return fast
 
 
 class WithColumnOperator(SqlOperator):
