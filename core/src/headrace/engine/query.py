@@ -32,7 +32,14 @@ from headrace.engine.crash import CrashHook
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
-from headrace.errors import HeadraceError, StreamingQueryException, UnsupportedError
+from headrace.errors import (
+    HeadraceError,
+    StreamingQueryException,
+    UnsupportedError,
+    redact,
+    redact_url,
+    scrub_exception,
+)
 from headrace.options import Options
 from headrace.progress import QueryProgress
 from headrace.protocols import Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
@@ -170,13 +177,19 @@ class StreamingQuery:
             raise self._exception
 
     def __repr__(self) -> str:
-        return f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})"
+        return redact(f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})")
 
     # ------------------------------------------------------------------ start
     def start(self) -> StreamingQuery:
         """Open the checkpoint, build sources and sink (raising configuration errors here),
         then run the loop in a background thread."""
-        self._setup()
+        try:
+            self._setup()
+        except Exception as e:  # configuration errors reach the user without any secret in them
+            clean = scrub_exception(e)
+            if clean is e:
+                raise
+            raise clean from None
         self._thread = threading.Thread(target=self._run, name=f"headrace-query-{self.name or self.id[:8]}", daemon=True)
         self._thread.start()
         return self
@@ -192,7 +205,7 @@ class StreamingQuery:
         cp = Checkpoint(self._checkpoint_location, durable=self._fsync)
         meta = cp.open(
             name=self.name,
-            sources=[{"connector": p.connector, "path": p.path} for p in self._plans],
+            sources=[{"connector": p.connector, "path": redact_url(p.path) if p.path else p.path} for p in self._plans],
             sink={"connector": self._sink_connector},
         )
         self._checkpoint = cp
@@ -256,6 +269,7 @@ class StreamingQuery:
             self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
             batch_id = self._loop()
         except BaseException as e:
+            e = scrub_exception(e)  # no secret in q.exception(), its traceback or the log line
             self._exception = StreamingQueryException(self.name or self.id, self._current_batch, e)
             self._exception.__cause__ = e
             log.error("query '%s' failed: %s", self.name, e, exc_info=e)
@@ -278,12 +292,12 @@ class StreamingQuery:
             try:
                 s.close()
             except Exception as e:
-                log.warning("closing source failed: %s", e)
+                log.warning("closing source failed: %s", redact(e))
         if self._sink is not None:
             try:
                 self._sink.close()
             except Exception as e:
-                log.warning("closing sink failed: %s", e)
+                log.warning("closing sink failed: %s", redact(e))
         if self._checkpoint is not None:
             self._checkpoint.close()
         if self._temp_checkpoint:
@@ -440,7 +454,7 @@ class StreamingQuery:
             try:
                 metrics = dict(src.metrics(en))
             except Exception as e:  # metrics must never fail a batch
-                metrics = {"error": str(e)}
+                metrics = {"error": redact(e)}
             srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
         sink_metrics: dict[str, Any] = {}
         get_metrics = getattr(self._sink, "metrics", None)  # duck-typed sinks may lack it
@@ -448,7 +462,7 @@ class StreamingQuery:
             try:
                 sink_metrics = dict(get_metrics())
             except Exception as e:  # metrics must never fail a batch
-                sink_metrics = {"error": str(e)}
+                sink_metrics = {"error": redact(e)}
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,
@@ -476,7 +490,7 @@ class StreamingQuery:
             try:
                 hook.headrace_query_progress(progress=d)
             except Exception as e:
-                log.warning("a progress listener failed: %s", e)
+                log.warning("a progress listener failed: %s", redact(e))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", progress.line())
 

@@ -6,6 +6,7 @@ reads these schemas to validate options and render ``headrace describe kafka``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from headrace.errors import OptionProblem
@@ -77,7 +78,7 @@ def _check_partition_map(name: str, value: Any, *, values: str, lowest: int) -> 
         if not isinstance(parts, dict):
             return [OptionProblem(name, f"topic {topic!r} maps to {parts!r}, expected an object of partitions, e.g. {example}")]
         for p, off in parts.items():
-            if not str(p).lstrip("-").isdigit() or int(p) < 0:
+            if not re.fullmatch(r"[0-9]{1,10}", str(p)):
                 return [OptionProblem(name, f"topic {topic!r}: partition {p!r} is not a partition number, e.g. {example}")]
             if isinstance(off, bool) or not isinstance(off, int) or off < lowest:
                 return [OptionProblem(name, f"{topic}-{p}: {off!r} is not valid ({values}), e.g. {example}")]
