@@ -136,7 +136,7 @@ class String(OptionType):
             raise ValueError(f"expected a string, got {type(value).__name__}")
         text = str(value)
         if self.pattern is not None and not self.pattern.fullmatch(text):
-            raise ValueError(f"{text!r} is not valid{': ' + self.hint if self.hint else ''}")
+            raise ValueError(f"{_short(text)} is not valid{': ' + self.hint if self.hint else ''}")
         return text
 
 
@@ -157,7 +157,7 @@ class Integer(OptionType):
 
     def parse(self, value: Any) -> Any:
         if isinstance(value, bool):
-            raise ValueError(f"{value!r} is not an integer")
+            raise ValueError(f"{_short(value)} is not an integer")
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, int):
@@ -182,7 +182,7 @@ class Float(OptionType):
 
     def parse(self, value: Any) -> Any:
         if isinstance(value, bool):
-            raise ValueError(f"{value!r} is not a number")
+            raise ValueError(f"{_short(value)} is not a number")
         try:
             x = float(value)
         except (TypeError, ValueError, OverflowError):
@@ -209,7 +209,7 @@ class Boolean(OptionType):
             return True
         if text in self._FALSE:
             return False
-        raise ValueError(f"{value!r} is not a boolean (use true or false)")
+        raise ValueError(f"{_short(value)} is not a boolean (use true or false)")
 
     def render(self, value: Any) -> str:
         return "true" if value else "false"
@@ -255,7 +255,7 @@ class Duration(OptionType):
         if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
             raise ValueError(f"{_short(value)} is longer than the maximum of 100 years")
         if self.min is not None and seconds < self.min:
-            raise ValueError(f"{value!r} is shorter than the minimum {self.min} seconds")
+            raise ValueError(f"{_short(value)} is shorter than the minimum {self.min} seconds")
         return seconds
 
     def render(self, value: Any) -> str:
@@ -332,7 +332,7 @@ class StringList(OptionType):
         items = [str(v).strip() for v in value] if isinstance(value, list | tuple) else str(value).split(self.sep)
         items = [i.strip() for i in items if i.strip()]
         if len(items) < self.min_items:
-            raise ValueError(f"{value!r} needs at least {self.min_items} item(s)")
+            raise ValueError(f"{_short(value)} needs at least {self.min_items} item(s)")
         return items
 
     def render(self, value: Any) -> str:
@@ -353,7 +353,7 @@ class Choice(OptionType):
                 return c
         hint = suggest(text, self.choices)
         allowed = ", ".join(repr(c) for c in self.choices)
-        raise ValueError(f"{value!r} is not one of {allowed}" + (f" (did you mean {hint!r}?)" if hint else ""))
+        raise ValueError(f"{_short(value)} is not one of {allowed}" + (f" (did you mean {hint!r}?)" if hint else ""))
 
 
 class Json(OptionType):
@@ -387,7 +387,7 @@ class OneOf(OptionType):
                 return t.parse(value)
             except ValueError:
                 continue
-        raise ValueError(f"{value!r} is not {self.label}")
+        raise ValueError(f"{_short(value)} is not {self.label}")
 
 
 class PyObject(OptionType):
