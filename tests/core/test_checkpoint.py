@@ -100,10 +100,49 @@ def test_reset_forgets_later_batches(tmp_path: Path) -> None:
     cp.close()
     assert Checkpoint(str(tmp_path)).reset_to(1) == [2, 3]
     cp = opened(tmp_path)
-    entry, committed = cp.latest()
-    assert entry is not None and entry.batch_id == 1 and committed
+    assert cp.committed_ids() == [0, 1]
+    # the rolled-back batches keep their recorded ranges, to be replayed exactly
+    assert [(e.batch_id, e.starts, e.ends) for e in cp.pending()] == [(2, [{"v": 2}], [{"v": 3}]), (3, [{"v": 3}], [{"v": 4}])]
     with pytest.raises(CheckpointError, match="in use"):
         Checkpoint(str(tmp_path)).reset_to(0)
+    cp.close()
+
+
+def test_reset_with_force_forgets_the_ranges_too(tmp_path: Path) -> None:
+    cp = opened(tmp_path)
+    for n in range(4):
+        cp.write_offsets(OffsetEntry(n, [{"v": n}], [{"v": n + 1}], 0))
+        cp.write_commit(n)
+    cp.close()
+    assert Checkpoint(str(tmp_path)).reset_to(1, force=True) == [2, 3]
+    cp = opened(tmp_path)
+    entry, committed = cp.latest()
+    assert entry is not None and entry.batch_id == 1 and committed and cp.pending() == []
+    cp.close()
+
+
+def test_reset_past_the_retained_batches_is_refused_without_force(tmp_path: Path) -> None:
+    cp = Checkpoint(str(tmp_path), retain=3)
+    cp.open(name="q", sources=SOURCES, sink={})
+    for n in range(6):
+        cp.write_offsets(OffsetEntry(n, [{"v": n}], [{"v": n + 1}], 0))
+        cp.write_commit(n)
+    cp.close()
+    with pytest.raises(CheckpointError, match=r"ranges of batches 0..2 are no longer recorded.*--force"):
+        Checkpoint(str(tmp_path)).reset_to(-1)
+    assert Checkpoint(str(tmp_path)).committed_ids() == [3, 4, 5], "a refused reset changes nothing"
+    assert Checkpoint(str(tmp_path)).reset_to(-1, force=True) == [3, 4, 5]
+    assert Checkpoint(str(tmp_path)).batch_ids() == []
+
+
+def test_a_gap_in_the_batches_to_replay_is_refused(tmp_path: Path) -> None:
+    cp = opened(tmp_path)
+    for n in range(4):
+        cp.write_offsets(OffsetEntry(n, [{"v": n}], [{"v": n + 1}], 0))
+    cp.write_commit(0)
+    os.unlink(tmp_path / "offsets" / "2")
+    with pytest.raises(CheckpointError, match=r"offsets entries of \[2\] are missing"):
+        cp.pending()
     cp.close()
 
 

@@ -396,19 +396,58 @@ class Checkpoint:
     def is_committed(self, batch_id: int) -> bool:
         return os.path.exists(self._p("commits", str(batch_id)))
 
-    def reset_to(self, batch_id: int) -> list[int]:
-        """Forget every batch after ``batch_id`` (the next run continues after it). Returns the
-        batch ids removed. Refuses while a query holds the lock."""
+    def pending(self) -> list[OffsetEntry]:
+        """The recorded batches to replay before planning new ones, in order: every offsets
+        entry after the last committed batch (one after a crash; several after
+        ``reset_to``). Called once per query run. Refuses a gap in the entries."""
+        committed = self.committed_ids()
+        last = committed[-1] if committed else -1
+        ids = [i for i in self.batch_ids() if i > last]
+        if ids and ids != list(range(last + 1, ids[-1] + 1)):
+            missing = sorted(set(range(last + 1, ids[-1] + 1)) - set(ids))
+            raise CheckpointError(
+                f"checkpoint {self.location}: batches {ids[0]}..{ids[-1]} are to be replayed but the offsets entries "
+                f"of {missing[:5]} are missing, so their ranges are unknown. Restore them, or roll back with "
+                f"`headrace checkpoint reset {self.location} --to-batch {last} --force` (re-plans those batches)"
+            )
+        return [self.read_offsets(i) for i in ids]
+
+    def reset_to(self, batch_id: int, *, force: bool = False) -> list[int]:
+        """Roll the query back to just after batch ``batch_id`` (``-1``: to the start). Returns
+        the batch ids rolled back. Refuses while a query holds the lock.
+
+        By default the rolled-back batches keep their offsets entries and lose only their
+        commits entries: the next run replays each of them with exactly its recorded range and
+        batch id, so a sink that skips batch ids it has already committed skips exactly the rows
+        it already holds, and one whose output was rolled back (a Delta table restored to an
+        older version) gets them again. Nothing is lost, even from a time-driven source such as
+        ``rate`` whose re-planned ranges would differ. When a recorded range is no longer there
+        (only the last ``retain`` batches are kept), the reset is refused, unless ``force``:
+        then the batches are forgotten entirely and re-planned on the next run (new ranges; a
+        sink keyed by batch id may skip them as already committed, losing those rows).
+        """
         self._lock()
         try:
-            removed = sorted({i for i in self.batch_ids() + self.committed_ids() if i > batch_id})
-            if batch_id >= 0 and batch_id not in self.batch_ids():
+            ids = self.batch_ids()
+            if batch_id >= 0 and batch_id not in ids:
                 raise CheckpointError(
                     f"checkpoint {self.location} has no batch {batch_id}; batches kept: "
-                    f"{[*self.batch_ids()[:1], '...', *self.batch_ids()[-1:]] if self.batch_ids() else 'none'}"
+                    f"{[*ids[:1], '...', *ids[-1:]] if ids else 'none'}"
+                )
+            removed = sorted({i for i in ids + self.committed_ids() if i > batch_id})
+            kept = [i for i in ids if i > batch_id]
+            if not force and kept and kept != list(range(batch_id + 1, kept[-1] + 1)):
+                raise CheckpointError(
+                    f"checkpoint {self.location}: cannot roll back to batch {batch_id} safely: the ranges of batches "
+                    f"{batch_id + 1}..{kept[0] - 1} are no longer recorded (only the last {self.retain} batches are "
+                    "kept), so they cannot be replayed exactly. Fix: roll back to a batch from "
+                    f"{kept[0] - 1 if kept[0] > 0 else 0} on, or add --force to re-plan them (a time-driven source "
+                    "such as rate then reads other ranges, and a sink that skips committed batch ids skips them: "
+                    "rows can be lost), or start over with a new checkpointLocation"
                 )
             for i in removed:
-                for folder in ("commits", "offsets"):
+                folders = ("commits", "offsets") if force else ("commits",)
+                for folder in folders:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._p(folder, str(i)))
             return removed

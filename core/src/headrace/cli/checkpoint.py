@@ -21,9 +21,14 @@ def _checkpoint(args: argparse.Namespace) -> int:
     if args.action == "show":
         print(json.dumps(cp.describe(), indent=2, default=str))
         return 0
-    removed = cp.reset_to(args.to_batch)
-    print(f"removed batches {removed[0]}..{removed[-1]}" if removed else "nothing to remove")
-    print(f"the next run continues after batch {args.to_batch}")
+    removed = cp.reset_to(args.to_batch, force=args.force)
+    if not removed:
+        print("nothing to roll back")
+    elif args.force:
+        print(f"forgot batches {removed[0]}..{removed[-1]}; the next run plans new batches after batch {args.to_batch}")
+    else:
+        print(f"rolled back batches {removed[0]}..{removed[-1]}; the next run replays each with exactly its recorded "
+              "range and batch id (a sink that already holds one skips it and reports its rows as skipped)")  # fmt: skip
     return 0
 
 
@@ -33,7 +38,10 @@ def register(sub: Any) -> None:
     csub = c.add_subparsers(dest="action", required=True)
     s = csub.add_parser("show", help="summary of a checkpoint folder")
     s.add_argument("dir")
-    rs = csub.add_parser("reset", help="forget batches after N (they are read again on the next run)")
+    rs = csub.add_parser("reset", help="roll back to batch N: later batches are replayed with their recorded ranges")
     rs.add_argument("dir")
-    rs.add_argument("--to-batch", type=int, required=True, help="the last batch to keep (-1: forget all)")
+    rs.add_argument("--to-batch", type=int, required=True, help="the last batch to keep (-1: back to the start)")
+    rs.add_argument("--force", action="store_true",
+                    help="forget the batches' recorded ranges too and re-plan them (needed when they are no longer "
+                         "recorded; a time-driven source then reads other ranges and rows can be lost)")  # fmt: skip
     c.set_defaults(fn=_checkpoint)

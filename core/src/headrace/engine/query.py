@@ -305,6 +305,7 @@ class StreamingQuery:
 
     def _loop(self) -> int | None:
         assert self._checkpoint is not None
+        pending = self._checkpoint.pending()
         entry, committed = self._checkpoint.latest()
         if entry is None:
             batch_id = 0
@@ -315,15 +316,22 @@ class StreamingQuery:
             batch_id = entry.batch_id + 1
             current = [dict(e) for e in entry.ends if e is not None]
         else:
-            log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
-            if entry.real_time and any(e is None for e in entry.ends):
-                self._real_time_batch(entry.batch_id, list(entry.starts))
-            else:
-                ends = [e for e in entry.ends if e is not None]
-                self._batch(entry.batch_id, list(entry.starts), ends, replay=True)
+            # uncommitted batches (the one a crash interrupted, or those `checkpoint reset` rolled
+            # back) are replayed first, each with exactly its recorded range and batch id
+            for k, entry in enumerate(pending):
+                if self._stop.is_set():
+                    return None
+                log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
+                if entry.real_time and any(e is None for e in entry.ends):
+                    if k != len(pending) - 1:
+                        raise HeadraceError(f"checkpoint batch {entry.batch_id} has no end offset but later batches do")
+                    self._real_time_batch(entry.batch_id, list(entry.starts))
+                else:
+                    ends = [e for e in entry.ends if e is not None]
+                    self._batch(entry.batch_id, list(entry.starts), ends, replay=True)
             assert self._checkpoint is not None
             latest, _ = self._checkpoint.latest()
-            assert latest is not None
+            assert latest is not None and entry is not None
             batch_id = entry.batch_id + 1
             current = [dict(e) for e in latest.ends if e is not None]
             if self.trigger.kind == "once":
@@ -463,6 +471,10 @@ class StreamingQuery:
                 sink_metrics = dict(get_metrics())
             except Exception as e:  # metrics must never fail a batch
                 sink_metrics = {"error": redact(e)}
+        skipped = sink_metrics.get("numRowsSkipped")
+        if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
+            # the sink already held this batch (a replay): its rows are not output again
+            out_rows = max(0, out_rows - skipped)
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,
