@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 import traceback
 from typing import Any
 
@@ -174,3 +175,58 @@ def test_lakebase_failures_never_show_the_password(url: str, tmp_path: Any, capl
     texts += [r.getMessage() for r in caplog.records]
     assert_clean(*texts)
     _search_folder(chk)
+
+
+# Per connector role: options that make a query with the canary secrets start and fail fast
+# (nothing listens on 127.0.0.1:1), next to the base options of the hostile-options test.
+UNREACHABLE: dict[tuple[str, str], dict[str, Any]] = {
+    ("cloudFiles", "source"): {"path": "s3://bucket/in", "s3.endpointUrl": "http://127.0.0.1:1"},
+    ("delta", "source"): {"path": "s3://bucket/t", "storage.AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+                          "storage.AWS_REGION": "us-east-1"},
+    ("delta", "sink"): {"path": "s3://bucket/t", "storage.AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+                        "storage.AWS_REGION": "us-east-1"},
+    ("kafka", "source"): {"kafka.bootstrap.servers": "127.0.0.1:1"},
+    ("kafka", "sink"): {"kafka.bootstrap.servers": "127.0.0.1:1"},
+    ("kinesis", "source"): {"endpoint": "http://127.0.0.1:1"},
+    ("kinesis", "sink"): {"endpoint": "http://127.0.0.1:1", "maxRetries": 0},
+    ("lakebase", "sink"): {"host": None, "maxRetries": 0},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(("connector", "role"), _cases())
+def test_a_failing_query_never_shows_a_secret(connector: str, role: str, tmp_path: Any,
+                                              caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """Start a query with a canary on every secret option against nothing, let it fail (or stop
+    it after a few seconds), and search everything a user or operator sees for the canary."""
+    from tests.core.test_hostile_options import BASE
+
+    caplog.set_level(logging.DEBUG)  # client libraries' debug logs too (botocore dumps signed requests)
+    spec = registry().get(connector)
+    schema = spec.source_options if role == "source" else spec.sink_options
+    base = {k: (tempfile.mkdtemp(dir=tmp_path) if isinstance(v, str) and v.startswith("/tmp/") else v)
+            for k, v in BASE.get((connector, role), {}).items()}  # fmt: skip
+    opts = {**base, **_secret_options(schema), **UNREACHABLE.get((connector, role), {})}
+    if schema.get("cloudFiles.schemaLocation") is not None:
+        opts["cloudFiles.schemaLocation"] = str(tmp_path / "schema")
+    opts = {k: v for k, v in opts.items() if v is not None and "jaas" not in k.lower()}  # jaas: refused by kafka
+    chk = str(tmp_path / "chk")
+    texts: list[str] = []
+    try:
+        if role == "source":
+            w = hr.read_stream.format(connector).options(opts).load().write_stream.format("noop")
+        else:
+            w = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=5, totalRows=5).load()
+                 .write_stream.format(connector).options(opts))  # fmt: skip
+        q = w.option("checkpointLocation", chk).trigger(available_now=True).start()
+        try:
+            if not q.await_termination(4):
+                q.stop(10)
+        except hr.StreamingQueryException as e:
+            texts += [str(e), "".join(traceback.format_exception(e))]
+        texts += [repr(q), str(q.recent_progress), str(q.exception()), str(q.status)]
+    except Exception as e:  # refused at start: the error is clean too
+        texts += [str(e), "".join(traceback.format_exception(e))]
+    texts += [caplog.text, *(r.getMessage() for r in caplog.records)]
+    assert_clean(*texts)
+    if os.path.isdir(chk):
+        _search_folder(chk)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "CheckpointError",
@@ -17,6 +19,7 @@ __all__ = [
     "OptionsError",
     "PluginError",
     "SchemaChangedError",
+    "RedactingLogRecord",
     "StreamingQueryException",
     "UnsupportedError",
     "redact",
@@ -63,6 +66,40 @@ def register_secret(value: object) -> None:
                 _known[part] = None
                 if len(_known) > _MAX_KNOWN:
                     del _known[next(iter(_known))]
+    _install_log_redaction()
+
+
+class RedactingLogRecord(logging.LogRecord):
+    """A log record whose message has every known secret removed (see :func:`redact`).
+
+    Installed as the record factory once a secret is known in the process, so that client
+    libraries' own log lines (botocore's DEBUG dump of a signed request, say) cannot show one.
+    """
+
+    def getMessage(self) -> str:
+        return redact(super().getMessage())
+
+
+_log_redaction = False
+
+
+def _install_log_redaction() -> None:
+    global _log_redaction
+    if _log_redaction:
+        return
+    _log_redaction = True
+    previous = logging.getLogRecordFactory()
+    if previous is logging.LogRecord:
+        logging.setLogRecordFactory(RedactingLogRecord)
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:  # someone else's factory: wrap it
+        record = previous(*args, **kwargs)
+        plain = record.getMessage
+        record.getMessage = lambda: redact(plain())  # type: ignore[method-assign]
+        return record
+
+    logging.setLogRecordFactory(factory)
 
 
 def redact_url(url: str) -> str:
