@@ -179,3 +179,19 @@ def test_longest_trigger_interval_still_runs_batches() -> None:
     q.stop()
     assert time.monotonic() - t0 < 5
     assert q.exception() is None
+
+
+def test_a_bad_regex_fails_at_load() -> None:
+    if "delta" not in registry().names():
+        pytest.skip("headrace-delta is not installed")
+    with pytest.raises(OptionsError, match="excludeRegex: '\\(' is not a valid regular expression"):
+        hr.read_stream.format("delta").option("excludeRegex", "(").load("/tmp/t")
+
+
+def test_an_s3_url_without_a_bucket_is_a_clear_error(tmp_path: Any) -> None:
+    if "cloudFiles" not in registry().names():
+        pytest.skip("headrace-cloudfiles is not installed")
+    frame = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "json")
+             .option("cloudFiles.schemaLocation", str(tmp_path / "s")).load("s3://"))  # fmt: skip
+    with pytest.raises(HeadraceError, match="has no bucket"):
+        frame.write_stream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()

@@ -28,6 +28,7 @@ import difflib
 import json
 import math
 import re
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ __all__ = [
     "Options",
     "PassThrough",
     "PyObject",
+    "Regex",
     "Rule",
     "Secret",
     "Size",
@@ -146,6 +148,24 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # Durations go to sleeps and waits (threading's TIMEOUT_MAX is ~292 years): 100 years at most.
 MAX_DURATION_SECONDS = 100 * 365.25 * 86400
 _ASCII_INT = re.compile(r"[+-]?[0-9]{1,40}")
+
+
+class Regex(String):
+    """A regular expression (Python's ``re`` syntax), checked when the options are parsed so a
+    bad one is an options error at ``load()``, not a ``re.error`` at ``start()``. The value
+    stays a string (options are printed and pickled); compile it where it is used."""
+
+    label = "regex"
+
+    def parse(self, value: Any) -> Any:
+        text = super().parse(value)
+        try:
+            with warnings.catch_warnings():  # FutureWarnings about odd but valid patterns
+                warnings.simplefilter("ignore")
+                re.compile(text)
+        except (re.error, RecursionError, OverflowError, ValueError) as e:
+            raise ValueError(f"{_short(text)} is not a valid regular expression ({e})") from None
+        return text
 
 
 class Integer(OptionType):

@@ -116,3 +116,13 @@ def test_a_first_party_connector_not_installed_names_its_distribution() -> None:
 
     with pytest.raises(ConnectorNotFoundError, match="pip install headrace-kafka"):
         Registry(load_entry_points=False).get("kafka")
+
+
+def test_run_piped_into_head_stops_cleanly(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text('checkpoint = "c"\n[source]\nformat = "rate-micro-batch"\noptions = { rowsPerBatch = 1 }\n'
+                 '[sink]\nformat = "noop"\noptions = { checkpointFsync = false }\n[trigger]\nprocessing_time = "10 ms"\n')  # fmt: skip
+    out = subprocess.run(f"{sys.executable} -m headrace.cli run {p} | head -2", shell=True, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert len(out.stdout.splitlines()) == 2
+    assert "Traceback" not in out.stderr and "error" not in out.stderr, out.stderr

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 __all__ = ["register"]
@@ -45,10 +47,16 @@ def _run(args: argparse.Namespace) -> int:
     p = load_pipeline(args.pipeline)
     p.validate()
     totals = _Totals()
+    reader_gone = threading.Event()
 
     def show(progress: QueryProgress) -> None:
         totals.add(progress)
-        print(progress.to_json() if args.json else progress.line(), flush=True)
+        try:
+            print(progress.to_json() if args.json else progress.line(), flush=True)
+        except BrokenPipeError:  # `headrace run p.toml | head -3`: the reader is gone; stop cleanly
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            reader_gone.set()
 
     q = p.start(show)
     print(f"query '{q.name or q.id}' started (id {q.id}, delivery {q.delivery_guarantee}, checkpoint {q.checkpoint_location})",
@@ -71,7 +79,8 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
     while not q.await_termination(0.2):
-        pass
+        if reader_gone.is_set():
+            q.stop(timeout=0)
     summary = f"query '{q.name or q.id}' finished: {totals.batches:,} batches, {totals.input_rows:,} rows"
     if totals.skipped_rows:
         summary += f" ({totals.skipped_rows:,} skipped by the sink as already committed)"
