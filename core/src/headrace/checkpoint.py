@@ -468,6 +468,7 @@ class Checkpoint:
             "lastBatch": ids[-1] if ids else None,
             "lastCommitted": max(committed) if committed else None,
             "pendingReplay": bool(ids) and ids[-1] not in committed,
+            "batchesToReplay": [i for i in ids if i > max(committed, default=-1)],
             "lastOffsets": (
                 [{"start": s, "end": e} for s, e in zip(last.starts, last.ends, strict=True)] if last else None
             ),

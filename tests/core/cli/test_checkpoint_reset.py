@@ -79,3 +79,22 @@ def test_reset_past_the_kept_batches_needs_force(tmp_path: Path, capsys: pytest.
     assert "no longer recorded" in capsys.readouterr().err
     assert main(["checkpoint", "reset", chk, "--to-batch", "-1", "--force"]) == 0
     assert "plans new batches" in capsys.readouterr().out
+
+
+def test_show_lists_the_batches_a_reset_will_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    chk, out = str(tmp_path / "chk"), str(tmp_path / "out")
+    q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=10, totalRows=40).load()
+         .write_stream.format("files").option("checkpointLocation", chk).trigger(available_now=True).start(out))  # fmt: skip
+    q.await_termination(30)
+    assert main(["checkpoint", "reset", chk, "--to-batch", "1"]) == 0
+    capsys.readouterr()
+    assert main(["checkpoint", "show", chk]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["batchesToReplay"] == [2, 3] and shown["pendingReplay"] and shown["lastCommitted"] == 1
+    import os
+
+    os.unlink(os.path.join(chk, "metadata"))
+    assert main(["checkpoint", "show", chk]) == 1
+    assert "metadata file is missing" in capsys.readouterr().err

@@ -16,6 +16,12 @@ def _checkpoint(args: argparse.Namespace) -> int:
     from headrace.checkpoint import Checkpoint
 
     if not os.path.isfile(os.path.join(args.dir, "metadata")):
+        if any(os.path.isdir(os.path.join(args.dir, f)) and os.listdir(os.path.join(args.dir, f))
+               for f in ("offsets", "commits")):  # fmt: skip
+            raise HeadraceError(
+                f"checkpoint {args.dir} has batches but its metadata file is missing (the query id is lost); "
+                "restore it from a backup, or start over with a new checkpointLocation"
+            )
         raise HeadraceError(f"{args.dir} is not a headrace checkpoint (no metadata file); give the checkpointLocation folder")
     cp = Checkpoint(args.dir)
     if args.action == "show":
