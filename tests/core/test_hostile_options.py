@@ -195,3 +195,66 @@ def test_an_s3_url_without_a_bucket_is_a_clear_error(tmp_path: Any) -> None:
              .option("cloudFiles.schemaLocation", str(tmp_path / "s")).load("s3://"))  # fmt: skip
     with pytest.raises(HeadraceError, match="has no bucket"):
         frame.write_stream.format("noop").option("checkpointLocation", str(tmp_path / "c")).start()
+
+
+# the values most likely to break a constructor (building a source costs ~20 ms: not all of HOSTILE)
+START_VALUES: list[Any] = ["", " ", "é", "-1", "0", 0, -1, True, [], {}, "9" * 400, 10**400, "99999999999999999999",
+                           "[", "*.{json", "../../../../etc/passwd", "file:///dev/null", "s3://", "a,b,,c", "9" * 300 + "g",
+                           2**62, "9223372036854775807"]  # fmt: skip
+
+# connectors whose constructors do no network I/O: a value that parsed must also start
+LOCAL = {("rate", "source"), ("rate-micro-batch", "source"), ("memory", "source"), ("files", "sink"),
+         ("console", "sink"), ("noop", "sink"), ("memory", "sink"), ("delta", "source"), ("delta", "sink"),
+         ("cloudFiles", "source")}  # fmt: skip
+
+
+@pytest.mark.parametrize(("connector", "role"), [pytest.param(c, r, id=f"{c}-{r}") for c, r, _ in ROLES if (c, r) in LOCAL])
+def test_hostile_values_that_parse_also_start(connector: str, role: str, tmp_path: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """What ``start()`` does with the options (build the source or sink, ask the schema and the
+    initial offset) raises only headrace's errors for any value that parsed."""
+    monkeypatch.chdir(tmp_path)  # relative hostile paths land here
+    import pyarrow as pa
+
+    from headrace.protocols import SinkContext, SourceContext
+
+    spec = registry().get(connector)
+    schema = spec.source_options if role == "source" else spec.sink_options
+    cls = spec.load_source() if role == "source" else spec.load_sink()
+    if connector == "delta":
+        from deltalake import write_deltalake
+
+        write_deltalake(str(tmp_path / "table"), pa.table({"value": [1]}))
+    base = {k: (str(tmp_path / "table") if k == "path" else v) for k, v in _base(connector, role).items()}
+    if connector == "cloudFiles":
+        (tmp_path / "table").mkdir(exist_ok=True)
+        (tmp_path / "table" / "a.json").write_text('{"value": 1}\n')
+        base["cloudFiles.schemaLocation"] = str(tmp_path / "schema")
+    n = 0
+    # few options: every value on each; many: a rotating share per option (every value is tried on some)
+    per_option = len(START_VALUES) if len(schema.options) <= 10 else 8
+    for j, opt in enumerate(schema.options):
+        for k in range(per_option):
+            value = START_VALUES[(j * per_option + k) % len(START_VALUES)]
+            try:
+                opts = schema.parse({**base, opt.name: value}, connector=connector, role=role)
+            except OptionsError:
+                continue
+            n += 1
+            state = tmp_path / f"state-{n}"
+            state.mkdir()
+            try:
+                if role == "source":
+                    src = cls(opts, SourceContext(query_id="q", state_path=str(state)))
+                    try:
+                        _ = src.schema
+                        src.initial_offset()
+                    finally:
+                        src.close()
+                else:
+                    cls(opts, SinkContext(query_id="q", state_path=str(state), schema=pa.schema([("value", pa.int64())]))).close()
+            except HeadraceError:
+                continue
+            except Exception as e:
+                raise AssertionError(f"{connector} {role} {opt.name}={str(value)[:60]!r}: {type(e).__name__}: {e}") from e
+    assert n > 0 or not schema.options

@@ -137,6 +137,8 @@ class String(OptionType):
         if isinstance(value, bytes | bytearray | dict | list):
             raise ValueError(f"expected a string, got {type(value).__name__}")
         text = str(value)
+        if "\x00" in text:  # no path, name or client setting can hold one (C libraries stop there)
+            raise ValueError(f"{_short(text)} contains a NUL character")
         if self.pattern is not None and not self.pattern.fullmatch(text):
             raise ValueError(f"{_short(text)} is not valid{': ' + self.hint if self.hint else ''}")
         return text
