@@ -230,3 +230,15 @@ def test_a_failing_query_never_shows_a_secret(connector: str, role: str, tmp_pat
     assert_clean(*texts)
     if os.path.isdir(chk):
         _search_folder(chk)
+
+
+def test_dictionary_word_secrets_do_not_garble_messages() -> None:
+    """A test password such as "headrace" or "testing" is removed where it is quoted as a
+    password (URLs, password=...), not from every message (paths, names, `headrace: error`)."""
+    Secret("headrace")
+    Secret("testing")
+    assert redact("headrace: error: /tmp/testing/headrace-checkpoint") == "headrace: error: /tmp/testing/headrace-checkpoint"
+    assert redact("postgresql://headrace:headrace@127.0.0.1/db") == "postgresql://headrace:***@127.0.0.1/db"
+    assert redact("host=h password=headrace") == "host=h password=***"
+    Secret("Tr0ub4dor&3")
+    assert redact("auth failed for Tr0ub4dor&3") == "auth failed for ***"

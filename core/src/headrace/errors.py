@@ -62,7 +62,7 @@ def register_secret(value: object) -> None:
         parts += [pw, urllib.parse.unquote(pw)]
     with _known_lock:
         for part in parts:
-            if len(part) >= _MIN_SECRET_LEN and part not in _known:
+            if _looks_secret(part) and part not in _known:
                 _known[part] = None
                 if len(_known) > _MAX_KNOWN:
                     del _known[next(iter(_known))]
@@ -100,6 +100,20 @@ def _install_log_redaction() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
+
+
+def _looks_secret(value: str) -> bool:
+    """Whether a value is distinctive enough to be removed wherever it appears: 16+ characters,
+    or 6+ mixing two kinds (lower, upper, digits, others). A dictionary word ("postgres",
+    "testing") is not: removing it everywhere would garble ordinary messages (paths, names),
+    and where such a password is quoted (a URL, ``password=...``) the patterns remove it."""
+    if len(value) >= 16:
+        return True
+    if len(value) < 6:
+        return False
+    kinds = (any(c.islower() for c in value) + any(c.isupper() for c in value) + any(c.isdigit() for c in value)
+             + any(not c.isalnum() for c in value))  # fmt: skip
+    return kinds >= 2
 
 
 def redact_url(url: str) -> str:
