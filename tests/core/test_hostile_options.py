@@ -258,3 +258,18 @@ def test_hostile_values_that_parse_also_start(connector: str, role: str, tmp_pat
             except Exception as e:
                 raise AssertionError(f"{connector} {role} {opt.name}={str(value)[:60]!r}: {type(e).__name__}: {e}") from e
     assert n > 0 or not schema.options
+
+
+@pytest.mark.parametrize("role", ["source", "sink"])
+def test_kafka_client_settings_are_checked_at_load(role: str) -> None:
+    """``kafka.*`` pass-through settings go to librdkafka: a bad name or value is an options
+    error at load()/start(), not a KafkaException in the first batch."""
+    if "kafka" not in registry().names():
+        pytest.skip("headrace-kafka is not installed")
+    schema = registry().get("kafka").source_options if role == "source" else registry().get("kafka").sink_options
+    base = _base("kafka", role)
+    for key in ("kafka.linger.ms", "kafka.fetch.wait.max.ms", "kafka.no.such.setting", "kafka.AWS_SECRET_ACCESS_KEY"):
+        for value in ["abc", "-5", "9" * 400, "", "\x00"]:
+            with pytest.raises(OptionsError, match="kafka"):
+                schema.parse({**base, key: value}, connector="kafka", role=role)
+    schema.parse({**base, "kafka.client.id": "me", "kafka.socket.timeout.ms": "5000"}, connector="kafka", role=role)
