@@ -51,6 +51,16 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "headrace"
+# connectors of the plugins published from headrace's own repository: an install hint names a
+# distribution only for these, never one made up from the (maybe mistyped) name asked for
+FIRST_PARTY = {
+    "cloudfiles": "headrace-cloudfiles",
+    "delta": "headrace-delta",
+    "kafka": "headrace-kafka",
+    "kinesis": "headrace-kinesis",
+    "lakebase": "headrace-lakebase",
+    "pubsub": "headrace-pubsub",
+}
 hookspec = pluggy.HookspecMarker("headrace")
 hookimpl = pluggy.HookimplMarker("headrace")
 
@@ -259,7 +269,11 @@ class Registry:
         msg += f"; installed: {', '.join(names) or 'none'}"
         if self._broken:
             msg += f"; plugins that failed to load: {', '.join(f'{b.name} ({b.distribution})' for b in self._broken)}"
-        msg += f". Connectors are plugins: pip install headrace-{name.lower()} if it exists."
+        dist = FIRST_PARTY.get(name.lower())
+        if dist is not None:
+            msg += f". The '{name}' connector comes with a plugin: pip install {dist}"
+        elif not hint:
+            msg += ". Connectors are plugins: install the one that provides it, then `headrace connectors` lists it"
         raise ConnectorNotFoundError(msg)
 
     def names(self) -> list[str]:

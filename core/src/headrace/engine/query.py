@@ -48,7 +48,14 @@ from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
 from headrace.engine.watermark import EventTimeTracker
-from headrace.errors import HeadraceError, StreamingQueryException, UnsupportedError
+from headrace.errors import (
+    HeadraceError,
+    StreamingQueryException,
+    UnsupportedError,
+    redact,
+    redact_url,
+    scrub_exception,
+)
 from headrace.history import ProgressHistory
 from headrace.options import Options
 from headrace.progress import QueryProgress
@@ -199,13 +206,19 @@ class StreamingQuery:
             raise self._exception
 
     def __repr__(self) -> str:
-        return f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})"
+        return redact(f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})")
 
     # ------------------------------------------------------------------ start
     def start(self) -> StreamingQuery:
         """Open the checkpoint, build sources and sink (raising configuration errors here),
         then run the loop in a background thread."""
-        self._setup()
+        try:
+            self._setup()
+        except Exception as e:  # configuration errors reach the user without any secret in them
+            clean = scrub_exception(e)
+            if clean is e:
+                raise
+            raise clean from None
         self._thread = threading.Thread(target=self._run, name=f"headrace-query-{self.name or self.id[:8]}", daemon=True)
         self._thread.start()
         return self
@@ -237,7 +250,7 @@ class StreamingQuery:
         cp = Checkpoint(self._checkpoint_location, durable=self._fsync)
         meta = cp.open(
             name=self.name,
-            sources=[{"connector": p.connector, "path": p.path} for p in self._plans],
+            sources=[{"connector": p.connector, "path": redact_url(p.path) if p.path else p.path} for p in self._plans],
             sink={"connector": self._sink_connector},
         )
         self._checkpoint = cp
@@ -329,6 +342,7 @@ class StreamingQuery:
             self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
             batch_id = self._loop()
         except BaseException as e:
+            e = scrub_exception(e)  # no secret in q.exception(), its traceback or the log line
             self._exception = StreamingQueryException(self.name or self.id, self._current_batch, e)
             self._exception.__cause__ = e
             log.error("query '%s' failed: %s", self.name, e, exc_info=e)
@@ -360,12 +374,12 @@ class StreamingQuery:
             try:
                 s.close()
             except Exception as e:
-                log.warning("closing source failed: %s", e)
+                log.warning("closing source failed: %s", redact(e))
         if self._sink is not None:
             try:
                 self._sink.close()
             except Exception as e:
-                log.warning("closing sink failed: %s", e)
+                log.warning("closing sink failed: %s", redact(e))
         close_dead_letter_sinks(self)
         if self._checkpoint is not None:
             self._checkpoint.close()
@@ -374,6 +388,7 @@ class StreamingQuery:
 
     def _loop(self) -> int | None:
         assert self._checkpoint is not None
+        pending = self._checkpoint.pending()
         entry, committed = self._checkpoint.latest()
         self._last_watermark = self._tracker.watermark_ms
         if entry is None:
@@ -387,16 +402,23 @@ class StreamingQuery:
             batch_id = entry.batch_id + 1
             current = [dict(e) for e in entry.ends if e is not None]
         else:
-            log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
-            self._tracker.restore(entry.metadata)
-            if entry.real_time and any(e is None for e in entry.ends):
-                self._real_time_batch(entry.batch_id, list(entry.starts), entry.metadata)
-            else:
-                ends = [e for e in entry.ends if e is not None]
-                self._batch(entry.batch_id, list(entry.starts), ends, replay=True, metadata=entry.metadata)
+            # uncommitted batches (the one a crash interrupted, or those `checkpoint reset` rolled
+            # back) are replayed first, each with exactly its recorded range, batch id and watermark
+            for k, entry in enumerate(pending):
+                if self._stop.is_set():
+                    return None
+                log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
+                self._tracker.restore(entry.metadata)
+                if entry.real_time and any(e is None for e in entry.ends):
+                    if k != len(pending) - 1:
+                        raise HeadraceError(f"checkpoint batch {entry.batch_id} has no end offset but later batches do")
+                    self._real_time_batch(entry.batch_id, list(entry.starts), entry.metadata)
+                else:
+                    ends = [e for e in entry.ends if e is not None]
+                    self._batch(entry.batch_id, list(entry.starts), ends, replay=True, metadata=entry.metadata)
             assert self._checkpoint is not None
             latest, _ = self._checkpoint.latest()
-            assert latest is not None
+            assert latest is not None and entry is not None
             batch_id = entry.batch_id + 1
             current = [dict(e) for e in latest.ends if e is not None]
             if self.trigger.kind == "once":
@@ -562,7 +584,7 @@ class StreamingQuery:
             try:
                 metrics = dict(src.metrics(en))
             except Exception as e:  # metrics must never fail a batch
-                metrics = {"error": str(e)}
+                metrics = {"error": redact(e)}
             bad = getattr(src, "bad_records", None)
             if bad is not None:
                 metrics.update(bad.metrics())
@@ -573,11 +595,15 @@ class StreamingQuery:
             try:
                 sink_metrics = dict(get_metrics())
             except Exception as e:  # metrics must never fail a batch
-                sink_metrics = {"error": str(e)}
+                sink_metrics = {"error": redact(e)}
         sink_bad = getattr(self._sink, "bad_records", None)
         if sink_bad is not None:
             sink_metrics.update(sink_bad.metrics())
         sink_metrics.update(transform_bad_record_metrics(self))
+        skipped = sink_metrics.get("numRowsSkipped")
+        if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
+            # the sink already held this batch (a replay): its rows are not output again
+            out_rows = max(0, out_rows - skipped)
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,
@@ -610,7 +636,7 @@ class StreamingQuery:
             try:
                 hook.headrace_query_progress(progress=d)
             except Exception as e:
-                log.warning("a progress listener failed: %s", e)
+                log.warning("a progress listener failed: %s", redact(e))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", progress.line())
 

@@ -97,7 +97,7 @@ def maybe_decompress(f: pa.NativeFile, rel: str, decompress: bool) -> pa.NativeF
 
 def split_s3(url: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; raises naming the URL when it has no bucket."""
-    rest = url.split("://", 1)[1]
+    rest = url.partition("://")[2]
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise HeadraceError(f"path {url!r} has no bucket; write it as s3://bucket/prefix")

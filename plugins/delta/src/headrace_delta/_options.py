@@ -16,6 +16,7 @@ from headrace.options import (
     Options,
     OptionSchema,
     PassThrough,
+    Regex,
     Size,
     String,
     StringList,
@@ -138,7 +139,7 @@ SOURCE_OPTIONS = OptionSchema(
         ),
         Option(
             "excludeRegex",
-            String(),
+            Regex(),
             doc="Ignore data files whose path matches this regular expression.",
         ),
         Option(

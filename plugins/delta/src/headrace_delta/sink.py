@@ -140,7 +140,8 @@ class DeltaSink(Sink):
         try:
             if done is not None and done >= version:
                 log.info("delta: batch %d (txn %s/%d) is already in %s; skipping", batch_id, app_id, version, self.loc.uri)
-                self._last_commit = {"skipped": True}
+                # the batch's rows are in the table already: report them as skipped, not as output
+                self._last_commit = {"skipped": True, "numRowsSkipped": sum(m.num_rows for m in staged)}
                 return
             if self.cdc.enabled and not any(m.num_rows for m in staged):
                 return  # no events: nothing to apply (a replay of it is a no-op as well)
@@ -179,7 +180,7 @@ class DeltaSink(Sink):
                     app_transactions=[Transaction(app_id, version)], custom_metadata=meta
                 ),
             )
-            self._last_commit = {"numOutputRows": sum(m.num_rows for m in staged)}
+            self._last_commit = {"numOutputRows": sum(m.num_rows for m in staged), "numRowsSkipped": 0}
         except Exception as e:
             if type(e).__module__.startswith("deltalake") or "Schema" in type(e).__name__:
                 raise HeadraceError(f"writing batch {batch_id} to Delta table {self.loc.uri} failed: {e}") from e
@@ -205,7 +206,9 @@ class DeltaSink(Sink):
                         os.remove(os.path.join(folder, name))
 
     def metrics(self) -> dict[str, Any]:
-        """The last commit's figures, for the progress report. Called once per batch."""
+        """The last commit's figures, for the progress report. Called once per batch.
+        ``numRowsSkipped``: rows of a replayed batch whose transaction was already in the log
+        (the engine reports them as skipped, not as output)."""
         return dict(self._last_commit)
 
     def close(self) -> None:

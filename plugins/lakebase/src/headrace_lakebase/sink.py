@@ -110,6 +110,7 @@ class LakebaseSink(Sink):
         self._rows_written = 0
         self._chunks_written = 0
         self._rows_skipped = 0
+        self._batch_skipped = 0
 
     def __repr__(self) -> str:
         return f"LakebaseSink(dbtable={self.table}, keys={self.upsert_key}, batchsize={self.batch_size})"
@@ -313,6 +314,7 @@ class LakebaseSink(Sink):
         bookkeeping of earlier batches of this query (they cannot be replayed any more).
 
         Called once per batch on the driver (again with the same id on a replay: idempotent)."""
+        self._batch_skipped = sum(m.skipped for m in messages if isinstance(m, LakebaseCommitMessage))
         wrote = any(isinstance(m, LakebaseCommitMessage) and m.rows for m in messages)
         if not wrote or batch_id == 0:
             return
@@ -343,6 +345,8 @@ class LakebaseSink(Sink):
             "numOutputRowsWritten": self._rows_written,
             "numChunksWritten": self._chunks_written,
             "numRowsSkippedOnReplay": self._rows_skipped,
+            # this batch's rows already written before a crash: reported as skipped, not output
+            "numRowsSkipped": self._batch_skipped,
             "numRetries": self._connector.retries,
         }
 
