@@ -8,6 +8,7 @@ for the canary.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import tempfile
@@ -30,7 +31,7 @@ SECRET_PASSTHROUGH_KEYS = ("sasl.password", "ssl.key.password", "sasl.jaas.confi
 def _canary_for(opt: Option) -> Any:
     """A value of ``opt``'s type holding the canary (a URL with it as password if need be)."""
     for value in (CANARY, f"postgresql://user:{CANARY}@127.0.0.1:1/db", f"https://user:{CANARY}@127.0.0.1:1/x",
-                  '{"kafka.sasl.password": "%s"}' % CANARY):
+                  json.dumps({"kafka.sasl.password": CANARY})):
         try:
             opt.type.parse(value)
             return value
