@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
               f"({duck / batches_s:.2f})")  # fmt: skip
     spark = None if args.no_spark else spark_session()
     if spark is None:
-        print("   PySpark: skipped (no pyspark or Java)")
+        print("   PySpark: skipped (--no-spark, or no pyspark or Java)")
     else:
         spark_windowed(spark, per * 2, per, keys)  # warm-up (JIT, codegen)
         sp = min(spark_windowed(spark, rows, per, keys) for _ in range(2))

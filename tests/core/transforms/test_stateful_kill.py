@@ -145,3 +145,25 @@ def test_session_windows_to_delta_exactly_once_across_kills(tmp_path: Path) -> N
             want[(start, i % 3)] = (n + 1, min(first, i))
     assert {(int(r["session_window"]["start"].timestamp()) - START_MS // 1000, r["k"]): (r["n"], r["first"])
             for r in rows} == want  # fmt: skip
+
+
+def windowed_count_no_watermark(stream: Any) -> Any:
+    return (stream.with_column("k", "value % 3")
+            .group_by(hr.window("timestamp", f"{WINDOW_S} seconds"), "k")
+            .count())  # fmt: skip
+
+
+@pytest.mark.slow
+def test_complete_mode_to_delta_across_kills(tmp_path: Path) -> None:
+    """Complete mode overwrites the table each batch: after the kills it holds the whole
+    result over all input, once."""
+    spec = _spec(tmp_path, "windowed_count_no_watermark", "memory")
+    spec["output_mode"] = "complete"
+    rows = _kill_and_finish(spec)
+    got = Counter((int(r["window"]["start"].timestamp()) - START_MS // 1000, r["k"]) for r in rows)
+    assert not [k for k, n in got.items() if n > 1]
+    want: Counter[tuple[int, int]] = Counter()
+    for i in range(PER_BATCH * BATCHES):
+        sec = (i // PER_BATCH) * ADVANCE_MS // 1000
+        want[(sec - sec % WINDOW_S, i % 3)] += 1
+    assert {(int(r["window"]["start"].timestamp()) - START_MS // 1000, r["k"]): r["count"] for r in rows} == dict(want)

@@ -333,7 +333,12 @@ class StateStore(ABC):
             return pa.nulls(n, pa.int64())
         if isinstance(order, pa.ChunkedArray):
             order = order.combine_chunks()
-        arr = order if isinstance(order, pa.Array) else pa.array(np.asarray(order, dtype=np.int64))
+        if isinstance(order, pa.Array):
+            arr = order
+        elif isinstance(order, np.ndarray):
+            arr = pa.array(order.astype(np.int64, copy=False))
+        else:  # a sequence, None for no order
+            arr = pa.array(order, pa.int64())
         if arr.type != pa.int64():
             arr = arr.cast(pa.int64())
         if len(arr) != n:
