@@ -7,7 +7,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 fi
-pkgs=(-e "core[spark,sql,rocksdb,pipelines]")
+pkgs=(-e "core[spark,sql,rocksdb,pipelines,ui]")
 for d in plugins/*/; do
   d=${d%/}
   [ -f "$d/pyproject.toml" ] || continue

@@ -119,3 +119,22 @@ if "$PY" -c "import moto.server, flask" 2>/dev/null; then
 else
   echo "== services: s3         -> MISSING (pip install 'moto[server]', from requirements-dev.txt)"
 fi
+
+# --- Headless browser for the dashboard tests (tests/core/ui) --------------------------------
+# Debian's chromium + chromium-driver, driven by Selenium (requirements-dev.txt). Browser
+# downloads by Playwright / Selenium Manager are not used. Never fails: prints what is missing,
+# and the browser tests skip saying the same.
+if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+  echo "== services: browser    -> $(chromium --version 2>/dev/null | head -n1 || echo chromium) + $(command -v chromedriver)"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== services: browser    -> apt-get install chromium chromium-driver"
+  if { apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \
+       || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1; }; } \
+     && command -v chromedriver >/dev/null 2>&1; then
+    echo "== services: browser    -> $(chromium --version 2>/dev/null | head -n1 || echo chromium) + $(command -v chromedriver)"
+  else
+    echo "== services: browser    -> MISSING: apt-get install chromium chromium-driver failed" >&2
+  fi
+else
+  echo "== services: browser    -> MISSING chromium / chromedriver (apt-get install chromium chromium-driver, as root)"
+fi

@@ -23,6 +23,22 @@ def postgres() -> Iterator[Postgres]:
 
 
 @pytest.fixture(scope="session")
+def postgres_durable() -> Iterator[Postgres]:
+    """PostgreSQL with fsync, synchronous_commit and full_page_writes on: every acknowledged
+    commit survives .crash_restart(). For tests that restart or crash it mid-stream."""
+    yield from serve(Postgres(durable=True))
+
+
+@pytest.fixture(scope="session")
+def postgres_logical() -> Iterator[Postgres]:
+    """PostgreSQL with wal_level=logical, 20 replication slots and durable commits, for the
+    change data capture tests (a server of its own: they restart it and fill it with slots)."""
+    from tests.services.postgres import LOGICAL_SETTINGS
+
+    yield from serve(Postgres(settings=LOGICAL_SETTINGS))
+
+
+@pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaMock]:
     """librdkafka mock cluster (3 brokers): .bootstrap_servers, .create_topic(name, partitions)."""
     yield from serve(KafkaMock())

@@ -13,7 +13,15 @@ set-uid ``runuser -u postgres --`` does, done by ``subprocess`` so that no wrapp
 sits between us and the postmaster) and the temp dir is owned by that user.
 
 ``restart()`` stops the server and starts it again on the same port with the same data, for
-tests that restart PostgreSQL mid-stream.
+tests that restart PostgreSQL mid-stream; ``crash_restart()`` does the same through an
+*immediate* shutdown (SIGQUIT: no shutdown checkpoint, no flush, crash recovery from the WAL on
+start), which is what a crash does to acknowledged commits.
+
+Durability: by default the server runs with ``fsync``, ``synchronous_commit`` and
+``full_page_writes`` off, for speed; a crash then loses commits the client saw acknowledged. Tests
+that restart or crash PostgreSQL under a running query and count on every acknowledged commit
+(exactly-once) use ``Postgres(durable=True)`` (the ``postgres_durable`` fixture), which keeps all
+three on.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from tests.services._base import Service, ServiceStartError, ServiceUnavailable
+from tests.services._base import Service, ServiceStartError, ServiceUnavailable, stop_process
 
 INSTALL_HINT = (
     "PostgreSQL server binaries not found: `apt-get install postgresql` (Debian) or "
@@ -56,6 +64,16 @@ def find_pg_bin() -> Path | None:
     return None
 
 
+LOGICAL_SETTINGS = {
+    "wal_level": "logical",
+    "max_replication_slots": "20",
+    "max_wal_senders": "10",
+    "synchronous_commit": "on",  # CDC tests restart the server and count on acknowledged commits
+    "fsync": "on",
+}
+"""Settings of a server for logical replication (change data capture) tests: ``Postgres(settings=LOGICAL_SETTINGS)``."""
+
+
 class Postgres(Service):
     """A PostgreSQL server. ``dsn``/``url`` are ``postgresql://user:password@127.0.0.1:port/db``."""
 
@@ -72,6 +90,7 @@ class Postgres(Service):
         startup_timeout: float = 60.0,
         settings: dict[str, str] | None = None,
         bin_dir: str | Path | None = None,
+        durable: bool = False,
     ) -> None:
         super().__init__(port=port, startup_timeout=startup_timeout)
         self.user = user
@@ -79,14 +98,25 @@ class Postgres(Service):
         self.dbname = dbname
         chosen = bin_dir or os.environ.get("HEADRACE_PG_BIN")
         self.bin_dir: Path | None = Path(chosen) if chosen else find_pg_bin()
+        self.durable = durable
+        safety = "on" if durable else "off"
         self.settings = {
-            "fsync": "off",
-            "synchronous_commit": "off",
-            "full_page_writes": "off",
+            "fsync": safety,
+            "synchronous_commit": safety,
+            "full_page_writes": safety,
             "max_connections": "200",
             "wal_level": "logical",  # lets a CDC-style test use logical decoding
             **(settings or {}),
         }
+
+    def crash_restart(self) -> Postgres:
+        """Stop the server as a crash would (immediate shutdown: SIGQUIT, nothing flushed, no
+        checkpoint) and start it again on the same port and data (crash recovery from the WAL).
+        Only a ``durable`` server keeps every commit it acknowledged."""
+        if self.proc is not None:
+            stop_process(self.proc, sig=signal.SIGQUIT, timeout=self.stop_timeout)
+            self.proc = None
+        return self.restart()
 
     # --- connection details -----------------------------------------------------------
     @property

@@ -25,8 +25,8 @@ RATE = "headrace.rate-micro-batch"
 
 
 def rate_opts(tmp: Path, total: int, per_batch: int = 10, partitions: int = 2) -> dict[str, Any]:
-    return {"rowsPerBatch": per_batch, "numPartitions": partitions, "totalRows": total,
-            "headraceStatePath": tmp / "chk" / "sources" / "0" / "headrace"}  # fmt: skip
+    """rate-micro-batch keeps no state of its own: no headraceStatePath, as on Databricks."""
+    return {"rowsPerBatch": per_batch, "numPartitions": partitions, "totalRows": total}
 
 
 def test_register_exposes_every_installed_connector(spark: Any) -> None:
@@ -111,10 +111,13 @@ def test_source_option_errors_surface_through_spark(spark: Any, tmp_path: Path) 
     with pytest.raises(AnalysisException) as e:
         spark.readStream.format(RATE).option("rowsPerBatch", "ten").option("numPartitons", "2").load()
     msg = str(e.value)
-    assert "invalid options for source 'rate-micro-batch' (3 problems)" in msg
+    assert "invalid options for source 'rate-micro-batch' (2 problems)" in msg
     assert "rowsPerBatch: 'ten' is not an integer" in msg
     assert "numpartitons: unknown option (did you mean 'numPartitions'?)" in msg  # Spark lower-cases names
-    assert "headraceStatePath: is required under Spark" in msg
+    assert "headraceStatePath" not in msg  # a source without state needs none
+
+    with pytest.raises(AnalysisException, match="headraceStatePath: is required under Spark for the rate source"):
+        spark.readStream.format("headrace.rate").option("rowsPerSecond", "5").load()  # keeps its start time
 
     with pytest.raises(AnalysisException, match="cannot be read from"):
         spark.readStream.format("headrace.files").option("headraceStatePath", str(tmp_path)).load()

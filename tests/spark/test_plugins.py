@@ -44,8 +44,10 @@ def test_cloudfiles_to_delta_processing_time_then_restart_available_now(spark: A
     src, table, chk = tmp_path / "in", str(tmp_path / "table"), str(tmp_path / "chk")
     drop(src, "a.parquet", 0, 10)
     drop(src, "b.parquet", 10, 20)
+    # a Databricks option chain, only the format name changed: the file index defaults to a
+    # folder under cloudFiles.schemaLocation (no headraceStatePath)
     opts = {"cloudFiles.format": "parquet", "cloudFiles.schemaLocation": str(tmp_path / "schema"),
-            "cloudFiles.maxFilesPerTrigger": "1", "headraceStatePath": f"{chk}/sources/0/headrace"}  # fmt: skip
+            "cloudFiles.maxFilesPerTrigger": "1"}  # fmt: skip
     df = spark.readStream.format("headrace.cloudFiles").options(**opts).load(str(src))
     assert [f.name for f in df.schema.fields] == ["id", "name", "_rescued_data"]
     q = (df.writeStream.format("headrace.delta").option("checkpointLocation", chk)
@@ -66,6 +68,7 @@ def test_cloudfiles_to_delta_processing_time_then_restart_available_now(spark: A
                            {"path": table}, chk)  # fmt: skip
     assert q2.id == q.id
     assert delta_ids(table) == list(range(50))
+    assert (tmp_path / "schema" / "_headrace_state" / "files.db").exists()
     # maxFilesPerTrigger=1 honoured: one 10-row file per batch. Two batches for d and e, plus one
     # more when stop() interrupted a planned batch of the first query: Spark replays it (its rows
     # reach Delta once, the replayed commit being skipped as already in the log, checked above)
@@ -89,7 +92,7 @@ def test_delta_source_to_headrace_sink_restart(spark: Any, tmp_path: Path) -> No
     table, out, chk = str(tmp_path / "table"), str(tmp_path / "out"), str(tmp_path / "chk")
     for lo in (0, 10, 20):
         write_deltalake(table, pa.table({"id": pa.array(range(lo, lo + 10), pa.int64())}), mode="append")
-    opts = {"path": table, "maxFilesPerTrigger": "1", "headraceStatePath": f"{chk}/sources/0/headrace"}
+    opts = {"path": table, "maxFilesPerTrigger": "1"}  # the delta source keeps no state: no headraceStatePath
     q = run_available_now(spark, "headrace.delta", opts, "headrace.test-record", {"path": out}, chk)
     assert [p["numInputRows"] for p in q.recentProgress] == [10, 10, 10]
     write_deltalake(table, pa.table({"id": pa.array(range(30, 35), pa.int64())}), mode="append")

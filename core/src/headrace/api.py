@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from headrace.errors import HeadraceError, OptionProblem, OptionsError
-from headrace.options import Boolean, Duration
+from headrace.errors import HeadraceError, OptionProblem, OptionsError, redact
+from headrace.options import Boolean, Duration, OptionSchema, PassThrough
 from headrace.plugins import registry
 from headrace.progress import QueryProgress
 from headrace.query import SourcePlan, StreamingQuery, Trigger
@@ -56,6 +56,46 @@ def _merge(base: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# the longest trigger interval accepted: longer ones are surely a mistake ("99999999999 days")
+MAX_TRIGGER_INTERVAL = 365 * 86400.0
+
+
+def _schema_of(fmt: str | None, role: str) -> OptionSchema | None:
+    """The connector's option schema for ``role``, or None (unknown connector: never raises)."""
+    if not fmt:
+        return None
+    try:
+        spec = registry().get(fmt)
+    except Exception:
+        return None
+    return spec.source_options if role == "source" else spec.sink_options
+
+
+def _redacted_options(options: Mapping[str, Any], schema: OptionSchema | None) -> dict[str, Any]:
+    """Options as a repr may show them: secret options (declared ``secret=True``, pass-through
+    keys that look like credentials, or any key that looks like one when the connector is
+    unknown) as ``***``, callables by name, credentials inside URLs redacted."""
+    markers = PassThrough("").secret_markers
+    out: dict[str, Any] = {}
+    for k, v in options.items():
+        lower = k.lower()
+        opt = schema.get(k) if schema is not None else None
+        if opt is not None:
+            secret = opt.secret
+        else:
+            pt = next((p for p in schema.passthrough if lower.startswith(p.prefix.lower())), None) if schema else None
+            secret = any(m in lower for m in (pt.secret_markers if pt is not None else markers)) or (
+                "url" in lower and schema is None
+            )
+        if secret:
+            out[k] = "***"
+        elif callable(v):
+            out[k] = f"<function {getattr(v, '__qualname__', type(v).__name__)}>"
+        else:
+            out[k] = redact(v) if isinstance(v, str) else v
+    return out
+
+
 def parse_schema(schema: pa.Schema | str) -> pa.Schema:
     """A ``pyarrow.Schema``, or a DDL string like ``"a INT, b STRING, c TIMESTAMP"``."""
     if isinstance(schema, pa.Schema):
@@ -72,6 +112,11 @@ class DataStreamReader:
     _format: str | None = None
     _options: Mapping[str, Any] = field(default_factory=dict)
     _schema: pa.Schema | None = None
+
+    def __repr__(self) -> str:
+        opts = _redacted_options(self._options, _schema_of(self._format, "source"))
+        schema = f", schema={self._schema.to_string(show_schema_metadata=False)!r}" if self._schema is not None else ""
+        return redact(f"DataStreamReader(format={self._format!r}, options={opts!r}{schema})")
 
     def format(self, source: str) -> DataStreamReader:
         """The connector name (``"delta"``, ``"kafka"``, ``"cloudFiles"``, ``"rate"``...)."""
@@ -145,6 +190,10 @@ class StreamFrame(FrameSteps):
 
     def _with_step(self, op: Operator) -> StreamFrame:
         return replace(self, _steps=(*self._steps, op), _schema=self._next_schema(self._schema, op))
+
+    def __repr__(self) -> str:
+        srcs = ", ".join(f"{p.describe()} {p.options!r}" for p in self._sources)
+        return redact(f"StreamFrame(sources=[{srcs}], steps={[op.name for op in self._steps]})")
 
     def union(self, other: StreamFrame) -> StreamFrame:
         """Both streams' rows (schemas must match), with offsets for each source checkpointed."""
@@ -247,7 +296,7 @@ class GroupedStream:
 
     def count(self) -> StreamFrame:
         """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""
-        return self.agg('count(*) AS "count"')
+        return self.agg("count(*) AS count")
 
 
 @dataclass(frozen=True)
@@ -263,6 +312,13 @@ class DataStreamWriter:
     _foreach_batch: Callable[[pa.Table, int], None] | None = None
     _partition_by: tuple[str, ...] = ()
     _progress_callbacks: tuple[Callable[[QueryProgress], None], ...] = ()
+
+    def __repr__(self) -> str:
+        opts = _redacted_options(self._options, _schema_of(self._format, "sink"))
+        return redact(
+            f"DataStreamWriter(frame={self._frame!r}, format={self._format!r}, options={opts!r}, "
+            f"output_mode={self._output_mode!r}, query_name={self._name!r}, trigger={self._trigger})"
+        )
 
     def format(self, sink: str) -> DataStreamWriter:
         return replace(self, _format=sink)
@@ -294,24 +350,20 @@ class DataStreamWriter:
         once: bool | None = None,
         available_now: bool | None = None,
         real_time: str | float | None = None,
+        processingTime: str | float | None = None,
+        availableNow: bool | None = None,
+        realTime: str | float | None = None,
     ) -> DataStreamWriter:
-        """Set the trigger; give exactly one. Durations like ``"10 seconds"`` or seconds."""
-        given = {k: v for k, v in dict(processing_time=processing_time, once=once, available_now=available_now,
-                                       real_time=real_time).items() if v not in (None, False)}  # fmt: skip
-        if len(given) != 1:
-            raise HeadraceError(
-                f"trigger() takes exactly one of processing_time, once, available_now, real_time; got {sorted(given) or 'none'}"
-            )
-        kind, value = next(iter(given.items()))
-        interval = 0.0
-        if kind in ("processing_time", "real_time"):
-            try:
-                interval = Duration().parse(value)
-            except ValueError as e:
-                raise HeadraceError(f"trigger({kind}=...): {e}") from None
-            if kind == "real_time" and interval <= 0:
-                raise HeadraceError("trigger(real_time=...) needs a positive interval, e.g. '5 minutes'")
-        return replace(self, _trigger=Trigger(kind, interval))
+        """Set the trigger; give exactly one. Durations like ``"10 seconds"`` or seconds.
+
+        PySpark's keywords work too: ``trigger(processingTime="5 seconds")``,
+        ``trigger(availableNow=True)``, ``trigger(realTime="5 minutes")``. Intervals are at
+        most 365 days; ``real_time`` needs a positive one.
+        """
+        trigger = make_trigger(processing_time=processing_time, once=once, available_now=available_now,
+                               real_time=real_time, processingTime=processingTime, availableNow=availableNow,
+                               realTime=realTime)  # fmt: skip
+        return replace(self, _trigger=trigger)
 
     def foreach_batch(self, fn: Callable[[pa.Table, int], None]) -> DataStreamWriter:
         """Call ``fn(table, batch_id)`` with each whole micro-batch as a sink.
@@ -392,6 +444,50 @@ class DataStreamWriter:
             progress_callbacks=self._progress_callbacks,
             checkpoint_fsync=fsync,
         )
+
+
+_TRIGGER_ALIASES = {"processingtime": "processing_time", "availablenow": "available_now", "realtime": "real_time"}
+TRIGGER_KINDS = ("processing_time", "once", "available_now", "real_time")
+
+
+def make_trigger(**kwargs: Any) -> Trigger:
+    """The :class:`Trigger` of ``trigger(...)`` keywords (snake_case or PySpark's camelCase),
+    checked: exactly one given, intervals parse and lie within 0..365 days. Raises
+    :class:`HeadraceError` naming the keyword, the value and what is accepted. No I/O."""
+    given: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if value is None or value is False:
+            continue
+        kind = _TRIGGER_ALIASES.get(key.lower(), key)
+        if kind not in TRIGGER_KINDS:
+            raise HeadraceError(
+                f"unknown trigger {key!r}; use one of processing_time (processingTime), once, "
+                "available_now (availableNow), real_time (realTime)"
+            )
+        if kind in given:
+            raise HeadraceError(f"trigger {kind} is given twice (as {key!r} too); give it once")
+        given[kind] = value
+    if len(given) != 1:
+        raise HeadraceError(
+            f"trigger() takes exactly one of processing_time, once, available_now, real_time; got {sorted(given) or 'none'}"
+        )
+    kind, value = next(iter(given.items()))
+    interval = 0.0
+    if kind in ("once", "available_now") and value is not True:
+        raise HeadraceError(f"trigger {kind} must be true (or left out), not {value!r}")
+    if kind in ("processing_time", "real_time"):
+        try:
+            interval = Duration().parse(value)
+        except ValueError as e:
+            raise HeadraceError(f"trigger({kind}=...): {e}") from None
+        if interval > MAX_TRIGGER_INTERVAL:
+            raise HeadraceError(
+                f"trigger({kind}={value!r}): {interval:g} seconds is longer than the maximum of 365 days; "
+                "give a shorter interval (e.g. '1 hour'), or run with available_now from a scheduler"
+            )
+        if kind == "real_time" and interval <= 0:
+            raise HeadraceError("trigger(real_time=...) needs a positive interval, e.g. '5 minutes'")
+    return Trigger(kind, interval)
 
 
 read_stream = DataStreamReader()

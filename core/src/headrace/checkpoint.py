@@ -28,7 +28,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
+import shutil
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,6 +43,11 @@ from headrace.protocols import Offset
 __all__ = ["Checkpoint", "OffsetEntry", "atomic_write"]
 
 FORMAT_VERSION = 1
+log = logging.getLogger(__name__)
+
+
+def _is_offset(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
 
 
 def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
@@ -92,14 +99,36 @@ class OffsetEntry:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> OffsetEntry:
-        srcs = data["sources"]
+        """Parse an entry, checking its structure; raises ValueError saying what is wrong."""
+        srcs = data.get("sources")
+        if not isinstance(srcs, list) or not srcs:
+            raise ValueError(f"'sources' must be a non-empty list, not {json.dumps(srcs)[:80]}")
+        batch_id = data.get("batchId")
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise ValueError(f"'batchId' must be a batch number, not {json.dumps(batch_id)[:80]}")
+        timestamp = data.get("timestamp", 0)
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
+            raise ValueError(f"'timestamp' must be a number, not {json.dumps(timestamp)[:80]}")
+        real_time = data.get("realTime", False)
+        if not isinstance(real_time, bool):
+            raise ValueError(f"'realTime' must be true or false, not {json.dumps(real_time)[:80]}")
+        metadata = data.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise ValueError(f"'metadata' must be an object, not {json.dumps(metadata)[:80]}")
+        for i, src in enumerate(srcs):
+            if not isinstance(src, dict) or "start" not in src or "end" not in src:
+                raise ValueError(f"sources[{i}] must be an object with 'start' and 'end'")
+            if not _is_offset(src["start"]):
+                raise ValueError(f"sources[{i}].start must be an offset object, not {json.dumps(src['start'])[:80]}")
+            if not (_is_offset(src["end"]) or (src["end"] is None and real_time)):
+                raise ValueError(f"sources[{i}].end must be an offset object, not {json.dumps(src['end'])[:80]}")
         return cls(
-            batch_id=int(data["batchId"]),
+            batch_id=batch_id,
             starts=[s["start"] for s in srcs],
             ends=[s["end"] for s in srcs],
-            timestamp_ms=int(data.get("timestamp", 0)),
-            real_time=bool(data.get("realTime", False)),
-            metadata=dict(data.get("metadata") or {}),
+            timestamp_ms=int(timestamp),
+            real_time=real_time,
+            metadata=dict(metadata),
         )
 
 
@@ -144,29 +173,97 @@ class Checkpoint:
         ``sources`` describes each source (``{"connector": ..., "path": ...}``); a checkpoint
         whose metadata lists different sources, or another query name, is refused.
         """
-        os.makedirs(self._p("offsets"), exist_ok=True)
-        os.makedirs(self._p("commits"), exist_ok=True)
-        self._lock()
+        try:
+            os.makedirs(self._p("offsets"), exist_ok=True)
+            os.makedirs(self._p("commits"), exist_ok=True)
+            self._lock()
+        except OSError as e:
+            raise self._unusable(e) from None
         try:
             meta_path = self._p("metadata")
             meta = self._read_json(meta_path)
+            if meta is None and (self.batch_ids() or self.committed_ids()):
+                raise CheckpointError(
+                    f"checkpoint {self.location} has batches (offsets/, commits/) but its metadata file {meta_path} "
+                    "is missing: the query's id is lost, so sinks keyed by it could write a replayed batch twice. "
+                    "Fix: restore the metadata file from a backup, or start over with a new checkpointLocation "
+                    "(or delete this folder)"
+                )
+            if meta is not None:
+                self._check_metadata(meta)
+                if not self.committed_ids() and not self._matches(meta, name=name, sources=sources):
+                    self._take_over(meta, name=name, sources=sources)
+                    meta = None
             if meta is None:
-                meta = {
-                    "version": FORMAT_VERSION,
-                    "id": str(uuid.uuid4()),
-                    "name": name,
-                    "sources": sources,
-                    "sink": sink,
-                    "createdAt": int(time.time() * 1000),
-                }
-                atomic_write(meta_path, json.dumps(meta, indent=1, sort_keys=True).encode(), durable=self.durable)
+                meta = self._new_metadata(name=name, sources=sources, sink=sink)
             else:
                 self._verify(meta, name=name, sources=sources)
             self.metadata = meta
             return meta
+        except OSError as e:
+            self.close()
+            raise self._unusable(e) from None
         except BaseException:
             self.close()
             raise
+
+    def _unusable(self, e: OSError) -> CheckpointError:
+        why = {
+            "NotADirectoryError": "a file is in the way (it must be a folder)",
+            "FileExistsError": "a file is in the way (it must be a folder)",
+            "PermissionError": "this process may not write there",
+            "FileNotFoundError": "a folder on its path cannot be created",
+        }.get(type(e).__name__, e.strerror or type(e).__name__)
+        return CheckpointError(
+            f"checkpointLocation {self.location} cannot be used as a checkpoint folder: {why} "
+            f"({type(e).__name__} on {e.filename or self.location}). Fix: give a folder this process can create "
+            "and write (it is created if missing)"
+        )
+
+    def _new_metadata(self, *, name: str, sources: list[dict[str, Any]], sink: dict[str, Any]) -> dict[str, Any]:
+        meta = {
+            "version": FORMAT_VERSION,
+            "id": str(uuid.uuid4()),
+            "name": name,
+            "sources": sources,
+            "sink": sink,
+            "createdAt": int(time.time() * 1000),
+        }
+        atomic_write(self._p("metadata"), json.dumps(meta, indent=1, sort_keys=True).encode(), durable=self.durable)
+        return meta
+
+    def _take_over(self, meta: dict[str, Any], *, name: str, sources: list[dict[str, Any]]) -> None:
+        """A query that never committed a batch (e.g. it failed on a wrong path before its first
+        batch) left this checkpoint: a corrected definition takes it over. What the old
+        definition left (uncommitted offsets entries, source and sink state) is removed and a
+        new query id is made, so nothing of it is replayed into the new query."""
+        log.warning(
+            "checkpoint %s was written by query '%s' reading %s, which never committed a batch; "
+            "query '%s' reading %s takes it over (new query id)",
+            self.location, meta.get("name") or "", _describe(meta["sources"]), name, _describe(sources),
+        )  # fmt: skip
+        for i in self.batch_ids():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._p("offsets", str(i)))
+        for folder in ("sources", "sinks"):
+            shutil.rmtree(self._p(folder), ignore_errors=True)
+
+    def _check_metadata(self, meta: dict[str, Any]) -> None:
+        path = self._p("metadata")
+        fix = "restore it from a backup, or start over with a new checkpointLocation"
+        if not isinstance(meta.get("id"), str) or not meta.get("id"):
+            raise CheckpointError(f"checkpoint metadata {path} has no query id; it is not a headrace checkpoint; {fix}")
+        srcs = meta.get("sources")
+        if not isinstance(srcs, list) or not all(isinstance(x, dict) for x in srcs):
+            raise CheckpointError(f"checkpoint metadata {path}: 'sources' is not a list of objects; {fix}")
+        if not isinstance(meta.get("name", ""), str):
+            raise CheckpointError(f"checkpoint metadata {path}: 'name' is not a string; {fix}")
+
+    def _matches(self, meta: dict[str, Any], *, name: str, sources: list[dict[str, Any]]) -> bool:
+        old_name = meta.get("name") or ""
+        if old_name and name and old_name != name:
+            return False
+        return _norm(meta["sources"]) == _norm(sources)
 
     def _verify(self, meta: dict[str, Any], *, name: str, sources: list[dict[str, Any]]) -> None:
         where = f"checkpoint {self.location}"
@@ -181,20 +278,15 @@ class Checkpoint:
         old_name = meta.get("name") or ""
         if old_name and name and old_name != name:
             raise CheckpointError(f"{where} belongs to query '{old_name}', not '{name}'; {fix}")
-
-        def describe(ss: list[dict[str, Any]]) -> str:
-            return ", ".join(f"{s.get('connector')}" + (f" at {s['path']}" if s.get("path") else "") for s in ss) or "nothing"
-
-        def norm(ss: list[dict[str, Any]]) -> list[tuple[str, str]]:
-            return [(str(s.get("connector", "")).lower(), str(s.get("path") or "")) for s in ss]
-
-        if norm(meta["sources"]) != norm(sources):
+        if _norm(meta["sources"]) != _norm(sources):
             raise CheckpointError(
-                f"{where} was written by a query reading {describe(meta['sources'])}; this query reads "
-                f"{describe(sources)}. A checkpoint cannot be reused with other sources; {fix}"
+                f"{where} was written by a query reading {_describe(meta['sources'])}; this query reads "
+                f"{_describe(sources)}. A checkpoint cannot be reused with other sources; {fix}"
             )
 
     def _lock(self) -> None:
+        if not os.path.isdir(self.location):
+            raise CheckpointError(f"checkpoint {self.location} does not exist (or is not a folder)")
         fd = os.open(self._p(".lock"), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -266,9 +358,21 @@ class Checkpoint:
         if doc is None:
             raise CheckpointError(f"checkpoint {self.location} has no offsets entry for batch {batch_id}")
         try:
-            return OffsetEntry.from_json(doc)
+            entry = OffsetEntry.from_json(doc)
         except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"checkpoint entry {path} is malformed ({type(e).__name__}: {e})") from None
+            raise CheckpointError(
+                f"checkpoint entry {path} is malformed ({e}); it was not written by headrace. Restore it, or roll "
+                "back with `headrace checkpoint reset <dir> --to-batch N`"
+            ) from None
+        n = len(self.metadata.get("sources") or []) if self.metadata else 0
+        if entry.batch_id != batch_id or (n and len(entry.starts) != n):
+            what = (f"it says batch {entry.batch_id}" if entry.batch_id != batch_id
+                    else f"it has {len(entry.starts)} sources, the query {n}")  # fmt: skip
+            raise CheckpointError(
+                f"checkpoint entry {path} does not belong here ({what}). Restore it, or roll back with "
+                "`headrace checkpoint reset <dir> --to-batch N`"
+            )
+        return entry
 
     def write_offsets(self, entry: OffsetEntry) -> None:
         """Write-ahead: record the batch's range before reading it. Called once per batch."""
@@ -313,19 +417,58 @@ class Checkpoint:
     def is_committed(self, batch_id: int) -> bool:
         return os.path.exists(self._p("commits", str(batch_id)))
 
-    def reset_to(self, batch_id: int) -> list[int]:
-        """Forget every batch after ``batch_id`` (the next run continues after it). Returns the
-        batch ids removed. Refuses while a query holds the lock."""
+    def pending(self) -> list[OffsetEntry]:
+        """The recorded batches to replay before planning new ones, in order: every offsets
+        entry after the last committed batch (one after a crash; several after
+        ``reset_to``). Called once per query run. Refuses a gap in the entries."""
+        committed = self.committed_ids()
+        last = committed[-1] if committed else -1
+        ids = [i for i in self.batch_ids() if i > last]
+        if ids and ids != list(range(last + 1, ids[-1] + 1)):
+            missing = sorted(set(range(last + 1, ids[-1] + 1)) - set(ids))
+            raise CheckpointError(
+                f"checkpoint {self.location}: batches {ids[0]}..{ids[-1]} are to be replayed but the offsets entries "
+                f"of {missing[:5]} are missing, so their ranges are unknown. Restore them, or roll back with "
+                f"`headrace checkpoint reset {self.location} --to-batch {last} --force` (re-plans those batches)"
+            )
+        return [self.read_offsets(i) for i in ids]
+
+    def reset_to(self, batch_id: int, *, force: bool = False) -> list[int]:
+        """Roll the query back to just after batch ``batch_id`` (``-1``: to the start). Returns
+        the batch ids rolled back. Refuses while a query holds the lock.
+
+        By default the rolled-back batches keep their offsets entries and lose only their
+        commits entries: the next run replays each of them with exactly its recorded range and
+        batch id, so a sink that skips batch ids it has already committed skips exactly the rows
+        it already holds, and one whose output was rolled back (a Delta table restored to an
+        older version) gets them again. Nothing is lost, even from a time-driven source such as
+        ``rate`` whose re-planned ranges would differ. When a recorded range is no longer there
+        (only the last ``retain`` batches are kept), the reset is refused, unless ``force``:
+        then the batches are forgotten entirely and re-planned on the next run (new ranges; a
+        sink keyed by batch id may skip them as already committed, losing those rows).
+        """
         self._lock()
         try:
-            removed = sorted({i for i in self.batch_ids() + self.committed_ids() if i > batch_id})
-            if batch_id >= 0 and batch_id not in self.batch_ids():
+            ids = self.batch_ids()
+            if batch_id >= 0 and batch_id not in ids:
                 raise CheckpointError(
                     f"checkpoint {self.location} has no batch {batch_id}; batches kept: "
-                    f"{[*self.batch_ids()[:1], '...', *self.batch_ids()[-1:]] if self.batch_ids() else 'none'}"
+                    f"{[*ids[:1], '...', *ids[-1:]] if ids else 'none'}"
+                )
+            removed = sorted({i for i in ids + self.committed_ids() if i > batch_id})
+            kept = [i for i in ids if i > batch_id]
+            if not force and kept and kept != list(range(batch_id + 1, kept[-1] + 1)):
+                raise CheckpointError(
+                    f"checkpoint {self.location}: cannot roll back to batch {batch_id} safely: the ranges of batches "
+                    f"{batch_id + 1}..{kept[0] - 1} are no longer recorded (only the last {self.retain} batches are "
+                    "kept), so they cannot be replayed exactly. Fix: roll back to a batch from "
+                    f"{kept[0] - 1 if kept[0] > 0 else 0} on, or add --force to re-plan them (a time-driven source "
+                    "such as rate then reads other ranges, and a sink that skips committed batch ids skips them: "
+                    "rows can be lost), or start over with a new checkpointLocation"
                 )
             for i in removed:
-                for folder in ("commits", "offsets"):
+                folders = ("commits", "offsets") if force else ("commits",)
+                for folder in folders:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(self._p(folder, str(i)))
             return removed
@@ -346,7 +489,18 @@ class Checkpoint:
             "lastBatch": ids[-1] if ids else None,
             "lastCommitted": max(committed) if committed else None,
             "pendingReplay": bool(ids) and ids[-1] not in committed,
+            "batchesToReplay": [i for i in ids if i > max(committed, default=-1)],
             "lastOffsets": (
                 [{"start": s, "end": e} for s, e in zip(last.starts, last.ends, strict=True)] if last else None
             ),
         }
+
+
+def _describe(ss: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{s.get('connector')}" + (f" at {s['path']}" if s.get("path") else "") for s in ss) or "nothing"
+
+
+def _norm(ss: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    from headrace.errors import redact_url
+
+    return [(str(s.get("connector", "")).lower(), redact_url(str(s.get("path") or ""))) for s in ss]

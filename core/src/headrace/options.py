@@ -23,15 +23,18 @@ Secret values are wrapped in :class:`Secret` and never appear in reprs, logs or 
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import difflib
 import json
+import math
 import re
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from headrace.errors import OptionProblem, OptionsError
+from headrace.errors import OptionProblem, OptionsError, register_secret
 
 __all__ = [
     "Boolean",
@@ -47,6 +50,7 @@ __all__ = [
     "Options",
     "PassThrough",
     "PyObject",
+    "Regex",
     "Rule",
     "Secret",
     "Size",
@@ -60,6 +64,15 @@ __all__ = [
     "rule",
     "suggest",
 ]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr(value)``, cut to ``limit`` characters (hostile values can be megabytes long)."""
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..." + f" ({len(text)} chars)"
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str | None:
@@ -76,6 +89,7 @@ class Secret:
 
     def __init__(self, value: Any) -> None:
         self._value = value
+        register_secret(value)  # so that headrace.errors.redact removes it from any error or log line
 
     def reveal(self) -> Any:
         return self._value
@@ -123,8 +137,36 @@ class String(OptionType):
         if isinstance(value, bytes | bytearray | dict | list):
             raise ValueError(f"expected a string, got {type(value).__name__}")
         text = str(value)
+        if "\x00" in text:  # no path, name or client setting can hold one (C libraries stop there)
+            raise ValueError(f"{_short(text)} contains a NUL character")
         if self.pattern is not None and not self.pattern.fullmatch(text):
-            raise ValueError(f"{text!r} is not valid{': ' + self.hint if self.hint else ''}")
+            raise ValueError(f"{_short(text)} is not valid{': ' + self.hint if self.hint else ''}")
+        return text
+
+
+# Integers go to client libraries (librdkafka, Arrow, libpq) as 64-bit values: larger ones are
+# refused at parse time instead of overflowing later.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Durations go to sleeps and waits (threading's TIMEOUT_MAX is ~292 years): 100 years at most.
+MAX_DURATION_SECONDS = 100 * 365.25 * 86400
+_ASCII_INT = re.compile(r"[+-]?[0-9]{1,40}")
+
+
+class Regex(String):
+    """A regular expression (Python's ``re`` syntax), checked when the options are parsed so a
+    bad one is an options error at ``load()``, not a ``re.error`` at ``start()``. The value
+    stays a string (options are printed and pickled); compile it where it is used."""
+
+    label = "regex"
+
+    def parse(self, value: Any) -> Any:
+        text = super().parse(value)
+        try:
+            with warnings.catch_warnings():  # FutureWarnings about odd but valid patterns
+                warnings.simplefilter("ignore")
+                re.compile(text)
+        except (re.error, RecursionError, OverflowError, ValueError) as e:
+            raise ValueError(f"{_short(text)} is not a valid regular expression ({e})") from None
         return text
 
 
@@ -132,24 +174,25 @@ class Integer(OptionType):
     label = "int"
 
     def __init__(self, *, min: int | None = None, max: int | None = None) -> None:
-        self.min, self.max = min, max
+        self.min = INT64_MIN if min is None else min
+        self.max = INT64_MAX if max is None else max
 
     def parse(self, value: Any) -> Any:
         if isinstance(value, bool):
-            raise ValueError(f"{value!r} is not an integer")
+            raise ValueError(f"{_short(value)} is not an integer")
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, int):
             n = value
         else:
             text = str(value).strip().replace("_", "")
-            if not re.fullmatch(r"[+-]?\d+", text):
-                raise ValueError(f"{value!r} is not an integer")
+            if not _ASCII_INT.fullmatch(text):
+                raise ValueError(f"{_short(value)} is not an integer (write digits 0-9, at most 19 of them)")
             n = int(text)
         if self.min is not None and n < self.min:
-            raise ValueError(f"{n} is less than the minimum {self.min}")
+            raise ValueError(f"{_short(n)} is less than the minimum {self.min}")
         if self.max is not None and n > self.max:
-            raise ValueError(f"{n} is more than the maximum {self.max}")
+            raise ValueError(f"{_short(n)} is more than the maximum {self.max}")
         return n
 
 
@@ -161,11 +204,13 @@ class Float(OptionType):
 
     def parse(self, value: Any) -> Any:
         if isinstance(value, bool):
-            raise ValueError(f"{value!r} is not a number")
+            raise ValueError(f"{_short(value)} is not a number")
         try:
             x = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{value!r} is not a number") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{_short(value)} is not a number") from None
+        if not math.isfinite(x):
+            raise ValueError(f"{_short(value)} is not a finite number")
         if self.min is not None and x < self.min:
             raise ValueError(f"{x} is less than the minimum {self.min}")
         if self.max is not None and x > self.max:
@@ -186,7 +231,7 @@ class Boolean(OptionType):
             return True
         if text in self._FALSE:
             return False
-        raise ValueError(f"{value!r} is not a boolean (use true or false)")
+        raise ValueError(f"{_short(value)} is not a boolean (use true or false)")
 
     def render(self, value: Any) -> str:
         return "true" if value else "false"
@@ -215,20 +260,24 @@ class Duration(OptionType):
         self.min = min
 
     def parse(self, value: Any) -> Any:
-        if isinstance(value, dt.timedelta):
-            seconds = value.total_seconds()
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            seconds = float(value) * _DURATION_UNITS[self.unit]
-        else:
-            text = str(value).strip().lower()
-            m = re.fullmatch(r"(?:interval\s+)?([+-]?\d+(?:\.\d+)?)\s*([a-z]*)", text)
-            if not m or (m.group(2) and m.group(2) not in _DURATION_UNITS):
-                raise ValueError(
-                    f"{value!r} is not a duration (write e.g. '100 milliseconds', '10 seconds', '5 minutes', '2h')"
-                )
-            seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or self.unit]
+        bad = f"{_short(value)} is not a duration (write e.g. '100 milliseconds', '10 seconds', '5 minutes', '2h')"
+        try:
+            if isinstance(value, dt.timedelta):
+                seconds = value.total_seconds()
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                seconds = float(value) * _DURATION_UNITS[self.unit]
+            else:
+                text = str(value).strip().lower()
+                m = re.fullmatch(r"(?:interval\s+)?([+-]?[0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-z]*)", text)
+                if not m or (m.group(2) and m.group(2) not in _DURATION_UNITS):
+                    raise ValueError(bad)
+                seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2) or self.unit]
+        except OverflowError:
+            raise ValueError(bad) from None
+        if not math.isfinite(seconds) or seconds > MAX_DURATION_SECONDS:
+            raise ValueError(f"{_short(value)} is longer than the maximum of 100 years")
         if self.min is not None and seconds < self.min:
-            raise ValueError(f"{value!r} is shorter than the minimum {self.min} seconds")
+            raise ValueError(f"{_short(value)} is shorter than the minimum {self.min} seconds")
         return seconds
 
     def render(self, value: Any) -> str:
@@ -249,12 +298,14 @@ class Size(OptionType):
             n = value
         else:
             text = str(value).strip().lower()
-            m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", text)
+            m = re.fullmatch(r"([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([a-z]*)", text)
             if not m or m.group(2) not in _SIZE_UNITS:
-                raise ValueError(f"{value!r} is not a size (write e.g. '10g', '512m', '64k' or a number of bytes)")
-            n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+                raise ValueError(f"{_short(value)} is not a size (write e.g. '10g', '512m', '64k' or a number of bytes)")
+            n = int(decimal.Decimal(m.group(1)) * _SIZE_UNITS[m.group(2)])
         if n <= 0:
-            raise ValueError(f"{value!r} must be more than 0 bytes")
+            raise ValueError(f"{_short(value)} must be more than 0 bytes")
+        if n > INT64_MAX:
+            raise ValueError(f"{_short(value)} is more than the maximum of 8 EiB")
         return n
 
 
@@ -271,20 +322,23 @@ class Timestamp(OptionType):
             ts = value
         elif isinstance(value, dt.date):
             ts = dt.datetime(value.year, value.month, value.day)
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            ts = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
         else:
-            text = str(value).strip()
-            if re.fullmatch(r"\d{10,}", text):
-                ts = dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.UTC)
-            else:
-                try:
-                    ts = dt.datetime.fromisoformat(text.replace(" UTC", "+00:00"))
-                except ValueError:
-                    raise ValueError(
-                        f"{value!r} is not a timestamp (write e.g. '2024-05-01', '2024-05-01T12:00:00Z' or epoch ms)"
-                    ) from None
-        return ts.replace(tzinfo=dt.UTC) if ts.tzinfo is None else ts.astimezone(dt.UTC)
+            bad = f"{_short(value)} is not a timestamp (write e.g. '2024-05-01', '2024-05-01T12:00:00Z' or epoch ms)"
+            try:
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    ts = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC)
+                else:
+                    text = str(value).strip()
+                    if re.fullmatch(r"[0-9]{10,}", text):
+                        ts = dt.datetime.fromtimestamp(int(text) / 1000, tz=dt.UTC)
+                    else:
+                        ts = dt.datetime.fromisoformat(text.replace(" UTC", "+00:00"))
+            except (ValueError, OverflowError, OSError):
+                raise ValueError(bad) from None
+        try:
+            return ts.replace(tzinfo=dt.UTC) if ts.tzinfo is None else ts.astimezone(dt.UTC)
+        except (ValueError, OverflowError) as e:
+            raise ValueError(f"{_short(value)} is out of the range of timestamps ({e})") from None
 
 
 class StringList(OptionType):
@@ -300,7 +354,7 @@ class StringList(OptionType):
         items = [str(v).strip() for v in value] if isinstance(value, list | tuple) else str(value).split(self.sep)
         items = [i.strip() for i in items if i.strip()]
         if len(items) < self.min_items:
-            raise ValueError(f"{value!r} needs at least {self.min_items} item(s)")
+            raise ValueError(f"{_short(value)} needs at least {self.min_items} item(s)")
         return items
 
     def render(self, value: Any) -> str:
@@ -321,7 +375,7 @@ class Choice(OptionType):
                 return c
         hint = suggest(text, self.choices)
         allowed = ", ".join(repr(c) for c in self.choices)
-        raise ValueError(f"{value!r} is not one of {allowed}" + (f" (did you mean {hint!r}?)" if hint else ""))
+        raise ValueError(f"{_short(value)} is not one of {allowed}" + (f" (did you mean {hint!r}?)" if hint else ""))
 
 
 class Json(OptionType):
@@ -335,7 +389,11 @@ class Json(OptionType):
         try:
             return json.loads(str(value))
         except json.JSONDecodeError as e:
-            raise ValueError(f"{value!r} is not valid JSON ({e.msg} at position {e.pos})") from None
+            raise ValueError(f"{_short(value)} is not valid JSON ({e.msg} at position {e.pos})") from None
+        except RecursionError:
+            raise ValueError(f"{_short(value)} is nested too deeply to be an option's JSON") from None
+        except ValueError as e:  # e.g. an integer of more than 4300 digits
+            raise ValueError(f"{_short(value)} is not usable JSON ({e})") from None
 
 
 class OneOf(OptionType):
@@ -351,7 +409,7 @@ class OneOf(OptionType):
                 return t.parse(value)
             except ValueError:
                 continue
-        raise ValueError(f"{value!r} is not {self.label}")
+        raise ValueError(f"{_short(value)} is not {self.label}")
 
 
 class PyObject(OptionType):
@@ -401,7 +459,8 @@ class PassThrough:
 
     prefix: str
     doc: str = ""
-    secret_markers: tuple[str, ...] = ("password", "secret", "token", "jaas", "ssl.key", "credential", "private")
+    secret_markers: tuple[str, ...] = ("password", "passwd", "secret", "token", "jaas", "ssl.key", "credential",
+                                       "private", "account_key", "accountkey", "api_key", "apikey")
 
 
 @dataclass(frozen=True)
@@ -615,8 +674,9 @@ class OptionSchema:
                 continue
             try:
                 parsed = opt.type.parse(value)
-            except ValueError as e:
-                msg = f"invalid value (hidden: secret); expected {opt.type.label}" if opt.secret else str(e)
+            except Exception as e:  # a parser's ValueError, or anything a hostile value provokes
+                detail = str(e) if isinstance(e, ValueError) else f"{_short(value)} cannot be parsed ({type(e).__name__})"
+                msg = f"invalid value (hidden: secret); expected {opt.type.label}" if opt.secret else detail
                 problems.append(OptionProblem(opt.name, msg))
                 continue
             values[opt.name] = Secret(parsed) if opt.secret else parsed
@@ -631,7 +691,10 @@ class OptionSchema:
         opts = Options(values, given, passthrough)
         if not problems:
             for r in self.rules:
-                problems.extend(r.check(opts))
+                try:
+                    problems.extend(r.check(opts))
+                except Exception as e:  # a rule tripping over a hostile value is still a bad value
+                    problems.append(OptionProblem(r.doc, f"the options given cannot be checked ({type(e).__name__}: {str(e)[:200]})"))
         else:
             # still report cross-option problems among options that parsed
             for r in self.rules:

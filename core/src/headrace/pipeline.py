@@ -21,9 +21,12 @@
 
     [trigger]                           # one of: available_now / once = true,
     available_now = true                # processing_time / real_time = "10 seconds"
+                                        # (Spark's processingTime / availableNow / realTime too);
+                                        # no [trigger] at all means available_now = true
 
-``headrace validate FILE`` checks every option of source and sink (all problems at once, no
-I/O); ``headrace run FILE`` runs it and prints one progress line per batch.
+``headrace validate FILE`` checks everything ``run`` would check before starting (structure,
+every option of source and sink, trigger, output mode, checkpoint, real-time support; all
+problems at once, no I/O); ``headrace run FILE`` runs it and prints one progress line per batch.
 """
 
 from __future__ import annotations
@@ -41,6 +44,13 @@ from headrace.errors import HeadraceError, OptionProblem, OptionsError
 __all__ = ["Pipeline", "load_pipeline"]
 
 _PATH_KEYS = ("path", "location", "dir", "destination")
+_TOP_KEYS: dict[str, type] = {"name": str, "checkpoint": str, "source": dict, "sink": dict, "transform": dict, "trigger": dict}
+_SECTION_KEYS: dict[str, dict[str, type]] = {
+    "source": {"format": str, "path": str, "options": dict},
+    "sink": {"format": str, "path": str, "output_mode": str, "options": dict},
+    "transform": {"function": str},
+}
+_TOML_TYPES = {str: "a string", dict: "a table", bool: "true or false"}
 
 
 def _resolve(base: str, value: Any) -> Any:
@@ -90,7 +100,45 @@ class Pipeline:
         return fn
 
     def validate(self) -> None:
-        """Check every option of source and sink, raising one OptionsError with all problems."""
+        """Check everything ``start`` checks before any I/O: every option of source and sink,
+        the output mode, the checkpoint, and that the pair supports the trigger. Raises one
+        OptionsError with all option problems, or a HeadraceError for the rest."""
+        self._validate_options()
+        self._validate_query()
+
+    def _validate_query(self) -> None:
+        from headrace.api import _NO_CHECKPOINT_NEEDED, make_trigger
+        from headrace.plugins import registry
+
+        reg = registry()
+        src, snk = reg.get(self.source_format), reg.get(self.sink_format)
+        trigger = make_trigger(**self.trigger)
+        problems: list[str] = []
+        has_checkpoint = self.checkpoint or any(k.lower() == "checkpointlocation" for k in self.sink_options)
+        if not has_checkpoint and snk.name not in _NO_CHECKPOINT_NEEDED:
+            problems.append(f"a checkpoint is required for sink '{snk.name}': add checkpoint = \"some/folder\" at the top")
+        if snk.sink is None:
+            problems.append(f"connector '{snk.name}' cannot be written to (it is a source only)")
+        if src.source is None:
+            problems.append(f"connector '{src.name}' cannot be read from (it is a sink only)")
+        if problems:
+            raise HeadraceError(f"pipeline file {self.file}: " + "; ".join(problems))
+        # importing the classes imports their client libraries (no I/O): their declarations decide
+        sink_class = snk.load_sink()
+        modes = getattr(sink_class, "output_modes", ("append",))
+        if self.output_mode not in modes:
+            problems.append(f"sink '{snk.name}' does not support output_mode = {self.output_mode!r}; it supports: "
+                            + ", ".join(modes))  # fmt: skip
+        if trigger.kind == "real_time":
+            source_class = src.load_source()
+            if not getattr(source_class, "supports_real_time", False):
+                problems.append(f"source '{src.name}' does not support the real-time trigger")
+            if not getattr(sink_class, "supports_real_time", False):
+                problems.append(f"sink '{snk.name}' does not support the real-time trigger")
+        if problems:
+            raise HeadraceError(f"pipeline file {self.file}: " + "; ".join(problems))
+
+    def _validate_options(self) -> None:
         from headrace.api import ENGINE_WRITER_OPTIONS
         from headrace.plugins import registry
 
@@ -105,7 +153,8 @@ class Pipeline:
         except OptionsError as e:
             problems += [OptionProblem(f"source.{p.option}", p.message) for p in e.problems]
         snk = reg.get(self.sink_format)
-        raw = {k: v for k, v in self.sink_options.items() if k not in ENGINE_WRITER_OPTIONS}
+        engine = {o.lower() for o in ENGINE_WRITER_OPTIONS}
+        raw = {k: v for k, v in self.sink_options.items() if k.lower() not in engine}
         if self.sink_path is not None:
             raw["path"] = self.sink_path
         if snk.name == "memory":
@@ -143,28 +192,77 @@ class Pipeline:
         return w.trigger(**self.trigger)
 
 
-def load_pipeline(path: str) -> Pipeline:
-    """Read and check the structure of a pipeline TOML file (options are checked by validate)."""
+def _read_toml(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            data = f.read()
     except FileNotFoundError:
         raise HeadraceError(f"pipeline file {path!r} does not exist") from None
+    except IsADirectoryError:
+        raise HeadraceError(f"{path!r} is a folder; give the pipeline's TOML file (e.g. {path}/pipeline.toml)") from None
+    except OSError as e:
+        raise HeadraceError(f"pipeline file {path!r} cannot be read: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HeadraceError(
+            f"pipeline file {path!r} is not UTF-8 text (byte {e.start}); TOML files are UTF-8: save it as UTF-8"
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise HeadraceError(f"pipeline file {path!r} is not valid TOML: {e}") from None
+
+
+def _check_section(where: str, value: dict[str, Any], allowed: dict[str, type], problems: list[str]) -> None:
+    from headrace.options import suggest
+
+    for k, v in value.items():
+        kind = allowed.get(k)
+        if kind is None:
+            hint = suggest(k, allowed)
+            if hint:
+                fix = f"did you mean {hint!r}?"
+            elif where in ("[source]", "[sink]"):
+                fix = f"connector options go in the options table: options = {{ {k} = ... }} under {where}"
+            elif where == "top level" and k in ("format", "path", "options", "output_mode"):
+                fix = "it belongs in [source] or [sink]"
+            else:
+                fix = f"allowed: {', '.join(allowed)}"
+            problems.append(f"unknown key {k!r} in {where} ({fix})")
+        elif not isinstance(v, kind):
+            problems.append(f"{k!r} in {where} must be {_TOML_TYPES[kind]}, not {type(v).__name__} {v!r}")
+
+
+def load_pipeline(path: str) -> Pipeline:
+    """Read and check the structure of a pipeline TOML file (options are checked by validate).
+
+    No I/O beyond reading the file; every structural problem is reported at once.
+    """
+    from headrace.api import make_trigger
+
+    doc = _read_toml(path)
     base = os.path.dirname(os.path.abspath(path))
-    problems = []
-    allowed = {"name", "checkpoint", "source", "sink", "transform", "trigger"}
-    for k in doc:
-        if k not in allowed:
-            problems.append(f"unknown key {k!r} (allowed: {', '.join(sorted(allowed))})")
+    problems: list[str] = []
+    _check_section("top level", doc, _TOP_KEYS, problems)
     src, snk = doc.get("source"), doc.get("sink")
+    for section in ("source", "sink", "transform"):
+        value = doc.get(section)
+        if isinstance(value, dict):
+            _check_section(f"[{section}]", value, _SECTION_KEYS[section], problems)
     for section, value in (("source", src), ("sink", snk)):
         if not isinstance(value, dict) or not value.get("format"):
             problems.append(f"[{section}] with a 'format' is required")
     trigger = doc.get("trigger", {"available_now": True})
-    if not isinstance(trigger, dict) or len(trigger) != 1:
-        problems.append("[trigger] needs exactly one of available_now, once, processing_time, real_time")
+    if isinstance(trigger, dict):
+        try:
+            kind = make_trigger(**trigger)
+        except HeadraceError as e:
+            problems.append(f"[trigger]: {e}")
+        except TypeError:
+            problems.append("[trigger] keys must be names such as processing_time")
+        else:
+            trigger = {kind.kind: next(iter(trigger.values()))}
     if problems:
         raise HeadraceError(f"pipeline file {path}: " + "; ".join(problems))
     assert isinstance(src, dict) and isinstance(snk, dict)

@@ -51,8 +51,26 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "headrace"
+# connectors of the plugins published from headrace's own repository: an install hint names a
+# distribution only for these, never one made up from the (maybe mistyped) name asked for
+FIRST_PARTY = {
+    "cloudfiles": "headrace-cloudfiles",
+    "delta": "headrace-delta",
+    "kafka": "headrace-kafka",
+    "kinesis": "headrace-kinesis",
+    "lakebase": "headrace-lakebase",
+    "pubsub": "headrace-pubsub",
+}
 hookspec = pluggy.HookspecMarker("headrace")
 hookimpl = pluggy.HookimplMarker("headrace")
+
+
+def _importable(name: str) -> bool:
+    """True when ``name`` can be imported (its parent packages are imported to find it)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -76,8 +94,10 @@ class ConnectorSpec:
     distribution: str = ""
 
     def missing_requirements(self) -> list[str]:
-        """Import names in ``requires`` that are not installed (checked without importing them)."""
-        return [r for r in self.requires if importlib.util.find_spec(r) is None]
+        """Import names in ``requires`` that are not installed (checked without importing them;
+        a dotted name whose parent package is missing, e.g. ``google.cloud.pubsub_v1`` without
+        any ``google`` package, counts as missing instead of raising)."""
+        return [r for r in self.requires if not _importable(r)]
 
     def load_source(self) -> type:
         """Import and return the source class. Called once per query start."""
@@ -140,8 +160,8 @@ class HeadraceHookSpecs:
 
     @hookspec
     def headrace_query_terminated(self, event: dict[str, Any]) -> None:
-        """Called once when a query ends, with ``id``, ``runId`` and ``exception`` (a string or
-        None)."""
+        """Called once when a query ends, with ``id``, ``runId``, ``name``, ``exception`` (a
+        string or None), ``lastBatchId`` and ``failedBatchId`` (the batch that failed, or None)."""
 
 
 @dataclass
@@ -249,7 +269,11 @@ class Registry:
         msg += f"; installed: {', '.join(names) or 'none'}"
         if self._broken:
             msg += f"; plugins that failed to load: {', '.join(f'{b.name} ({b.distribution})' for b in self._broken)}"
-        msg += f". Connectors are plugins: pip install headrace-{name.lower()} if it exists."
+        dist = FIRST_PARTY.get(name.lower())
+        if dist is not None:
+            msg += f". The '{name}' connector comes with a plugin: pip install {dist}"
+        elif not hint:
+            msg += ". Connectors are plugins: install the one that provides it, then `headrace connectors` lists it"
         raise ConnectorNotFoundError(msg)
 
     def names(self) -> list[str]:

@@ -175,6 +175,9 @@ class QueryProgress:
             f"[{self.name or self.id[:8]}] batch {self.batch_id}: {self.num_input_rows:,} rows in "
             f"{self.batch_duration_ms} ms ({_human(self.processed_rows_per_second)} rows/s)"
         )
+        skipped = self.sink.metrics.get("numRowsSkipped")
+        if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
+            text += f"; {skipped:,} rows skipped by the sink (batch already committed)"
         if backlog:
             text += f"; backlog {backlog}"
         if self.latencies:

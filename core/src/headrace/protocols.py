@@ -110,6 +110,9 @@ class SourceContext:
     ``state_path`` is the source's own folder in the checkpoint (``sources/<i>``), created
     before the source is, for state such as a file index or staged data. It is ``None`` when
     the source is created outside a query (``headrace describe``, contract tests of offsets).
+    ``has_committed_batches`` is True when the checkpoint already holds a committed batch (a
+    resumed query: state the source kept in ``state_path`` must be there); False for a new
+    query, and where the engine cannot tell (under Spark).
     """
 
     query_id: str = ""
@@ -117,6 +120,7 @@ class SourceContext:
     source_index: int = 0
     state_path: str | None = None
     user_schema: pa.Schema | None = None
+    has_committed_batches: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,12 @@ class Source(ABC):
     - ``replayable``: reading the same ``[start, end)`` again gives the same rows. Needed for
       exactly-once.
     - ``supports_real_time``: implements ``read_real_time`` for ``trigger(real_time=...)``.
+    - ``needs_state_path``: keeps state of its own in ``context.state_path`` (a file index,
+      staged messages, a start time) that must survive restarts. The local engine always gives
+      one (``<checkpoint>/sources/<i>``); under Spark, which does not tell a Python source its
+      checkpoint, such a source needs the ``headraceStatePath`` option, unless
+      :meth:`default_state_path` derives a folder from its options. A source without state
+      (offsets alone say where it is) leaves it False and runs under Spark with no extra option.
 
     The constructor is called once per query run, on the driver, with validated options; it may
     connect to the service. It must not read data.
@@ -164,6 +174,16 @@ class Source(ABC):
 
     replayable: ClassVar[bool] = True
     supports_real_time: ClassVar[bool] = False
+    needs_state_path: ClassVar[bool] = False
+
+    @classmethod
+    def default_state_path(cls, options: Options) -> str | None:
+        """Where the source's state lives when the engine cannot say (under Spark without
+        ``headraceStatePath``), derived from its options; None when nothing can be derived.
+
+        Called once per reader on the Spark driver, before the source is built; pure (no I/O).
+        Only consulted when ``needs_state_path`` is True."""
+        return None
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         self.options = options

@@ -163,3 +163,38 @@ def test_a_stream_cannot_be_the_static_side() -> None:
     stream = hr.read_stream.format("memory").option("name", "x").load()
     with pytest.raises(HeadraceError, match="stream-stream joins"):
         stream.join(stream, on="customer_id")  # type: ignore[arg-type]
+
+
+def test_snapshot_semantics_with_a_delta_dimension_table(tmp_path: Path) -> None:
+    # the seeds/004 example as written there: facts streamed, customers read from a Delta table
+    deltalake = pytest.importorskip("deltalake")  # the headrace-delta plugin's library
+    path = str(tmp_path / "customers")
+    deltalake.write_deltalake(path, pa.table({"customer_id": [1, 2], "name": ["Bilal", "Olga"]}))
+    tx = memory_stream(f"tx-{uuid.uuid4().hex[:6]}", pa.schema([("customer_id", pa.int64()), ("value", pa.int64())]))
+    report = (hr.read_stream.format("memory").option("name", tx.name).load()
+              .join(hr.read.format("delta").load(path), on="customer_id"))  # fmt: skip
+    out = f"sales-{uuid.uuid4().hex[:6]}"
+
+    def run_once() -> None:
+        q = (report.write_stream.format("memory").query_name(out).option("checkpointLocation", str(tmp_path / "chk"))
+             .trigger(processing_time="10 milliseconds").start())  # fmt: skip
+        try:
+            tx.add([{"customer_id": 3, "value": len(tx) * 100}, {"customer_id": 1, "value": len(tx) * 100 + 1}])
+            q.process_all_available(30)
+            deltalake.write_deltalake(path, pa.table({"customer_id": [3], "name": ["Zoya"]}), mode="append")
+            q.process_all_available(30)
+        finally:
+            q.stop()
+
+    run_once()
+    assert rows(hr.memory_table(out)) == [(1, 1, "Bilal")]  # Zoya was added after the start
+    run_once()
+    assert rows(hr.memory_table(out)) == [(1, 1, "Bilal"), (1, 101, "Bilal"), (3, 100, "Zoya")]
+
+
+def test_import_headrace_does_not_import_duckdb() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, headrace; assert 'duckdb' not in sys.modules and 'pyarrow.compute' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -86,3 +86,23 @@ def test_drop_duplicates_matches_duckdb_distinct(tmp_path: Path) -> None:
     assert sorted(out.column("user").to_pylist()) == [
         r[0] for r in duck(everything, "SELECT DISTINCT user FROM batch")]  # fmt: skip
 
+
+
+def test_drop_duplicates_within_watermark_gets_the_delay_from_the_plan(tmp_path: Path) -> None:
+    import datetime as dt
+
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us", tz="UTC"))])
+    name = f"dw-{uuid.uuid4().hex[:6]}"
+    stream = memory_stream(name, schema)
+    t0 = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    frame = (hr.read_stream.format("memory").option("name", name).load().with_watermark("ts", "10 seconds")
+             .drop_duplicates_within_watermark("id"))  # fmt: skip
+    q = (frame.write_stream.format("memory").query_name(name + "-out").option("checkpointLocation", str(tmp_path))
+         .trigger(processing_time="10 milliseconds").start())  # fmt: skip
+    try:
+        for rows in ([(1, 0), (2, 1), (1, 2)], [(2, 3), (3, 4)]):
+            stream.add([{"id": i, "ts": t0 + dt.timedelta(seconds=s)} for i, s in rows])
+            q.process_all_available(30)
+    finally:
+        q.stop()
+    assert sorted(hr.memory_table(name + "-out").column("id").to_pylist()) == [1, 2, 3]

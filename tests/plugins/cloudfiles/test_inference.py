@@ -15,7 +15,7 @@ import pytest
 
 from headrace.errors import SchemaChangedError, StreamingQueryException
 from headrace_cloudfiles.formats import ReaderConfig, infer_data_schema, read_prefix
-from headrace_cloudfiles.storage import LocalStore
+from headrace_cloudfiles.local import LocalStore
 from tests.plugins.cloudfiles.helpers import output, run, write_json
 
 ROWS = 400  # ~ 20 KB of json lines per file: far past a 1 KB prefix

@@ -72,7 +72,7 @@ def test_plugin_loads_without_importing_deltalake() -> None:
         "import sys; from headrace.plugins import registry; s = registry().get('delta'); "
         "s.source_options.parse({'path': '/t'}); import headrace_delta; "
         "assert 'deltalake' not in sys.modules, 'deltalake imported'; "
-        "assert s.requires == ('deltalake',) and s.install_hint == 'pip install headrace-delta'; print('ok')"
+        "assert s.requires == ('deltalake',) and 'deltalake' in s.install_hint; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr

@@ -259,3 +259,95 @@ def test_role_arn_assumed_through_sts(kinesis: Any, s3: Any) -> None:
     assert creds.access_key != kinesis.aws_access_key_id and creds.token, "credentials did not come from AssumeRole"
     batches, _ = drain(src, src.initial_offset())
     assert sorted(v for t in batches for v in values(t)) == [0, 1, 2]
+
+
+def _available_now(kinesis: Any, s: str, chk: str, got: list[pa.Table]) -> None:
+    import headrace as hr
+
+    q = (hr.read_stream.format("kinesis").options(source_opts(kinesis, s, minFetchPeriod="0.2", shardFetchInterval="1s")).load()
+         .write_stream.foreach_batch(lambda t, _b: got.append(t)).option("checkpointLocation", chk)
+         .trigger(available_now=True).start())  # fmt: skip
+    assert q.await_termination(120)
+    assert q.exception() is None
+
+
+def test_available_now_after_a_split_reads_everything_present_at_start(kinesis: Any, tmp_path: Any) -> None:
+    """Two shards, one split between runs, 500 new records (parent, other shard and children):
+    the next available-now run reads all 500 (not only the shards before the split), and a run
+    after it reads nothing again. Every batch handed to foreach_batch has the Kinesis columns."""
+    from headrace_kinesis._schema import SCHEMA
+
+    c = kinesis.client()
+    s = create_stream(c, shards=2)
+    put_values(c, s, range(100))
+    chk = str(tmp_path / "chk")
+    got: list[pa.Table] = []
+    _available_now(kinesis, s, chk, got)
+    assert sorted(v for t in got for v in values(t)) == list(range(100))
+    c.split_shard(StreamName=s, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127 // 2))
+    wait_active(c, s)
+    put_values(c, s, range(100, 600))
+    got.clear()
+    _available_now(kinesis, s, chk, got)
+    assert sorted(v for t in got for v in values(t)) == list(range(100, 600))
+    assert all(t.schema == SCHEMA for t in got)
+    got.clear()
+    _available_now(kinesis, s, chk, got)
+    assert sum(t.num_rows for t in got) == 0 and all(t.schema == SCHEMA for t in got)
+
+
+def test_available_now_leaves_records_after_its_start_for_the_next_run(kinesis: Any) -> None:
+    """The run's end is fixed by sequence numbers at its start, not by arrival times: records put
+    after the start, also into children of a split made after the start, wait for the next run."""
+    c = kinesis.client()
+    s = create_stream(c, shards=1)
+    put_values(c, s, range(10))
+    src = make_source(source_opts(kinesis, s))
+    a = src.initial_offset()
+    assert src.prepare_for_available_now()
+    put_values(c, s, range(10, 15))  # after the start, same shard
+    c.split_shard(StreamName=s, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    wait_active(c, s)
+    put_values(c, s, range(15, 20))  # after the start, into the children
+    batches, end = drain(src, a)
+    assert sorted(v for t in batches for v in values(t)) == list(range(10))
+    nxt = make_source(source_opts(kinesis, s))
+    assert nxt.prepare_for_available_now()
+    batches, _ = drain(nxt, end)
+    assert sorted(v for t in batches for v in values(t)) == list(range(10, 20))
+
+
+def test_an_empty_range_after_a_split_reaches_the_sink_with_the_schema(kinesis: Any, tmp_path: Any) -> None:
+    """A split with no new record: the batch that finishes the parent and lists the children has
+    no rows, and foreach_batch still gets the Kinesis columns."""
+    from headrace_kinesis._schema import SCHEMA
+
+    c = kinesis.client()
+    s = create_stream(c, shards=1)
+    put_values(c, s, range(3))
+    chk = str(tmp_path / "chk")
+    got: list[pa.Table] = []
+    _available_now(kinesis, s, chk, got)
+    c.split_shard(StreamName=s, ShardToSplit="shardId-000000000000", NewStartingHashKey=str(2**127))
+    wait_active(c, s)
+    got.clear()
+    _available_now(kinesis, s, chk, got)
+    assert got and all(t.num_rows == 0 and t.schema == SCHEMA for t in got)
+
+
+def test_available_now_boundary_expired_reads_until_caught_up(faulty_kinesis: Any, caplog: Any) -> None:
+    """The LATEST iterator taken at start expired before it was needed (a batch longer than 5
+    minutes): nothing present at start is missed, the run reads the shard until caught up."""
+    c = faulty_kinesis.client()
+    s = create_stream(c)
+    put_values(c, s, range(5))
+    src = make_source(source_opts(faulty_kinesis, s))
+    a = src.initial_offset()
+    assert src.prepare_for_available_now()
+    faulty_kinesis.set(clockOffsetMs=faulty_kinesis._state["clockOffsetMs"] + 301_000)
+    put_values(c, s, range(5, 8))
+    with caplog.at_level("INFO", logger="headrace.kinesis"):
+        batches, _ = drain(src, a)
+    got = sorted(v for t in batches for v in values(t))
+    assert got[:5] == list(range(5)) and set(got) <= set(range(8))
+    assert "start boundary of shard shardId-000000000000 expired" in caplog.text

@@ -25,13 +25,28 @@ def pg_options(postgres: Postgres, table: str) -> dict[str, Any]:
     return {"url": postgres.dsn, "dbtable": f"public.{table}"}
 
 
-@pytest.fixture
-def query(postgres: Postgres) -> Callable[..., list[tuple[Any, ...]]]:
-    """``query(sql, params=None)`` -> rows (or [] for statements), in autocommit."""
-
+def _query(pg: Postgres) -> Callable[..., list[tuple[Any, ...]]]:
     def run(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-        with psycopg.connect(postgres.dsn, autocommit=True) as conn:
+        with psycopg.connect(pg.dsn, autocommit=True) as conn:
             cur = conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
 
     return run
+
+
+@pytest.fixture
+def query(postgres: Postgres) -> Callable[..., list[tuple[Any, ...]]]:
+    """``query(sql, params=None)`` -> rows (or [] for statements), in autocommit."""
+    return _query(postgres)
+
+
+@pytest.fixture
+def durable_pg_options(postgres_durable: Postgres, table: str) -> dict[str, Any]:
+    """Sink options for ``public.<table>`` on the durable server (tests that crash PostgreSQL)."""
+    return {"url": postgres_durable.dsn, "dbtable": f"public.{table}"}
+
+
+@pytest.fixture
+def durable_query(postgres_durable: Postgres) -> Callable[..., list[tuple[Any, ...]]]:
+    """``query`` on the durable server."""
+    return _query(postgres_durable)

@@ -25,9 +25,15 @@ def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.parametrize("how", ["restart", "crash"])
 def test_postgres_restart_mid_stream_loses_nothing(
-    postgres: Postgres, pg_options: dict[str, Any], table: str, query: Query, tmp_path: Path
+    postgres_durable: Postgres, durable_pg_options: dict[str, Any], table: str, durable_query: Query,
+    tmp_path: Path, how: str,
 ) -> None:
+    """PostgreSQL (durable settings: a crash keeps every acknowledged commit) is shut down fast,
+    or crashes (immediate shutdown, recovery from the WAL), under a running query: every row
+    lands exactly once."""
+    pg_options, query = durable_pg_options, durable_query
     total = 60_000
     q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=500, totalRows=total).load()
          .write_stream.format("lakebase").options(pg_options).option("batchsize", 250)
@@ -41,7 +47,7 @@ def test_postgres_restart_mid_stream_loses_nothing(
 
     wait_for(some_rows, 60, "the first rows")
     assert q.is_active, "the query ended before PostgreSQL could be restarted; raise totalRows"
-    postgres.restart()
+    postgres_durable.crash_restart() if how == "crash" else postgres_durable.restart()
     q.await_termination(120)
     assert q.exception() is None
     assert query(f"SELECT count(*), count(DISTINCT value), min(value), max(value) FROM {table}") == [

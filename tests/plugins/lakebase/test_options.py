@@ -106,7 +106,7 @@ def test_connector_and_alias_are_discovered() -> None:
     assert spec.distribution == "headrace-lakebase"
     assert hr.registry().get("PostgreSQL") is spec
     assert spec.sink == "headrace_lakebase.sink:LakebaseSink"
-    assert spec.source is None
+    assert spec.source == "headrace_lakebase.cdc_source:LakebaseChangeSource"
     assert "batchinterval" in SINK_OPTIONS.render("lakebase")
 
 
@@ -128,3 +128,79 @@ def test_plugin_does_not_import_psycopg() -> None:
         "assert 'psycopg' in sys.modules\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(
+    "dbtable, fragment",
+    [
+        ("t" * 64, "the table name"),
+        ("s" * 64 + ".t", "the schema name"),
+        ("", "plain identifiers"),
+        (".t", "plain identifiers"),
+    ],
+    ids=["table-64-bytes", "schema-64-bytes", "empty", "empty-schema"],
+)
+def test_identifiers_too_long_or_empty_are_rejected(dbtable: str, fragment: str) -> None:
+    with pytest.raises(OptionsError) as e:
+        parse(dbtable=dbtable)
+    assert "dbtable" in str(e.value) and fragment in str(e.value)
+    if "64" in fragment or len(dbtable) > 63:
+        assert "at most 63 bytes" in str(e.value)
+
+
+def test_identifiers_of_63_bytes_are_fine() -> None:
+    assert parse_dbtable("s" * 63 + "." + "t" * 63) == TableName("s" * 63, "t" * 63)
+    assert parse(dbtable="t", upsertkey="k" * 63)["upsertkey"] == ["k" * 63]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("key", ["k" * 64, "é" * 32], ids=["64-ascii", "64-bytes-utf8"])
+def test_upsertkey_longer_than_63_bytes_is_rejected(key: str) -> None:
+    with pytest.raises(OptionsError, match=r"upsertkey: the key column name .* 64 bytes long; .* at most 63 bytes"):
+        parse(dbtable="t", upsertkey=f"id, {key}")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:pw-in-url@127.0.0.1:abc/db",
+        "postgresql://u:pw-in-url@127.0.0.1:70000/db",
+        "postgresql://u:pw-in-url/db",  # an unencoded '/' cut the password: 'pw-in-url' looks like the port
+        "postgresql://127.0.0.1/db?port=x&password=pw-in-url",
+        "postgresql://h1:5432,h2:x/db?password=pw-in-url",
+    ],
+    ids=["letters", "too-large", "password-as-port", "query-port", "second-host"],
+)
+def test_url_with_a_bad_port_is_an_options_error(url: str) -> None:
+    with pytest.raises(OptionsError) as e:
+        parse(dbtable="t", url=url)
+    assert "url: the port in the URL is not a number" in str(e.value)
+    assert "pw-in-url" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql://u:pw@h:5432/db", "postgresql://h1:5432,h2:5433/db", "postgresql://[::1]:5432/db",
+     "postgres://h/db", "postgresql:///db?host=/tmp&port=5433", "postgresql://u:p%40s%3As@h/db"],
+    ids=["plain", "multi-host", "ipv6", "no-port", "socket-query-port", "encoded-password"],
+)  # fmt: skip
+def test_good_urls_pass(url: str) -> None:
+    assert parse(dbtable="t", url=url).reveal("url") == url  # type: ignore[attr-defined]
+
+
+def test_bad_port_from_the_server_side_is_not_retried() -> None:
+    """A bad port that reaches libpq (e.g. through an endpoint plugin) is permanent, not transient."""
+    import psycopg
+
+    from headrace_lakebase.retry import is_transient
+
+    with pytest.raises(psycopg.OperationalError) as e:
+        psycopg.connect("postgresql://127.0.0.1:abc/db", connect_timeout=1)
+    assert not is_transient(e.value)
+
+
+def test_bad_url_port_fails_at_start_before_io(tmp_path: object) -> None:
+    writer = (hr.read_stream.format("rate-micro-batch").option("rowsPerBatch", 1).load()
+              .write_stream.format("lakebase").option("dbtable", "t").option("url", "postgresql://u:pw@127.0.0.1:x/db")
+              .option("checkpointLocation", str(tmp_path)))  # fmt: skip
+    with pytest.raises(OptionsError, match="port in the URL"):
+        writer.start()

@@ -332,3 +332,14 @@ def test_a_view_named_by_dbtable_is_refused(postgres: Any, table: str) -> None:
         conn.execute(f"CREATE VIEW {table} AS SELECT 1 AS id")
         with pytest.raises(SchemaMismatchError, match="exists but is not a table"):
             plan_table(conn, parse_dbtable(table), pa.schema([("id", pa.int64())]), None)
+
+
+@pytest.mark.parametrize("name", ["c" * 64, ""], ids=["64-bytes", "empty"])
+def test_column_names_postgres_cannot_hold_fail_before_the_table_is_created(
+    pg_options: dict[str, Any], table: str, query: Query, name: str
+) -> None:
+    sink = make_sink(pg_options)
+    with pytest.raises(SchemaMismatchError, match="column name"):
+        write(sink, 0, pa.table({"id": [1], name: [2]}))
+    sink.close()
+    assert query("SELECT to_regclass(%s)", (f"public.{table}",)) == [(None,)]

@@ -23,7 +23,7 @@ class ConsoleSink(Sink):
         truncate = bool(self.options["truncate"])
         rows: list[dict[str, object]] = []
         total = 0
-        schema = None
+        schema = self.context.schema  # an empty batch still shows its columns
         for b in data:
             schema = b.schema
             total += b.num_rows

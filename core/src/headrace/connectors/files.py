@@ -15,6 +15,7 @@ import shutil
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.dataset as ds
@@ -48,6 +49,7 @@ class FilesSink(Sink):
         self.fmt: str = options["format"]
         self.partition_by: list[str] = options["partitionBy"] or []
         self.ext = "parquet" if self.fmt == "parquet" else "arrow"
+        self._skipped = 0
 
     def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> CommitMessage:
         folder = os.path.join(self.path, "_staging", f"{batch_id}-{uuid.uuid4().hex}")
@@ -86,7 +88,9 @@ class FilesSink(Sink):
         marker_dir = os.path.join(self.path, "_commits")
         marker = os.path.join(marker_dir, str(batch_id))
         staged = [m for m in messages if isinstance(m, _Staged)]
+        self._skipped = 0
         if os.path.exists(marker):  # already committed before a crash: drop the replay's copy
+            self._skipped = sum(m.num_rows for m in staged)
             self.abort(batch_id, staged)
             return
         for k, m in enumerate(staged):
@@ -102,6 +106,12 @@ class FilesSink(Sink):
         atomic_write(marker, str(sum(m.num_rows for m in staged)).encode())
         for m in staged:
             shutil.rmtree(m.folder, ignore_errors=True)
+
+    def metrics(self) -> dict[str, Any]:
+        """``numRowsSkipped``: rows of the last batch dropped because its id was already
+        committed (a replay); the engine reports them as skipped, not as output. Called once per
+        batch, after ``commit``."""
+        return {"numRowsSkipped": self._skipped}
 
     def abort(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
         for m in messages:

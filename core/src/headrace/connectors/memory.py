@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from headrace.connectors.foreach import concat_or_empty, table_of
 from headrace.errors import HeadraceError
 from headrace.options import Options
 from headrace.protocols import (
@@ -149,13 +150,10 @@ class MemorySink(Sink):
             _tables.setdefault(self.name, {})
 
     def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> CommitMessage:
-        batches = list(data)
-        table = pa.Table.from_batches(batches) if batches else pa.table({})
-        return _Rows(table)
+        return _Rows(table_of(list(data), self.context.schema))
 
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
-        tables = [m.table for m in messages if isinstance(m, _Rows) and m.table.num_columns]
-        table = pa.concat_tables(tables, promote_options="default") if tables else pa.table({})
+        table = concat_or_empty([m.table for m in messages if isinstance(m, _Rows)], self.context.schema)
         with _lock:
             store = _tables.setdefault(self.name, {})
             if self.context.output_mode == "complete":

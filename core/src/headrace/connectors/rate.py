@@ -132,6 +132,8 @@ class RateSource(Source):
 
     supports_real_time = True
 
+    needs_state_path = True  # the start time, so a restart continues the same timeline
+
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
         self.rps: int = options["rowsPerSecond"]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from headrace.errors import UnsupportedError
+from headrace.errors import HeadraceError, UnsupportedError
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
 from headrace.transforms.stateless import SchemaUnknown, SqlOperator
 from headrace.transforms.watermark import WatermarkOperator
@@ -57,19 +57,29 @@ class PlanRunner:
         self.input_schema = input_schema
         steps: list[_Step] = []
         schema: pa.Schema | None = input_schema
+        unknown_after = ""
+        self.watermark_of: dict[int, WatermarkOperator] = {}  # step -> the with_watermark before it
+        last_wm: WatermarkOperator | None = None
         for i, op in enumerate(self.operators):
             steps.append(_Step(i, op, schema))
+            if last_wm is not None:
+                self.watermark_of[i] = last_wm
+            if isinstance(op, WatermarkOperator):
+                last_wm = op
             if schema is None:
+                if op.stateful:
+                    raise HeadraceError(
+                        f"{op.name} needs its input schema when the query starts, but {unknown_after} before it "
+                        "does not declare what it returns; give it: map_batches(fn, schema=pyarrow.schema([...]))"
+                    )
                 continue
             try:
                 schema = op.output_schema(schema)
             except SchemaUnknown:
                 schema = None
+                unknown_after = op.name
         self.output_schema: pa.Schema | None = schema
-        # what sinks are told (they may create tables from it): not a guess from a Python
-        # function run on an empty table
-        guessed = any(not getattr(op, "schema_declared", True) for op in self.operators)
-        self.sink_schema: pa.Schema | None = None if guessed else schema
+        self.sink_schema: pa.Schema | None = schema  # what the sink is told (None: unknown)
         first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
         self.prefix: list[Operator] = _fuse(steps[:first_stateful])
         self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]
@@ -114,6 +124,12 @@ class PlanRunner:
         return problems
 
     # ------------------------------------------------------------------ life cycle
+    def operator_options(self, index: int) -> dict[str, object]:
+        """What the engine tells operator ``index`` in ``OperatorContext.options``: the event
+        time column and delay of the ``with_watermark`` before it, if any."""
+        wm = self.watermark_of.get(index)
+        return {"watermarkColumn": wm.column, "watermarkDelayMs": wm.delay_ms} if wm is not None else {}
+
     def open(self, context: Callable[[int, Operator], OperatorContext]) -> None:
         """Open every operator (stateful ones open their state store). Called once per run."""
         opened: list[Operator] = []

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -36,12 +37,26 @@ import pyarrow as pa
 
 from headrace.checkpoint import Checkpoint, OffsetEntry
 from headrace.engine.crash import CrashHook
+from headrace.engine.deadletters import (
+    close_dead_letter_sinks,
+    open_dead_letter_sinks,
+    settle_bad_records,
+    transform_bad_record_metrics,
+)
 from headrace.engine.plan import PlanRunner
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
 from headrace.engine.watermark import EventTimeTracker
-from headrace.errors import HeadraceError, StreamingQueryException, UnsupportedError
+from headrace.errors import (
+    HeadraceError,
+    StreamingQueryException,
+    UnsupportedError,
+    redact,
+    redact_url,
+    scrub_exception,
+)
+from headrace.history import ProgressHistory
 from headrace.options import Options
 from headrace.progress import QueryProgress
 from headrace.protocols import Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
@@ -113,6 +128,7 @@ class StreamingQuery:
         self._sources: list[Source] = []
         self._sink: Sink | None = None
         self._checkpoint: Checkpoint | None = None
+        self._history: ProgressHistory | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._crash = CrashHook.from_env()
         self._last_trigger: float | None = None
@@ -190,13 +206,19 @@ class StreamingQuery:
             raise self._exception
 
     def __repr__(self) -> str:
-        return f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})"
+        return redact(f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})")
 
     # ------------------------------------------------------------------ start
     def start(self) -> StreamingQuery:
         """Open the checkpoint, build sources and sink (raising configuration errors here),
         then run the loop in a background thread."""
-        self._setup()
+        try:
+            self._setup()
+        except Exception as e:  # configuration errors reach the user without any secret in them
+            clean = scrub_exception(e)
+            if clean is e:
+                raise
+            raise clean from None
         self._thread = threading.Thread(target=self._run, name=f"headrace-query-{self.name or self.id[:8]}", daemon=True)
         self._thread.start()
         return self
@@ -228,11 +250,13 @@ class StreamingQuery:
         cp = Checkpoint(self._checkpoint_location, durable=self._fsync)
         meta = cp.open(
             name=self.name,
-            sources=[{"connector": p.connector, "path": p.path} for p in self._plans],
+            sources=[{"connector": p.connector, "path": redact_url(p.path) if p.path else p.path} for p in self._plans],
             sink={"connector": self._sink_connector},
         )
         self._checkpoint = cp
         self.id = meta["id"]
+        committed = bool(cp.committed_ids())
+        self._history = ProgressHistory(cp.location, keep=self._keep)
         try:
             for i, plan in enumerate(self._plans):
                 ctx = SourceContext(
@@ -241,10 +265,11 @@ class StreamingQuery:
                     source_index=i,
                     state_path=cp.source_state_path(i),
                     user_schema=plan.user_schema,
+                    has_committed_batches=committed,
                 )
                 self._sources.append(plan.source_class(plan.options, ctx))
             runner = self._resolve_plan(self._sources[0].schema)
-            self._runner = runner
+            self._runner = runner  # before open(): operator contexts read it
             self._tracker = EventTimeTracker(runner.watermarks)
             schema = runner.sink_schema
             sctx = SinkContext(
@@ -257,6 +282,7 @@ class StreamingQuery:
             )
             self._sink = self._sink_class(self._sink_options, sctx)
             runner.open(self._operator_context)
+            open_dead_letter_sinks(self, cp)
         except BaseException:
             self._close_all()
             raise
@@ -267,7 +293,8 @@ class StreamingQuery:
         )  # fmt: skip
 
     def _operator_context(self, index: int, op: Operator) -> OperatorContext:
-        assert self._checkpoint is not None
+        assert self._checkpoint is not None and self._runner is not None
+        options = {"checkpointFsync": self._fsync, **self._runner.operator_options(index)}
         return OperatorContext(
             index=index,
             query_id=self.id,
@@ -276,6 +303,7 @@ class StreamingQuery:
             retain=self._checkpoint.retain,
             output_mode=self.output_mode,
             real_time=self.trigger.kind == "real_time",
+            options=options,
         )
 
     def _check_real_time(self) -> None:
@@ -304,21 +332,35 @@ class StreamingQuery:
                        "deliveryGuarantee": self.delivery_guarantee}
             )
         batch_id: int | None = None
+        if self._history is not None:
+            try:
+                self._history.start(id=self.id, run_id=self.run_id, name=self.name)
+            except OSError as e:  # the history is for people; it never stops a query
+                log.warning("query '%s': progress history disabled: %s", self.name, e)
+                self._history = None
         try:
             self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
             batch_id = self._loop()
         except BaseException as e:
+            e = scrub_exception(e)  # no secret in q.exception(), its traceback or the log line
             self._exception = StreamingQueryException(self.name or self.id, self._current_batch, e)
             self._exception.__cause__ = e
             log.error("query '%s' failed: %s", self.name, e, exc_info=e)
         finally:
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
+            if self._history is not None:
+                with contextlib.suppress(Exception):
+                    self._history.finish(run_id=self.run_id, exception=str(self._exception) if self._exception else None,
+                                         batch_id=self._current_batch)  # fmt: skip
             self._close_all()
+            if "headrace.transforms.expressions" in sys.modules:  # DuckDB was used on this thread
+                sys.modules["headrace.transforms.expressions"].release_thread()
             with contextlib.suppress(Exception):
                 hook.headrace_query_terminated(
                     event={"id": self.id, "runId": self.run_id, "name": self.name,
                            "exception": str(self._exception) if self._exception else None,
-                           "lastBatchId": batch_id}
+                           "lastBatchId": batch_id,
+                           "failedBatchId": self._current_batch if self._exception else None}
                 )
             self._terminated.set()
 
@@ -332,12 +374,13 @@ class StreamingQuery:
             try:
                 s.close()
             except Exception as e:
-                log.warning("closing source failed: %s", e)
+                log.warning("closing source failed: %s", redact(e))
         if self._sink is not None:
             try:
                 self._sink.close()
             except Exception as e:
-                log.warning("closing sink failed: %s", e)
+                log.warning("closing sink failed: %s", redact(e))
+        close_dead_letter_sinks(self)
         if self._checkpoint is not None:
             self._checkpoint.close()
         if self._temp_checkpoint:
@@ -345,6 +388,7 @@ class StreamingQuery:
 
     def _loop(self) -> int | None:
         assert self._checkpoint is not None
+        pending = self._checkpoint.pending()
         entry, committed = self._checkpoint.latest()
         self._last_watermark = self._tracker.watermark_ms
         if entry is None:
@@ -358,16 +402,23 @@ class StreamingQuery:
             batch_id = entry.batch_id + 1
             current = [dict(e) for e in entry.ends if e is not None]
         else:
-            log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
-            self._tracker.restore(entry.metadata)
-            if entry.real_time and any(e is None for e in entry.ends):
-                self._real_time_batch(entry.batch_id, list(entry.starts), entry.metadata)
-            else:
-                ends = [e for e in entry.ends if e is not None]
-                self._batch(entry.batch_id, list(entry.starts), ends, replay=True, metadata=entry.metadata)
+            # uncommitted batches (the one a crash interrupted, or those `checkpoint reset` rolled
+            # back) are replayed first, each with exactly its recorded range, batch id and watermark
+            for k, entry in enumerate(pending):
+                if self._stop.is_set():
+                    return None
+                log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
+                self._tracker.restore(entry.metadata)
+                if entry.real_time and any(e is None for e in entry.ends):
+                    if k != len(pending) - 1:
+                        raise HeadraceError(f"checkpoint batch {entry.batch_id} has no end offset but later batches do")
+                    self._real_time_batch(entry.batch_id, list(entry.starts), entry.metadata)
+                else:
+                    ends = [e for e in entry.ends if e is not None]
+                    self._batch(entry.batch_id, list(entry.starts), ends, replay=True, metadata=entry.metadata)
             assert self._checkpoint is not None
             latest, _ = self._checkpoint.latest()
-            assert latest is not None
+            assert latest is not None and entry is not None
             batch_id = entry.batch_id + 1
             current = [dict(e) for e in latest.ends if e is not None]
             if self.trigger.kind == "once":
@@ -482,6 +533,7 @@ class StreamingQuery:
                 tw = time.monotonic()
                 wal.result()  # the write-ahead entry is durable before anything is committed
                 t_wal += time.monotonic() - tw
+            self._settle_bad_records(batch_id, counts)  # dead letters: after the WAL, before the commit
             crash("before_sink_commit", batch_id)
             self._sink.commit(batch_id, messages)
         except BaseException:
@@ -510,6 +562,9 @@ class StreamingQuery:
                       "commitOffsets": t_commit, "triggerExecution": total},
                      event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip
 
+    def _settle_bad_records(self, batch_id: int, counts: BatchCounts) -> None:
+        settle_bad_records(self, batch_id, counts)
+
     def _report(
         self,
         batch_id: int,
@@ -529,7 +584,10 @@ class StreamingQuery:
             try:
                 metrics = dict(src.metrics(en))
             except Exception as e:  # metrics must never fail a batch
-                metrics = {"error": str(e)}
+                metrics = {"error": redact(e)}
+            bad = getattr(src, "bad_records", None)
+            if bad is not None:
+                metrics.update(bad.metrics())
             srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
         sink_metrics: dict[str, Any] = {}
         get_metrics = getattr(self._sink, "metrics", None)  # duck-typed sinks may lack it
@@ -537,7 +595,15 @@ class StreamingQuery:
             try:
                 sink_metrics = dict(get_metrics())
             except Exception as e:  # metrics must never fail a batch
-                sink_metrics = {"error": str(e)}
+                sink_metrics = {"error": redact(e)}
+        sink_bad = getattr(self._sink, "bad_records", None)
+        if sink_bad is not None:
+            sink_metrics.update(sink_bad.metrics())
+        sink_metrics.update(transform_bad_record_metrics(self))
+        skipped = sink_metrics.get("numRowsSkipped")
+        if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
+            # the sink already held this batch (a replay): its rows are not output again
+            out_rows = max(0, out_rows - skipped)
         progress = QueryProgress.build(
             id=self.id,
             run_id=self.run_id,
@@ -562,12 +628,15 @@ class StreamingQuery:
         from headrace.plugins import registry
 
         hook = registry().hook
-        if hook.headrace_query_progress.get_hookimpls():
-            d = progress.to_dict()
+        listeners = bool(hook.headrace_query_progress.get_hookimpls())
+        d = progress.to_dict() if listeners or self._history is not None else {}
+        if self._history is not None:
+            self._history.append(d)
+        if listeners:
             try:
                 hook.headrace_query_progress(progress=d)
             except Exception as e:
-                log.warning("a progress listener failed: %s", e)
+                log.warning("a progress listener failed: %s", redact(e))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s", progress.line())
 

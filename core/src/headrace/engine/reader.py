@@ -3,10 +3,15 @@
 Each partition is read in a worker thread into its own bounded queue; the consumer (the sink's
 ``write``) drains the queues in partition order, so output order is deterministic and memory
 is bounded by the queue sizes whatever the batch size.
+
+A batch that yields no record batch at all (no partitions, empty files, a transform that keeps
+no row) hands the sink one empty batch of the output schema, so every sink sees the columns
+also for an empty batch.
 """
 
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -20,7 +25,9 @@ from headrace.engine.crash import CrashHook
 from headrace.errors import HeadraceError
 from headrace.protocols import Partition, Source
 
-__all__ = ["BatchCounts", "apply_transform", "read_partitions"]
+__all__ = ["BatchCounts", "apply_transform", "empty_output", "read_partitions"]
+
+log = logging.getLogger(__name__)
 
 _QUEUE_DEPTH = 8
 
@@ -47,6 +54,28 @@ def apply_transform(transform: Callable[[pa.Table], Any] | None, batch: pa.Recor
         raise HeadraceError(f"the map_batches function returned {type(out).__name__}; it must return a pyarrow.Table")
 
 
+def empty_output(sources: Sequence[Source], transform: Callable[[pa.Table], Any] | None) -> pa.RecordBatch | None:
+    """A 0-row batch of what the sink gets: the first source's schema, or with a transform what
+    the transform makes of an empty table of that schema. None when the transform fails on an
+    empty table (its schema is then unknown). Called once per batch that yields nothing."""
+    if not sources:
+        return None
+    try:
+        schema = sources[0].schema
+        empty = pa.RecordBatch.from_pylist([], schema=schema)
+        if transform is None:
+            return empty
+        out = transform(pa.Table.from_batches([empty], schema=schema))
+    except Exception as e:  # a transform that cannot take an empty table: the sink gets no batch
+        log.debug("no empty batch for the sink: %s", e)
+        return None
+    if isinstance(out, pa.RecordBatch):
+        return out.slice(0, 0)
+    if isinstance(out, pa.Table):
+        return pa.RecordBatch.from_pylist([], schema=out.schema)
+    return None
+
+
 def read_partitions(
     sources: Sequence[Source],
     parts: Sequence[tuple[int, Partition]],
@@ -61,7 +90,32 @@ def read_partitions(
     (each partition into its own bounded queue) when there are several.
 
     ``parts`` pairs a source index with one of its partitions. Called once per batch; the
-    returned iterator is consumed by the sink's ``write`` and closed by the engine."""
+    returned iterator is consumed by the sink's ``write`` and closed by the engine. When
+    nothing is yielded, one empty batch of the output schema is (:func:`empty_output`)."""
+    n = 0
+    inner = _read_partitions(sources, parts, transform, counts, batch_id=batch_id, pool=pool, crash=crash)
+    try:
+        for b in inner:
+            n += 1
+            yield b
+    finally:
+        inner.close()  # stops the reader threads now, not when the generator is collected
+    if n == 0:
+        empty = empty_output(sources, transform)
+        if empty is not None:
+            yield empty
+
+
+def _read_partitions(
+    sources: Sequence[Source],
+    parts: Sequence[tuple[int, Partition]],
+    transform: Callable[[pa.Table], Any] | None,
+    counts: BatchCounts,
+    *,
+    batch_id: int,
+    pool: ThreadPoolExecutor | None,
+    crash: CrashHook,
+) -> Generator[pa.RecordBatch, None, None]:
     if len(parts) <= 1 or pool is None:
         yield from _read_serially(sources, parts, transform, counts, batch_id, crash)
         return

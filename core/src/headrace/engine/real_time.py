@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from headrace.checkpoint import OffsetEntry
-from headrace.engine.reader import apply_transform
+from headrace.engine.reader import BatchCounts, apply_transform
 from headrace.errors import HeadraceError
 from headrace.protocols import Offset
 from headrace.transforms.operator import BatchInfo
@@ -152,6 +152,7 @@ def run_real_time_batch(
         checkpoint.write_offsets(
             OffsetEntry(batch_id, starts, [end], int(wall * 1000), real_time=True, metadata=metadata)
         )
+        q._settle_bad_records(batch_id, BatchCounts(counts, out_rows[0]))
         q._crash("before_sink_commit", batch_id)
         sink.commit(batch_id, messages)
     except BaseException:

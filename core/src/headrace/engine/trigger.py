@@ -43,4 +43,9 @@ class SourcePlan:
     path: str | None = None
 
     def describe(self) -> str:
-        return f"{self.connector}" + (f"[{self.path}]" if self.path else "")
+        from headrace.errors import redact_url
+
+        return f"{self.connector}" + (f"[{redact_url(self.path)}]" if self.path else "")
+
+    def __repr__(self) -> str:
+        return f"SourcePlan({self.describe()}, options={self.options!r})"

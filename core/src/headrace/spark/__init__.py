@@ -6,9 +6,8 @@
     headrace.spark.register(spark)                 # every installed connector
     # headrace.spark.register(spark, "kinesis")    # or a chosen few
 
-    df = (spark.readStream.format("headrace.rate-micro-batch")
-            .option("rowsPerBatch", 1000)
-            .option("headraceStatePath", "/chk/q1/sources/0/headrace")   # required, see below
+    df = (spark.readStream.format("headrace.rate-micro-batch")   # a Databricks option chain,
+            .option("rowsPerBatch", 1000)                        # only the format name changes
             .load())
     (df.writeStream.format("headrace.files").option("path", "/out")
         .option("checkpointLocation", "/chk/q1").trigger(availableNow=True).start())
@@ -20,11 +19,13 @@ first batch is planned) with headrace's message in it.
 
 What differs from headrace's own engine (see docs/spark.md):
 
-- Spark owns the checkpoint (offsets and commits logs, triggers, retries). A source's own state
-  (``SourceContext.state_path``) goes to the folder given by the reader option
-  ``headraceStatePath``, which is required because Spark does not tell a Python source where
-  its checkpoint is: give a folder that stays the same across restarts, e.g.
-  ``<checkpointLocation>/sources/0/headrace``.
+- Spark owns the checkpoint (offsets and commits logs, triggers, retries). A source that keeps
+  state of its own (``Source.needs_state_path``: cloudFiles, pubsub, rate) puts it in the folder
+  given by the reader option ``headraceStatePath``, because Spark does not tell a Python source
+  where its checkpoint is; cloudFiles defaults it to ``<cloudFiles.schemaLocation>/_headrace_state``,
+  the others ask for it (a folder that stays the same across restarts, e.g.
+  ``<checkpointLocation>/sources/0/headrace``). Sources without state (kafka, kinesis, delta,
+  rate-micro-batch, ...) need no extra option.
 - A sink's ``SinkContext.query_id`` is Spark's query id, read from ``<checkpointLocation>/metadata``
   (stable across restarts); its ``state_path`` is ``<checkpointLocation>/sinks/0``.
 - Spark lower-cases option names; declared options get their spelling back, pass-through
@@ -88,7 +89,7 @@ __all__ = [
     "spark_to_arrow_schema",
 ]
 
-log = logging.getLogger("headrace.spark")
+log = logging.getLogger(__name__)
 
 
 def format_name(connector: str) -> str:

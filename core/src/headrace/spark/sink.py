@@ -49,7 +49,7 @@ from headrace.spark.types import conform_batches, spark_to_arrow_schema
 
 __all__ = ["HeadraceCommitMessage", "HeadraceStreamWriter", "parse_sink_options"]
 
-log = logging.getLogger("headrace.spark")
+log = logging.getLogger(__name__)
 
 
 class HeadraceCommitMessage(WriterCommitMessage):

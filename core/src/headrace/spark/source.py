@@ -57,7 +57,7 @@ __all__ = [
     "to_spark_limit",
 ]
 
-log = logging.getLogger("headrace.spark")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,16 @@ def group_partitions(parts: Sequence[Partition], max_groups: int | None) -> list
     return out
 
 
-def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[Options, str]:
+def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[Options, str | None]:
     """Validate a Spark reader's options against the connector's schema.
 
-    Returns the options and the absolute ``headraceStatePath``. Raises :class:`OptionsError`
-    listing every problem at once, including a missing ``headraceStatePath``. Pure: no I/O.
-    Called on the driver when Spark creates the source (``load()``) and in each process that
-    builds a reader.
+    Returns the options and the absolute state folder: ``headraceStatePath`` when given, else,
+    for a source that keeps state (``Source.needs_state_path``), what
+    ``Source.default_state_path(options)`` derives (cloudFiles: under its schemaLocation), else
+    None for a source without state. Raises :class:`OptionsError` listing every problem at once,
+    including a missing ``headraceStatePath`` that nothing can stand in for. Imports the source
+    class; no I/O. Called on the driver when Spark creates the source (``load()``) and in each
+    process that builds a reader.
     """
     if spec.source is None:
         raise HeadraceError(
@@ -134,19 +137,13 @@ def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[O
         )
     problems: list[OptionProblem] = []
     state = get_option(raw, STATE_PATH_OPTION)
-    if not state:
-        problems.append(OptionProblem(
-            STATE_PATH_OPTION,
-            "is required under Spark: a folder that stays the same across restarts of this query, for the "
-            "source's own state (Spark does not tell a Python source its checkpoint location); e.g. "
-            "'<checkpointLocation>/sources/0/headrace'",
-        ))  # fmt: skip
     options = Options({})
     try:
         options = spec.source_options.parse(
             canonical_options(raw, spec.source_options, drop=(STATE_PATH_OPTION, MAX_TASKS_OPTION)), connector=spec.name, role="source"
         )
     except OptionsError as e:
+<<<<<<< HEAD
         problems = [*e.problems, *problems]
     tasks = get_option(raw, MAX_TASKS_OPTION)
     if tasks is not None and not (str(tasks).strip().isdigit()):
@@ -155,11 +152,27 @@ def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[O
             f"must be a whole number >= 0 (got {tasks!r}): at most this many Spark tasks per micro-batch, "
             "0 for one task per partition of the source",
         ))  # fmt: skip
+=======
+        problems = list(e.problems)
+    if not state and not problems:
+        cls = spec.load_source()
+        if getattr(cls, "needs_state_path", False):
+            derive = getattr(cls, "default_state_path", None)
+            state = derive(options) if callable(derive) else None
+            if not state:
+                problems.append(OptionProblem(
+                    STATE_PATH_OPTION,
+                    f"is required under Spark for the {spec.name} source, which keeps state of its own across "
+                    "restarts (Spark does not tell a Python source its checkpoint location): give a folder that "
+                    "stays the same for this query, e.g. '<checkpointLocation>/sources/0/headrace'",
+                ))  # fmt: skip
+>>>>>>> main
     if problems:
         raise OptionsError(spec.name, "source", problems)
-    return options, os.path.abspath(str(state))
+    return options, (os.path.abspath(str(state)) if state else None)
 
 
+<<<<<<< HEAD
 def max_tasks_option(raw: Mapping[str, Any], default: int | None) -> int | None:
     """``headraceMaxTasks`` (validated by :func:`parse_source_options`), else ``default``."""
     tasks = get_option(raw, MAX_TASKS_OPTION)
@@ -167,8 +180,14 @@ def max_tasks_option(raw: Mapping[str, Any], default: int | None) -> int | None:
 
 
 def source_context(state_path: str, user_schema: pa.Schema | None) -> SourceContext:
+=======
+def source_context(state_path: str | None, user_schema: pa.Schema | None) -> SourceContext:
+>>>>>>> main
     """The context a source gets under Spark: its state folder (created here) and a query id
-    derived from it, stable across restarts."""
+    derived from it, stable across restarts; without a state folder (a source without state),
+    no query id (the source is told nothing stable, as Spark's own sources)."""
+    if state_path is None:
+        return SourceContext(run_id=str(uuid.uuid4()), source_index=0, user_schema=user_schema)
     os.makedirs(state_path, exist_ok=True)
     return SourceContext(
         query_id=str(uuid.uuid5(uuid.NAMESPACE_URL, "headrace-spark-source:" + state_path)),

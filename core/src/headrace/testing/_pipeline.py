@@ -2,7 +2,7 @@
 
 ``python -m headrace.testing._pipeline '<spec json>'`` runs::
 
-    {"source": {"format": "rate-micro-batch", "options": {...}},
+    {"source": {"format": "rate-micro-batch", "options": {...}},   # + "schema": DDL, optional
      "transform": "package.module:function",          # optional, Table -> Table
      "frame": "package.module:function",              # optional, StreamFrame -> StreamFrame
      "sink": {"format": "files", "options": {...}},
@@ -124,6 +124,8 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     src = spec["source"]
     reader = hr.read_stream.format(src["format"]).options(src.get("options", {}))
+    if src.get("schema"):
+        reader = reader.schema(src["schema"])
     frame = reader.load(src.get("path"))
     if spec.get("transform"):
         frame = frame.map_batches(_load(spec["transform"]))

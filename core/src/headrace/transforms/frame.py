@@ -45,9 +45,9 @@ class FrameSteps:
         """Apply ``fn`` to every record batch (as a ``pyarrow.Table``); it returns a Table.
 
         Runs in the reading threads, so it must be thread-safe. Like Spark's ``mapInArrow``.
-        ``schema`` (optional) is the schema ``fn`` returns; without it, ``fn`` is called on an
-        empty table at ``start()`` to learn it (if that fails, the steps after it are checked
-        at the first batch)."""
+        ``schema`` (optional) is the schema ``fn`` returns: give it so the steps after this one
+        are checked at ``start()`` and the sink knows the output schema; without it they are
+        checked at the first batch (``fn`` is never called on a probe table)."""
         from headrace.transforms.stateless import MapBatchesOperator
 
         return self._with_step(MapBatchesOperator(fn, schema=schema))

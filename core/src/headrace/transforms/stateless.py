@@ -39,13 +39,14 @@ log = logging.getLogger(__name__)
 
 class SchemaUnknown(Exception):
     """Raised by ``output_schema`` when a step's output cannot be known before data (a Python
-    function that fails on an empty table): the steps after it are validated on the first chunk."""
+    function without a declared schema): the steps after it are validated on the first chunk."""
 
 
 class MapBatchesOperator(Operator):
-    """``map_batches(fn)``: ``fn(table) -> table`` on every chunk (Spark's ``mapInArrow``).
-
-    ``fn`` runs in the engine's reader threads, so it must be thread-safe."""
+    """``map_batches(fn, schema=None)``: ``fn(table) -> table`` on every chunk (Spark's
+    ``mapInArrow``). ``schema`` is what ``fn`` returns; without it the steps after this one are
+    checked at the first batch. ``fn`` runs in the engine's reader threads, so it must be
+    thread-safe."""
 
     def __init__(self, fn: Callable[[pa.Table], Any], *, schema: pa.Schema | None = None, label: str = "map_batches") -> None:
         self.fn = fn
@@ -57,23 +58,11 @@ class MapBatchesOperator(Operator):
         return self.label
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        # The function is never called on a probe table: it may have side effects (it is the
+        # user's code), so without a declared schema what follows is checked at the first batch.
         if self.schema is not None:
             return self.schema
-        try:
-            out = self.fn(input_schema.empty_table())
-        except Exception as e:
-            log.debug("%s: function failed on an empty table (%s); its output schema is known at the first batch", self.label, e)
-            raise SchemaUnknown(self.label) from None
-        if isinstance(out, pa.RecordBatch | pa.Table):
-            if any(pa.types.is_null(f.type) for f in out.schema):  # types built from no values
-                raise SchemaUnknown(self.label)
-            return out.schema
-        raise HeadraceError(f"the {self.label} function returned {type(out).__name__}; it must return a pyarrow.Table")
-
-    @property
-    def schema_declared(self) -> bool:
-        """Whether the output schema was given (else it is a guess from an empty table)."""
-        return self.schema is not None
+        raise SchemaUnknown(self.label)
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         out = self.fn(table)
@@ -134,7 +123,28 @@ class SqlOperator(Operator):
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         return run_sql(input_schema.empty_table(), self.query_for(input_schema), what=self.what).schema
 
+    def fast_for(self, schema: pa.Schema) -> Callable[[pa.Table], pa.Table] | None:
+        """The query compiled to Arrow compute for small chunks of this schema, or None
+        (``headrace.transforms.arrow_eval``); compiled once per schema."""
+        cached = getattr(self, "_fast", None)
+        if cached is not None and cached[0] == schema:
+            return cached[1]
+        from headrace.transforms.arrow_eval import compile_query
+
+        fast = compile_query(self.query_for(schema), schema, self.output_schema(schema))
+        self._fast = (schema, fast)
+        return fast
+
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        from headrace.transforms.arrow_eval import SMALL_CHUNK_ROWS
+
+        if table.num_rows <= SMALL_CHUNK_ROWS:
+            fast = self.fast_for(table.schema)
+            if fast is not None:
+                try:
+                    return fast(table)
+                except Exception:  # e.g. an overflow: DuckDB runs the chunk and reports it
+                    pass
         return run_sql(table, self.query_for(table.schema), what=self.what)
 
     @staticmethod
@@ -144,17 +154,37 @@ class SqlOperator(Operator):
         query = steps[0][0].query_for(steps[0][1])
         for op, schema in steps[1:]:
             query = f"WITH batch AS ({query}) SELECT * FROM ({op.query_for(schema)})"
-        return _FusedSql(query, what=".".join(op.what for op, _ in steps))
+        return _FusedSql(query, what=".".join(op.what for op, _ in steps), steps=steps)
 
 
 class _FusedSql(SqlOperator):
-    """Steps fused by the plan: their queries are final (casts already applied)."""
+    """Steps fused by the plan: their queries are final (casts already applied). On small
+    chunks, the steps' compiled forms run one after the other when every step has one."""
 
-    def __init__(self, query: str, *, what: str) -> None:
+    def __init__(self, query: str, *, what: str, steps: Sequence[tuple[SqlOperator, pa.Schema]]) -> None:
         super().__init__(query, what=what, check=False)
+        self.steps = list(steps)
 
     def query_for(self, schema: pa.Schema) -> str:
         return self.query
+
+    def fast_for(self, schema: pa.Schema) -> Callable[[pa.Table], pa.Table] | None:
+        cached = getattr(self, "_fast", None)
+        if cached is not None and cached[0] == schema:
+            return cached[1]
+        fast = None
+        if schema == self.steps[0][1]:
+            fns = [op.fast_for(s) for op, s in self.steps]
+            if all(f is not None for f in fns):
+                chain = [f for f in fns if f is not None]
+
+                def fast(table: pa.Table) -> pa.Table:
+                    for f in chain:
+                        table = f(table)
+                    return table
+
+        self._fast = (schema, fast)
+        return fast
 
 
 class WithColumnOperator(SqlOperator):

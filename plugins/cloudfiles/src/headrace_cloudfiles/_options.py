@@ -6,6 +6,9 @@ at start-up to validate options and to render ``headrace describe cloudFiles``.
 
 from __future__ import annotations
 
+from typing import Any
+
+from headrace.badrecords import BAD_RECORD_OPTIONS
 from headrace.errors import OptionProblem
 from headrace.options import (
     Boolean,
@@ -77,6 +80,25 @@ def _format_supported(opts: Options) -> list[OptionProblem]:
     return []
 
 
+class _Glob(String):
+    """A file-name glob, compiled when the options are parsed so that a bad one (``*.{json``)
+    is an options error at ``load()``, not a ``re.error`` at ``start()``."""
+
+    label = "glob"
+
+    def parse(self, value: Any) -> Any:
+        import re
+
+        from headrace_cloudfiles.source import glob_regex
+
+        text = super().parse(value)
+        try:
+            glob_regex(text)
+        except (re.error, RecursionError, OverflowError) as e:
+            raise ValueError(f"{text[:60]!r} is not a valid glob ({e}); e.g. '*.json' or '*.{{csv,tsv}}'") from None
+        return text
+
+
 SOURCE_OPTIONS = OptionSchema(
     [
         # ---------------------------------------------------------------- where and what
@@ -84,7 +106,7 @@ SOURCE_OPTIONS = OptionSchema(
                doc="The folder to ingest: a local directory (or file:// URL) or s3://bucket/prefix. Given by load(path)."),
         Option("cloudFiles.format", Choice(*FORMATS, *UNSUPPORTED_FORMATS), required=True,
                doc="File format: json (newline-delimited), csv, parquet, text, binaryFile, avro (needs fastavro)."),
-        Option("pathGlobFilter", String(), aliases=("fileNamePattern",),
+        Option("pathGlobFilter", _Glob(), aliases=("fileNamePattern",),
                doc="Only files whose name matches this glob (e.g. '*.json', '*.{csv,tsv}')."),
         Option("recursiveFileLookup", Boolean(), default=False,
                doc="Nested folders are always listed (as in Auto Loader); true also turns off partition-column inference from key=value folders."),
@@ -206,3 +228,6 @@ SOURCE_OPTIONS = OptionSchema(
         _notifications_or_listing,
     ],
 )
+
+# one bad-record policy for every parsing source (headrace.badrecords)
+SOURCE_OPTIONS = SOURCE_OPTIONS.extended(BAD_RECORD_OPTIONS.options, rules=BAD_RECORD_OPTIONS.rules)

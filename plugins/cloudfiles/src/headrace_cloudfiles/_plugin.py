@@ -24,6 +24,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             description="Auto Loader-like incremental file ingestion (json, csv, parquet, text, binaryFile, avro) "
             "from a local folder or s3://, each file exactly once",
             requires=("pyarrow",),
-            install_hint="pip install headrace-cloudfiles",
+            install_hint="pip install 'pyarrow>=14' (a dependency of headrace-cloudfiles)",
         )
     ]

@@ -7,15 +7,22 @@ scan of the primary key. ``seen`` remembers every path (with size and modificati
 file is ingested once, or again after an overwrite when ``allowOverwrites``. Discovery,
 admission, backlog metrics and clean-up cost work proportional to new files or to the batch,
 never to the files ingested before (``cum_bytes`` keeps a running total for the byte metrics).
+
+The index records the id of the query that owns it (``meta.query_id``, written when the query
+claims it). The source refuses an index that is missing, empty or unclaimed while the checkpoint
+resumes from ingested files, or that another query claimed; a damaged database file is a
+:class:`~headrace.errors.CheckpointError` naming it, never a raw ``sqlite3`` error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from headrace.errors import CheckpointError
 from headrace_cloudfiles.storage import FileInfo
@@ -67,27 +74,132 @@ class FileIndex:
         self.path = os.path.join(folder, "files.db")
         self._lock = threading.RLock()
         try:
-            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            size = os.path.getsize(self.path)
+        except FileNotFoundError:
+            size = -1
+        self.state = "missing" if size < 0 else "empty" if size == 0 else "present"
+        """``missing`` (no file), ``empty`` (a 0-byte file) or ``present`` before this run opened it."""
+        self._db: sqlite3.Connection | None = None
+        try:
+            with self._guard("open"):
+                self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+            if self.state == "present":  # ~0.3 s per million files, once per run: damage found now, not mid-stream
+                problems = [str(r[0]) for r in self._all("PRAGMA quick_check(5)")]
+                if problems != ["ok"]:
+                    raise CheckpointError(
+                        f"the cloudFiles file index {self.path} is damaged ({'; '.join(problems)}); it belongs to the "
+                        "checkpoint and records which files were ingested: restore it from a backup together with "
+                        "the checkpoint, or start the query with a new checkpointLocation"
+                    )
+            self._max_seq = int(self._one("SELECT COALESCE(MAX(seq), 0) FROM files")[0])
+            self._max_cum = self._cum(self._max_seq)
+            self.owner: str | None = self.get("query_id")
+            """The query id the index belongs to (None: never claimed)."""
+            nothing = self.owner is None and self._max_seq == 0
+            if self.state == "present" and nothing and self._one("SELECT COUNT(*) FROM meta")[0] == 0:
+                self.state = "empty"  # a valid database with nothing in it: as good as lost
+        except BaseException:
+            self.close()
+            raise
+
+    @contextlib.contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """Turn any SQLite error into a CheckpointError naming the file."""
+        try:
+            yield
         except sqlite3.DatabaseError as e:
+            damaged = not isinstance(e, sqlite3.OperationalError) or "malformed" in str(e) or "not a database" in str(e)
             raise CheckpointError(
-                f"the cloudFiles file index {self.path} is unreadable ({e}); it belongs to the checkpoint: "
-                "restore it, or start the query with a new checkpointLocation"
+                f"the cloudFiles file index {self.path} "
+                + (f"is damaged ({e}); " if damaged else f"could not be {'opened' if what == 'open' else 'used'} ({e}); ")
+                + "it belongs to the checkpoint and records which files were ingested: restore it from a backup "
+                "together with the checkpoint, or start the query with a new checkpointLocation"
+                + ("" if damaged else " (or fix the cause: disk full, permissions)")
             ) from e
-        self._max_seq = int(self._db.execute("SELECT COALESCE(MAX(seq), 0) FROM files").fetchone()[0])
-        self._max_cum = self._cum(self._max_seq)
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        assert self._db is not None, "the file index is closed"
+        with self._guard("read"):
+            return self._db.execute(sql, params).fetchone()
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        assert self._db is not None, "the file index is closed"
+        with self._guard("read"):
+            return self._db.execute(sql, params).fetchall()
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> int:
+        assert self._db is not None, "the file index is closed"
+        with self._guard("write"):
+            return int(self._db.execute(sql, params).rowcount)
+
+    def _many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        assert self._db is not None, "the file index is closed"
+        with self._guard("write"):
+            self._db.executemany(sql, rows)
+
+    def _rollback(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            if self._db is not None:
+                self._db.execute("ROLLBACK")
+
+    # ------------------------------------------------------------------ ownership
+    @property
+    def fresh(self) -> bool:
+        """True when the index holds nothing from earlier runs (missing, empty or never claimed)."""
+        return self.state != "present" or (self.owner is None and self._max_seq == 0)
+
+    def check_owner(self, query_id: str) -> None:
+        """Raise CheckpointError when another query claimed the index (copied from another
+        checkpoint). Called once when the source opens it."""
+        if self.owner and query_id and self.owner != query_id:
+            raise CheckpointError(
+                f"the cloudFiles file index {self.path} belongs to query {self.owner}, not to this query ({query_id}): "
+                "it was copied from another checkpoint; restore this checkpoint's own sources/ folder, or start "
+                "the query with a new checkpointLocation"
+            )
+
+    def check_resume(self, start_seq: int, *, committed: bool = False) -> None:
+        """Raise CheckpointError unless the index holds every file up to ``start_seq``, where the
+        checkpoint resumes (``committed``: the engine says the checkpoint has committed batches,
+        so even at file #0 the index must exist: it holds the files seen, e.g. those
+        ``includeExistingFiles=false`` excluded). Called before the first listing of a resumed
+        run: a lost, emptied or truncated index would otherwise be refilled by it, numbering the
+        files anew (old files ingested again, new ones skipped)."""
+        if (start_seq > 0 and self.fresh) or (committed and self.state != "present"):
+            what = {"missing": "is missing", "empty": "is empty"}.get(self.state, "holds no files")
+            upto = f"up to file #{start_seq}" if start_seq > 0 else "(committed)"
+            raise CheckpointError(
+                f"the cloudFiles file index {self.path} {what}, but the checkpoint has batches {upto}: "
+                "the index records which files were ingested, and a new one would ingest old files again and skip "
+                "new ones. Restore it from a backup together with the checkpoint, or start the query with a new "
+                "checkpointLocation (with cloudFiles.includeExistingFiles=false to skip the files already there)"
+            )
+        if start_seq > self._max_seq:
+            raise CheckpointError(
+                f"the checkpoint's offsets reach file #{start_seq} but the cloudFiles file index {self.path} knows only "
+                f"{self._max_seq} files: the index was truncated or replaced; restore it, or start with a new "
+                "checkpointLocation"
+            )
+
+    def claim(self, query_id: str) -> None:
+        """Record ``query_id`` as the owner. Called once the source knows the index belongs to
+        this query (a new stream, or an existing index that passed the checks)."""
+        if self.owner != query_id:
+            self.set("query_id", query_id)
+            self.owner = query_id
 
     # ------------------------------------------------------------------ meta
     def get(self, key: str, default: str | None = None) -> str | None:
         with self._lock:
-            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+            row = self._one("SELECT value FROM meta WHERE key = ?", (key,))
         return row[0] if row else default
 
     def set(self, key: str, value: str) -> None:
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+            self._run("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
 
     # ------------------------------------------------------------------ discovery
     @property
@@ -98,7 +210,7 @@ class FileIndex:
     def _cum(self, seq: int) -> int:
         if seq <= 0:
             return 0
-        row = self._db.execute("SELECT cum_bytes FROM files WHERE seq = ?", (seq,)).fetchone()
+        row = self._one("SELECT cum_bytes FROM files WHERE seq = ?", (seq,))
         return int(row[0]) if row else 0
 
     def known(self, rels: Sequence[str]) -> dict[str, tuple[int, int]]:
@@ -108,7 +220,7 @@ class FileIndex:
             for i in range(0, len(rels), _CHUNK):
                 chunk = rels[i : i + _CHUNK]
                 q = f"SELECT rel, size, mtime_ms FROM seen WHERE rel IN ({','.join('?' * len(chunk))})"
-                for rel, size, mtime in self._db.execute(q, chunk):
+                for rel, size, mtime in self._all(q, chunk):
                     out[rel] = (int(size), int(mtime))
         return out
 
@@ -138,7 +250,7 @@ class FileIndex:
         if not new:
             return 0
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
+            self._run("BEGIN IMMEDIATE")
             try:
                 seq, cum = self._max_seq, self._max_cum
                 rows, seen = [], []
@@ -148,11 +260,11 @@ class FileIndex:
                         cum += f.size
                         rows.append((seq, f.rel, f.size, f.mtime_ms, cum))
                     seen.append((f.rel, f.size, f.mtime_ms, seq if ingest else None))
-                self._db.executemany("INSERT INTO files (seq, rel, size, mtime_ms, cum_bytes) VALUES (?,?,?,?,?)", rows)
-                self._db.executemany("INSERT OR REPLACE INTO seen (rel, size, mtime_ms, seq) VALUES (?,?,?,?)", seen)
-                self._db.execute("COMMIT")
+                self._many("INSERT INTO files (seq, rel, size, mtime_ms, cum_bytes) VALUES (?,?,?,?,?)", rows)
+                self._many("INSERT OR REPLACE INTO seen (rel, size, mtime_ms, seq) VALUES (?,?,?,?)", seen)
+                self._run("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
             self._max_seq, self._max_cum = seq, cum
         return len(rows)
@@ -168,10 +280,10 @@ class FileIndex:
         if max_bytes is not None:
             with self._lock:
                 base = self._cum(start)
-                row = self._db.execute(
+                row = self._one(
                     "SELECT MAX(seq) FROM files WHERE seq > ? AND seq <= ? AND cum_bytes <= ?",
                     (start, end, base + max_bytes),
-                ).fetchone()
+                )
             within = int(row[0]) if row and row[0] is not None else start
             end = max(start + 1, within)
         return end
@@ -184,9 +296,9 @@ class FileIndex:
                 f"{self._max_seq} files: the index was lost or replaced; start with a new checkpointLocation"
             )
         with self._lock:
-            rows = self._db.execute(
+            rows = self._all(
                 "SELECT seq, rel, size, mtime_ms FROM files WHERE seq > ? AND seq <= ? ORDER BY seq", (start, end)
-            ).fetchall()
+            )
         return [IndexedFile(int(s), r, int(z), int(m)) for s, r, z, m in rows]
 
     def outstanding(self, after: int) -> tuple[int, int]:
@@ -201,45 +313,47 @@ class FileIndex:
             done = int(self.get("committed_seq", "0") or 0)
             if end <= done:
                 return
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute("UPDATE files SET committed_ms = ? WHERE seq > ? AND seq <= ?", (now_ms, done, end))
-            self._db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('committed_seq', ?)", (str(end),))
-            self._db.execute("COMMIT")
+            self._run("BEGIN IMMEDIATE")
+            try:
+                self._run("UPDATE files SET committed_ms = ? WHERE seq > ? AND seq <= ?", (now_ms, done, end))
+                self._run("INSERT OR REPLACE INTO meta (key, value) VALUES ('committed_seq', ?)", (str(end),))
+                self._run("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
 
     def to_clean(self, committed_before_ms: int, limit: int = 10_000) -> list[IndexedFile]:
         """Committed files not cleaned yet whose batch committed before the given time."""
         with self._lock:
-            rows = self._db.execute(
+            rows = self._all(
                 "SELECT seq, rel, size, mtime_ms FROM files WHERE cleaned = 0 AND committed_ms IS NOT NULL "
                 "AND committed_ms <= ? ORDER BY committed_ms LIMIT ?",
                 (committed_before_ms, limit),
-            ).fetchall()
+            )
         return [IndexedFile(int(s), r, int(z), int(m)) for s, r, z, m in rows]
 
     def is_latest(self, f: IndexedFile) -> bool:
         """True when ``f`` is the last ingestion of its path (not overwritten and re-ingested since)."""
         with self._lock:
-            row = self._db.execute("SELECT seq FROM seen WHERE rel = ?", (f.rel,)).fetchone()
+            row = self._one("SELECT seq FROM seen WHERE rel = ?", (f.rel,))
         return row is None or row[0] is None or int(row[0]) == f.seq
 
     def mark_cleaned(self, seqs: Sequence[int]) -> None:
         with self._lock:
-            self._db.executemany("UPDATE files SET cleaned = 1 WHERE seq = ?", [(s,) for s in seqs])
+            self._many("UPDATE files SET cleaned = 1 WHERE seq = ?", [(s,) for s in seqs])
 
     def expire(self, older_than_ms: int) -> int:
         """Forget seen paths whose modification time is before ``older_than_ms`` and that are
         committed (``maxFileAge``); returns how many."""
         with self._lock:
-            self._db.execute("CREATE INDEX IF NOT EXISTS seen_mtime ON seen (mtime_ms)")
+            self._run("CREATE INDEX IF NOT EXISTS seen_mtime ON seen (mtime_ms)")
             done = int(self.get("committed_seq", "0") or 0)
-            cur = self._db.execute(
-                "DELETE FROM seen WHERE mtime_ms < ? AND (seq IS NULL OR seq <= ?)", (older_than_ms, done)
-            )
-            return int(cur.rowcount)
+            return self._run("DELETE FROM seen WHERE mtime_ms < ? AND (seq IS NULL OR seq <= ?)", (older_than_ms, done))
 
     def close(self) -> None:
         """Close the database. Idempotent."""
         with self._lock:
             if self._db is not None:
-                self._db.close()
-                self._db = None  # type: ignore[assignment]
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()
+                self._db = None

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from headrace.badrecords import BadRecord, BadRecords
 from headrace.errors import HeadraceError, SchemaChangedError
 from headrace.protocols import Partition
-from headrace_cloudfiles.conform import Conformed, _cast_one, conform_rows, conform_table
+from headrace_cloudfiles.conform import MALFORMED_KEY, Conformed, _cast_one, conform_rows, conform_table
 from headrace_cloudfiles.formats import CorruptFileError, ReaderConfig, parse_file
 from headrace_cloudfiles.index import IndexedFile
 from headrace_cloudfiles.schemas import SchemaStore
@@ -24,7 +26,7 @@ from headrace_cloudfiles.storage import Store
 
 __all__ = ["FilesPartition", "ReadPlan", "partition_values", "read_partition"]
 
-log = logging.getLogger("headrace.cloudfiles")
+log = logging.getLogger(__name__)
 
 _COALESCE_ROWS = 65_536
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
@@ -59,6 +61,7 @@ class ReadPlan:
     ignore_missing: bool
     ignore_corrupt: bool
     fixed: bool
+    bad_records: BadRecords | None = None  # badRecordsPolicy drop / deadLetter / fail (headrace.badrecords)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,9 @@ def _read_file(plan: ReadPlan, f: IndexedFile) -> pa.Table | None:
             return None
         raise HeadraceError(f"cannot read {e}; fix or remove the file, or set ignoreCorruptFiles=true to skip it") from e
     rescue = plan.rescue_column is not None
+    # with a bad-record policy, malformed records and values that do not cast are found through
+    # the rescue machinery, then taken out of the file's rows
+    find_bad = plan.bad_records is not None and not plan.fixed
     if plan.fixed:
         assert parsed.table is not None
         n = parsed.table.num_rows
@@ -127,17 +133,22 @@ def _read_file(plan: ReadPlan, f: IndexedFile) -> pa.Table | None:
         rescued: list[dict[str, Any] | None] | None = None
     else:
         if parsed.table is not None:
-            c = conform_table(parsed.table, plan.data, rescue=rescue)
+            c = conform_table(parsed.table, plan.data, rescue=rescue or find_bad)
         else:
-            c = conform_rows(parsed.rows or [], parsed.malformed or [], plan.data, rescue=rescue)
+            c = conform_rows(parsed.rows or [], parsed.malformed or [], plan.data, rescue=rescue or find_bad)
         if parsed.extra_malformed:
-            bad = conform_rows([None] * len(parsed.extra_malformed), list(parsed.extra_malformed), plan.data, rescue=rescue)
+            bad = conform_rows([None] * len(parsed.extra_malformed), list(parsed.extra_malformed), plan.data,
+                               rescue=rescue or find_bad)  # fmt: skip
             c = _concat(c, bad, plan.data)
+        if find_bad:
+            assert plan.bad_records is not None
+            c = _take_out_bad(c, plan, uri, parsed.malformed or [], list(parsed.extra_malformed or []),
+                              parsed.rows or [], keep_rescued=rescue)  # fmt: skip
         new = [nf for nf in c.new_fields if nf.name not in plan.partitions.names and nf.name != plan.rescue_column]
         if new and plan.evolution_mode in ("addNewColumns", "failOnNewColumns"):
             raise _new_column_error(plan, uri, new)
         n, columns, rescued = c.num_rows, dict(c.columns), c.rescued
-        if not rescue and ((parsed.malformed and any(m is not None for m in parsed.malformed)) or parsed.extra_malformed):
+        if not rescue and not find_bad and ((parsed.malformed and any(m is not None for m in parsed.malformed)) or parsed.extra_malformed):
             log.warning("cloudFiles: %s has malformed records, read as rows of nulls (no rescued data column)", uri)
     if plan.partitions.names:
         values = partition_values(f.rel)
@@ -160,6 +171,38 @@ def _read_file(plan: ReadPlan, f: IndexedFile) -> pa.Table | None:
             )  # fmt: skip
     arrays = [columns[name] for name in plan.schema.names]
     return pa.Table.from_arrays(arrays, schema=plan.schema)
+
+
+def _take_out_bad(c: Conformed, plan: ReadPlan, uri: str, malformed: Sequence[str | None], extra: list[str],
+                  rows: Sequence[dict[str, Any] | None], *, keep_rescued: bool) -> Conformed:  # fmt: skip
+    """Report the rows of ``c`` that are malformed or have a value that does not cast to the
+    schema (``plan.bad_records``) and return ``c`` without them."""
+    assert plan.bad_records is not None
+    texts = [*malformed, *extra]
+    data_names = set(plan.data.names)
+    bad: list[BadRecord] = []
+    keep = [True] * c.num_rows
+    for i, r in enumerate(c.rescued or []):
+        if not r:
+            continue
+        if MALFORMED_KEY in r:
+            text = texts[i] if i < len(texts) and texts[i] is not None else str(r[MALFORMED_KEY])
+            bad.append(BadRecord(f"{uri}#record={i}", f"malformed {plan.config.fmt} record", text))
+        else:
+            failed = [k for k in r if k in data_names]
+            if not failed:
+                continue  # only fields of new columns: schema evolution's business, not a bad record
+            what = ", ".join(f"{k}={r[k]!r} is not {plan.data.field(k).type}" for k in failed)
+            whole = rows[i] if i < len(rows) and rows[i] is not None else r
+            bad.append(BadRecord(f"{uri}#record={i}", f"value does not convert: {what}", json.dumps(whole, default=str)))
+        keep[i] = False
+    plan.bad_records.add(bad)  # raises for badRecordsPolicy=fail
+    if not bad:
+        return c if keep_rescued else Conformed(c.columns, c.num_rows, None, c.new_fields)
+    mask = pa.array(keep)
+    cols = {k: pc.filter(v, mask) for k, v in c.columns.items()}
+    rescued = [r for r, k in zip(c.rescued or [], keep, strict=True) if k] if keep_rescued and c.rescued else None
+    return Conformed(cols, sum(keep), rescued, c.new_fields)
 
 
 def read_partition(partition: FilesPartition) -> Iterator[pa.RecordBatch]:

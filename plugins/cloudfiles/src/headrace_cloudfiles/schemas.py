@@ -96,7 +96,13 @@ class SchemaStore:
     def write(self, data: pa.Schema, partition_columns: tuple[str, ...], reason: str) -> SchemaVersion:
         """Store a new version (the next number) and return it."""
         with self._lock:
-            os.makedirs(self.folder, exist_ok=True)
+            try:
+                os.makedirs(self.folder, exist_ok=True)
+            except OSError as e:
+                raise HeadraceError(
+                    f"cloudFiles.schemaLocation: cannot create {self.folder} ({e.strerror or e}); give a folder this "
+                    "process can create and write"
+                ) from None
             versions = self._versions()
             n = versions[-1] + 1 if versions else 0
             doc = {

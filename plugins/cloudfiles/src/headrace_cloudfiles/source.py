@@ -22,19 +22,21 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.errors import HeadraceError, OptionProblem, OptionsError
+from headrace.badrecords import BadRecords
+from headrace.errors import CheckpointError, HeadraceError, OptionProblem, OptionsError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_schema, inference_bytes
 from headrace_cloudfiles.index import FileIndex
+from headrace_cloudfiles.local import LocalStore, NotARegularFileError
 from headrace_cloudfiles.reader import FilesPartition, ReadPlan, partition_values, read_partition
 from headrace_cloudfiles.schemas import SchemaStore, apply_hints
-from headrace_cloudfiles.storage import FileInfo, LocalStore, Store, open_store
+from headrace_cloudfiles.storage import FileInfo, Store, open_store
 from headrace_cloudfiles.watcher import Watcher
 
 __all__ = ["CloudFilesSource"]
 
-log = logging.getLogger("headrace.cloudfiles")
+log = logging.getLogger(__name__)
 
 _FULL_LISTING_EVERY = 8  # auto mode: a full listing after 7 consecutive incremental ones (as Auto Loader)
 _MAX_PARTITIONS = 4
@@ -75,6 +77,17 @@ class CloudFilesSource(Source):
     """
 
     replayable = True
+    needs_state_path = True  # the file index
+
+    @classmethod
+    def default_state_path(cls, options: Options) -> str | None:
+        """Under Spark without ``headraceStatePath``: ``<cloudFiles.schemaLocation>/_headrace_state``
+        (Auto Loader users set schemaLocation anyway; one per stream, like the schema). None
+        without a local schemaLocation. Pure."""
+        loc = options["cloudFiles.schemaLocation"]
+        if not loc or ("://" in str(loc) and not str(loc).startswith("file://")):
+            return None
+        return os.path.join(str(loc).removeprefix("file://"), "_headrace_state")
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
@@ -123,12 +136,15 @@ class CloudFilesSource(Source):
         self.prefix_bytes = max(1, int(o["cloudFiles.schemaInference.bytesPerFile"]))
         self.ignore_missing = bool(o["ignoreMissingFiles"])
         self.ignore_corrupt = bool(o["ignoreCorruptFiles"])
+        self.bad_records = BadRecords.from_options(o, what=f"cloudFiles {self.path}")
         self._check(o)
         self._plan: ReadPlan | None = None
         self._index: FileIndex | None = None
         self._temp_state: str | None = None
         self._watcher: Watcher | None = None
         self._cap: int | None = None
+        self._cap_pending = False
+        self._trusted = False  # the file index was checked against the checkpoint's offsets this run
         self._discovered_this_run = False
         self._last_expiry = 0.0
         self._closed = False
@@ -176,15 +192,33 @@ class CloudFilesSource(Source):
     # ------------------------------------------------------------------ state
     @property
     def index(self) -> FileIndex:
-        """The file index in the checkpoint (opened on first use, on the driver)."""
+        """The file index in the checkpoint (opened on first use, on the driver).
+
+        Raises CheckpointError when it is damaged or belongs to another query."""
         if self._index is None:
             folder = self.context.state_path
             if folder is None:
                 import tempfile
 
                 folder = self._temp_state = tempfile.mkdtemp(prefix="headrace-cloudfiles-")
-            self._index = FileIndex(folder)
+            idx = FileIndex(folder)
+            try:
+                idx.check_owner(self.context.query_id)
+            except CheckpointError:
+                idx.close()
+                raise
+            self._index = idx
         return self._index
+
+    def _check_state(self, start_seq: int) -> None:
+        """Before the first use of the index in a run that resumes from ``start_seq``: see
+        :meth:`FileIndex.check_resume`. Then the index is claimed for this query."""
+        if self._trusted:
+            return
+        idx = self.index
+        idx.check_resume(start_seq, committed=getattr(self.context, "has_committed_batches", False))
+        idx.claim(self.context.query_id)
+        self._trusted = True
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -254,6 +288,7 @@ class CloudFilesSource(Source):
             ignore_missing=self.ignore_missing,
             ignore_corrupt=self.ignore_corrupt,
             fixed=self.fixed is not None,
+            bad_records=self.bad_records,
         )
 
     def _sample(self) -> list[FileInfo]:
@@ -365,6 +400,8 @@ class CloudFilesSource(Source):
         checkpoint has no batch. With ``includeExistingFiles=false`` it records the files present
         now as seen, so only later files are ingested."""
         idx = self.index
+        idx.claim(self.context.query_id)
+        self._trusted = True
         if not self.include_existing and idx.get("baseline") is None:
             files, last = self._listing(None)
             idx.add(files, allow_overwrites=False, ingest=False)
@@ -379,9 +416,13 @@ class CloudFilesSource(Source):
 
     def prepare_for_available_now(self) -> bool:
         """Discover the files present now and never go beyond them. Called once per run with
-        ``trigger(available_now=True)``."""
-        self._discover()
-        self._cap = self.index.max_seq
+        ``trigger(available_now=True)``; the listing waits for the first ``latest_offset`` when
+        the file index is not checked yet (a resumed stream)."""
+        if self._trusted:
+            self._discover()
+            self._cap = self.index.max_seq
+        else:
+            self._cap_pending = True
         return True
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
@@ -389,14 +430,14 @@ class CloudFilesSource(Source):
 
         Called once per trigger on the driver; returns ``start`` when nothing is new."""
         begin = self._seq(start)
-        if self._cap is None:
-            self._discover()
+        self._check_state(begin)
         idx = self.index
-        if begin > idx.max_seq:
-            raise HeadraceError(
-                f"the checkpoint's offset {start} is beyond the {idx.max_seq} files in the cloudFiles file index "
-                f"{idx.path}: the index was lost or replaced; start with a new checkpointLocation"
-            )
+        if self._cap_pending:
+            self._cap_pending = False
+            self._discover()
+            self._cap = idx.max_seq
+        elif self._cap is None:
+            self._discover()
         end = idx.admit(begin, max_files=limit.max_files, max_bytes=limit.max_bytes, cap=self._cap)
         return {"seq": end}
 
@@ -415,6 +456,7 @@ class CloudFilesSource(Source):
         a, b = self._seq(start), self._seq(end)
         if b <= a:
             return []
+        self._check_state(a)
         files = self.index.files(a, b)
         plan = self.plan
         k = max(1, min(_MAX_PARTITIONS, len(files)))
@@ -446,6 +488,7 @@ class CloudFilesSource(Source):
         """The files up to ``end`` are in committed batches: apply ``cleanSource`` to those
         committed longer than ``retentionDuration`` ago, and expire old entries (``maxFileAge``).
         Called once per batch on the driver, after the batch is committed."""
+        self._check_state(self._seq(end))
         idx = self.index
         now = time.time()
         idx.mark_committed(self._seq(end), int(now * 1000))
@@ -473,6 +516,9 @@ class CloudFilesSource(Source):
                     self.store.move(f.rel, self.move_to)
                 else:
                     self.store.delete(f.rel)
+                done.append(f.seq)
+            except NotARegularFileError as e:  # became a link (or lies under one) since it was read
+                log.error("cloudFiles: refusing to clean %s: %s", self.store.uri(f.rel), e)
                 done.append(f.seq)
             except Exception as e:  # clean-up never fails the stream; retried at the next commit
                 log.warning("cloudFiles: cleanSource %s of %s failed (retried later): %s", self.clean, self.store.uri(f.rel), e)

@@ -2,14 +2,13 @@
 
 Both list files in lexical order of their path relative to the root (what incremental listing
 needs), skip hidden entries (names starting with ``_`` or ``.``, as Spark and Auto Loader do),
-and open a file as a ``pyarrow.NativeFile``. boto3 is imported only for ``s3://`` roots.
+and open a file as a ``pyarrow.NativeFile``. boto3 is imported only for ``s3://`` roots. The
+local folder is :class:`headrace_cloudfiles.local.LocalStore` (symbolic links never followed).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ import pyarrow as pa
 
 from headrace.errors import HeadraceError
 
-__all__ = ["FileInfo", "LocalStore", "S3Store", "Store", "open_store", "split_s3"]
+__all__ = ["FileInfo", "S3Store", "Store", "codec_of", "hidden", "maybe_decompress", "open_store", "split_s3"]
 
 _CODECS = {".gz": "gzip", ".gzip": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd", ".lz4": "lz4"}
 
@@ -91,90 +90,14 @@ class Store(ABC):
         """Drop clients. Called once when the source closes."""
 
 
-def _maybe_decompress(f: pa.NativeFile, rel: str, decompress: bool) -> pa.NativeFile:
+def maybe_decompress(f: pa.NativeFile, rel: str, decompress: bool) -> pa.NativeFile:
     codec = codec_of(rel) if decompress else None
     return pa.CompressedInputStream(f, codec) if codec else f
 
 
-class LocalStore(Store):
-    """Files under a local directory."""
-
-    def __init__(self, root: str) -> None:
-        self.root = os.path.abspath(root.removeprefix("file://"))
-
-    def _abs(self, rel: str) -> str:
-        return os.path.join(self.root, *rel.split("/"))
-
-    def list(self, start_after: str | None = None) -> Iterator[FileInfo]:
-        if not os.path.isdir(self.root):
-            return
-        yield from self._walk(self.root, "", start_after)
-
-    def _walk(self, folder: str, prefix: str, start_after: str | None) -> Iterator[FileInfo]:
-        try:
-            with os.scandir(folder) as it:
-                entries = []
-                for e in it:
-                    if hidden(e.name):
-                        continue
-                    try:
-                        is_dir = e.is_dir()
-                    except OSError:
-                        continue
-                    entries.append((prefix + e.name + ("/" if is_dir else ""), is_dir, e))
-        except FileNotFoundError:
-            return
-        entries.sort(key=lambda t: t[0])
-        for key, is_dir, e in entries:
-            if is_dir:
-                if start_after is not None and key < start_after and not start_after.startswith(key):
-                    continue  # every path below sorts before start_after
-                yield from self._walk(e.path, key, start_after)
-                continue
-            if start_after is not None and key <= start_after:
-                continue
-            try:
-                st = e.stat()
-            except FileNotFoundError:
-                continue
-            yield FileInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
-
-    def stat(self, rel: str) -> FileInfo | None:
-        try:
-            st = os.stat(self._abs(rel))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if not os.path.isfile(self._abs(rel)):
-            return None
-        return FileInfo(rel, st.st_size, st.st_mtime_ns // 1_000_000)
-
-    def open(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
-        return _maybe_decompress(pa.OSFile(self._abs(rel)), rel, decompress)
-
-    def uri(self, rel: str) -> str:
-        return "file://" + self._abs(rel)
-
-    def rel_of(self, uri: str) -> str | None:
-        path = os.path.abspath(uri.removeprefix("file://"))
-        if not path.startswith(self.root + os.sep):
-            return None
-        return os.path.relpath(path, self.root).replace(os.sep, "/")
-
-    def move(self, rel: str, destination: str) -> None:
-        src = self._abs(rel)
-        dest = os.path.join(os.path.abspath(destination.removeprefix("file://")), *rel.split("/"))
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            shutil.move(src, dest)
-
-    def delete(self, rel: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._abs(rel))
-
-
 def split_s3(url: str) -> tuple[str, str]:
     """``s3://bucket/a/b`` -> ``("bucket", "a/b")``; raises naming the URL when it has no bucket."""
-    rest = url.split("://", 1)[1]
+    rest = url.partition("://")[2]
     bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise HeadraceError(f"path {url!r} has no bucket; write it as s3://bucket/prefix")
@@ -244,14 +167,14 @@ class S3Store(Store):
             body = self.client.get_object(Bucket=self.bucket, Key=self._key(rel))["Body"].read()
         except self.client.exceptions.NoSuchKey:
             raise FileNotFoundError(self.uri(rel)) from None
-        return _maybe_decompress(pa.BufferReader(body), rel, decompress)
+        return maybe_decompress(pa.BufferReader(body), rel, decompress)
 
     def open_stream(self, rel: str, *, decompress: bool = True) -> pa.NativeFile:
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=self._key(rel))["Body"]
         except self.client.exceptions.NoSuchKey:
             raise FileNotFoundError(self.uri(rel)) from None
-        return _maybe_decompress(pa.PythonFile(body, mode="r"), rel, decompress)
+        return maybe_decompress(pa.PythonFile(body, mode="r"), rel, decompress)
 
     def uri(self, rel: str) -> str:
         return f"s3://{self.bucket}/{self._key(rel)}"
@@ -299,4 +222,6 @@ def open_store(path: str, options: Any) -> Store:
         raise HeadraceError(
             f"path {path!r}: scheme {scheme!r} is not supported; use a local folder, file:// or s3://bucket/prefix"
         )
+    from headrace_cloudfiles.local import LocalStore
+
     return LocalStore(path)

@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 from headrace.errors import HeadraceError
-from headrace_cloudfiles.storage import LocalStore
+from headrace_cloudfiles.local import LocalStore
 
 __all__ = ["Watcher"]
 

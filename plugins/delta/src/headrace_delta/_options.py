@@ -16,6 +16,7 @@ from headrace.options import (
     Options,
     OptionSchema,
     PassThrough,
+    Regex,
     Size,
     String,
     StringList,
@@ -25,6 +26,7 @@ from headrace.options import (
     requires,
     rule,
 )
+from headrace.transforms.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
 
 __all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS", "STORAGE_PREFIX"]
 
@@ -137,7 +139,7 @@ SOURCE_OPTIONS = OptionSchema(
         ),
         Option(
             "excludeRegex",
-            String(),
+            Regex(),
             doc="Ignore data files whose path matches this regular expression.",
         ),
         Option(
@@ -156,6 +158,15 @@ SOURCE_OPTIONS = OptionSchema(
     ],
     passthrough=[_STORAGE],
 )
+
+@rule("AUTO CDC needs keys")
+def _cdc_keys(opts: Options) -> list[OptionProblem]:
+    if (opts.is_set("sequenceBy") or opts.is_set("applyAsDeletes")) and not opts.is_set("keys"):
+        return [OptionProblem("keys", "AUTO CDC (sequenceBy / applyAsDeletes) needs the target's key columns, e.g. keys=id")]
+    if opts.is_set("storedAsScdType") and opts["storedAsScdType"] == "2" and not opts.is_set("sequenceBy"):
+        return [OptionProblem("storedAsScdType", "2 needs sequenceBy (its values become __START_AT / __END_AT)")]
+    return []
+
 
 SINK_OPTIONS = OptionSchema(
     [
@@ -194,7 +205,17 @@ SINK_OPTIONS = OptionSchema(
             unsupported="optimized writes are a Databricks runtime feature; run OPTIMIZE (DeltaTable.optimize) instead",
         ),
         Option("tableName", String(), unsupported=_UC),
+        Option("keys", StringList(min_items=1), doc="AUTO CDC: the key columns of the target table."),
+        Option(
+            "storedAsScdType",
+            Choice("1", "2"),
+            default="1",
+            doc="AUTO CDC: 1 keeps the latest row per key (upserts and deletes); 2 keeps the history, one row "
+            "per version with __START_AT / __END_AT (the sequenceBy values; __END_AT NULL for the current row).",
+        ),
+        *AUTO_CDC_OPTIONS,
     ],
-    rules=[all_or_none("txnAppId", "txnVersion"), at_most_one_of("mergeSchema", "overwriteSchema")],
+    rules=[all_or_none("txnAppId", "txnVersion"), at_most_one_of("mergeSchema", "overwriteSchema"), *AUTO_CDC_RULES,
+           _cdc_keys],
     passthrough=[_STORAGE],
 )

@@ -21,6 +21,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             description="Delta Lake tables (delta-rs): a streaming source over the transaction log and an "
             "exactly-once sink with app transactions.",
             requires=("deltalake",),
-            install_hint="pip install headrace-delta",
+            install_hint="pip install 'deltalake>=1.0' (a dependency of headrace-delta)",
         )
     ]

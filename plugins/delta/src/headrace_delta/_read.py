@@ -34,7 +34,7 @@ __all__ = [
     "read_file",
 ]
 
-log = logging.getLogger("headrace_delta")
+log = logging.getLogger(__name__)
 
 CDF_COLUMNS = pa.schema(
     [
@@ -149,7 +149,10 @@ def read_file(
     """
     path = loc.data_path(task.path)
     try:
-        pf = pq.ParquetFile(path if loc.is_local else loc.open_data(path), pre_buffer=True)
+        # INT96 timestamps (written by Spark) at microseconds, as Spark reads them: the default
+        # nanoseconds cannot hold years before 1677 or after 2262 (9999-12-31 wraps around)
+        pf = pq.ParquetFile(path if loc.is_local else loc.open_data(path), pre_buffer=True,
+                            coerce_int96_timestamp_unit="us")  # fmt: skip
     except FileNotFoundError as e:
         _lost(loc, task, fail_on_data_loss, e)
         return

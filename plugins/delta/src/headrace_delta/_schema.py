@@ -14,6 +14,7 @@ import pyarrow as pa
 __all__ = [
     "PHYSICAL_NAME",
     "SUPPORTED_READER_FEATURES",
+    "VARIANT",
     "check_protocol",
     "delta_schema_to_arrow",
     "parse_partition_value",
@@ -24,8 +25,14 @@ PHYSICAL_NAME = "delta.columnMapping.physicalName"
 
 SUPPORTED_READER_FEATURES = frozenset(
     {"columnMapping", "deletionVectors", "timestampNtz", "v2Checkpoint", "vacuumProtocolCheck", "typeWidening",
-     "typeWidening-preview"}
+     "typeWidening-preview", "variantType", "variantType-preview"}
 )  # fmt: skip
+
+VARIANT = pa.struct([pa.field("metadata", pa.binary(), nullable=False), pa.field("value", pa.binary(), nullable=False)])
+"""How a Delta ``variant`` column (Spark 4, table feature ``variantType``) is read: the Parquet
+struct of its two binaries, ``metadata`` and ``value``, in the Variant binary encoding (decode
+with any Variant library, or hand it back to Spark/Delta as is). pyarrow (26) has no Python
+variant type to use instead. Shredded variants are a separate reader feature, refused."""
 
 _PRIMITIVE: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -40,6 +47,7 @@ _PRIMITIVE: dict[str, pa.DataType] = {
     "date": pa.date32(),
     "timestamp": pa.timestamp("us", tz="UTC"),
     "timestamp_ntz": pa.timestamp("us"),
+    "variant": VARIANT,
 }
 
 
@@ -50,7 +58,7 @@ def _type(t: Any) -> pa.DataType:
         m = re.fullmatch(r"decimal\((\d+),\s*(\d+)\)", t)
         if m:
             return pa.decimal128(int(m.group(1)), int(m.group(2)))
-        raise ValueError(f"Delta type {t!r} is not supported by headrace-delta (variant and other new types)")
+        raise ValueError(f"Delta type {t!r} is not supported by headrace-delta")
     kind = t.get("type")
     if kind == "struct":
         return pa.struct([_field(f) for f in t["fields"]])

@@ -24,12 +24,13 @@ import pyarrow as pa
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
+from headrace.transforms.auto_cdc import AutoCdcSpec
 from headrace_delta._options import STORAGE_PREFIX
 from headrace_delta._storage import TableLocation
 
 __all__ = ["DeltaSink", "StagedBatch"]
 
-log = logging.getLogger("headrace_delta")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class DeltaSink(Sink):
         self.txn_version: int | None = options["txnVersion"]
         self.target_file_size: int | None = options["targetFileSize"]
         self.mode = context.output_mode
+        self.cdc = AutoCdcSpec.from_options(options, options["keys"])
+        self.scd_type = int(options["storedAsScdType"])
+        if self.cdc.enabled and self.mode != "append":
+            raise UnsupportedError("delta: AUTO CDC (sequenceBy / applyAsDeletes) needs output mode 'append'")
         if self.overwrite_schema and self.mode != "complete":
             raise UnsupportedError(
                 "overwriteSchema=true replaces the table's schema and needs output mode 'complete'; "
@@ -88,6 +93,10 @@ class DeltaSink(Sink):
         Called once per batch by the local engine (once per task under Spark), maybe in a worker
         thread. Returns a picklable :class:`StagedBatch` for ``commit``.
         """
+        if self.cdc.enabled:
+            from headrace.transforms.auto_cdc import prepare
+
+            data = (b for t in data if t.num_rows for b in prepare(pa.Table.from_batches([t]), self.cdc).to_batches())
         first = next(data, None)
         if first is None:
             schema = self.context.schema
@@ -131,8 +140,11 @@ class DeltaSink(Sink):
         try:
             if done is not None and done >= version:
                 log.info("delta: batch %d (txn %s/%d) is already in %s; skipping", batch_id, app_id, version, self.loc.uri)
-                self._last_commit = {"skipped": True}
+                # the batch's rows are in the table already: report them as skipped, not as output
+                self._last_commit = {"skipped": True, "numRowsSkipped": sum(m.num_rows for m in staged)}
                 return
+            if self.cdc.enabled and not any(m.num_rows for m in staged):
+                return  # no events: nothing to apply (a replay of it is a no-op as well)
             schema = _schema_of(staged, self.context.schema)
             if schema is None:
                 return  # nothing staged and no schema known: nothing to create or record
@@ -143,6 +155,16 @@ class DeltaSink(Sink):
                     for b in r:
                         yield b if b.schema == schema else pa.Table.from_batches([b]).cast(schema).to_batches()[0]
 
+            if self.cdc.enabled:
+                from headrace_delta._auto_cdc import apply_changes
+
+                events = pa.Table.from_batches(list(batches()), schema=schema)
+                props = CommitProperties(app_transactions=[Transaction(app_id, version)],
+                                         custom_metadata={"userMetadata": self.user_metadata} if self.user_metadata else None)  # fmt: skip
+                self._last_commit = apply_changes(self.loc.uri, events, self.cdc, scd_type=self.scd_type,
+                                                  commit_properties=props, storage_options=self.loc.storage_options,
+                                                  partition_by=self.partition_by)  # fmt: skip
+                return
             data = pa.RecordBatchReader.from_batches(schema, batches())
             meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
             schema_mode: Any = "merge" if self.merge_schema else ("overwrite" if self.overwrite_schema else None)
@@ -158,7 +180,7 @@ class DeltaSink(Sink):
                     app_transactions=[Transaction(app_id, version)], custom_metadata=meta
                 ),
             )
-            self._last_commit = {"numOutputRows": sum(m.num_rows for m in staged)}
+            self._last_commit = {"numOutputRows": sum(m.num_rows for m in staged), "numRowsSkipped": 0}
         except Exception as e:
             if type(e).__module__.startswith("deltalake") or "Schema" in type(e).__name__:
                 raise HeadraceError(f"writing batch {batch_id} to Delta table {self.loc.uri} failed: {e}") from e
@@ -184,11 +206,17 @@ class DeltaSink(Sink):
                         os.remove(os.path.join(folder, name))
 
     def metrics(self) -> dict[str, Any]:
-        """The last commit's figures, for the progress report. Called once per batch."""
+        """The last commit's figures, for the progress report. Called once per batch.
+        ``numRowsSkipped``: rows of a replayed batch whose transaction was already in the log
+        (the engine reports them as skipped, not as output)."""
         return dict(self._last_commit)
 
     def close(self) -> None:
         """Remove a temporary staging folder. Called once when the query stops; idempotent."""
+        if self.cdc.apply_as_deletes is not None:
+            from headrace.transforms.auto_cdc import release_sql
+
+            release_sql()
         if self._temp_staging is not None:
             shutil.rmtree(self._temp_staging, ignore_errors=True)
             self._temp_staging = None

@@ -44,7 +44,7 @@ from headrace_delta._storage import TableLocation
 
 __all__ = ["DeltaOffset", "DeltaSource"]
 
-log = logging.getLogger("headrace_delta")
+log = logging.getLogger(__name__)
 
 _OFFSET_FORMAT = 1
 _TIMESTAMP_SLACK_US = 1000  # file statistics of timestamps are truncated to milliseconds
@@ -158,7 +158,7 @@ class DeltaSource(Source):
     # ------------------------------------------------------------------ table state
     def _load_latest(self) -> tuple[int, TableInfo, dict[str, Any]]:
         from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
+        from deltalake.exceptions import DeltaError, TableNotFoundError
 
         try:
             dt = DeltaTable(self.loc.uri, storage_options=self.loc.storage_options)
@@ -166,6 +166,11 @@ class DeltaSource(Source):
             raise HeadraceError(
                 f"no Delta table at {self.loc.uri} (no _delta_log); create it first (e.g. with a delta sink or "
                 f"deltalake.write_deltalake) or check the path"
+            ) from e
+        except DeltaError as e:  # e.g. the path is a file: "Invalid table location"
+            raise HeadraceError(
+                f"cannot open the Delta table at {self.loc.uri}: {e}; check the path (a folder holding _delta_log) "
+                "and the storage.* options"
             ) from e
         version = int(dt.version())
         meta = dt.metadata()

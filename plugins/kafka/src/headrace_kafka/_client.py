@@ -18,7 +18,7 @@ __all__ = ["TP", "KafkaClientError", "Metadata", "client_logger", "consumer_conf
 TP = tuple[str, int]
 """A topic-partition as a hashable pair."""
 
-client_logger = logging.getLogger("headrace_kafka.client")
+client_logger = logging.getLogger(__name__).getChild("librdkafka")  # the client library's own log lines
 """librdkafka's own log lines go here (instead of stderr)."""
 
 

@@ -6,6 +6,7 @@ reads these schemas to validate options and render ``headrace describe kafka``.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from headrace.errors import OptionProblem
@@ -68,6 +69,42 @@ def _forbidden(table: dict[str, str]) -> Any:
     return check
 
 
+def _client_config(role: str) -> Any:
+    """librdkafka itself checks the ``kafka.*`` settings (names and values) at load(): a client
+    made with no bootstrap servers validates its configuration without any network I/O (about a
+    millisecond). Skipped when confluent-kafka is not installed (the connector says so at start)."""
+
+    @rule(f"kafka.* settings must be valid librdkafka {role} settings")
+    def check(opts: Options) -> list[OptionProblem]:
+        settings = opts.passthrough("kafka.")
+        if not settings:
+            return []
+        try:
+            import logging
+
+            from confluent_kafka import Consumer, KafkaException, Producer
+        except ImportError:
+            return []
+        quiet = logging.getLogger(__name__ + ".config_check")
+        quiet.disabled = True
+        conf = {**settings, "bootstrap.servers": "", "logger": quiet}
+        if role == "consumer":
+            conf.setdefault("group.id", "headrace-config-check")
+        try:
+            client = Consumer(conf) if role == "consumer" else Producer(conf)
+        except KafkaException as e:
+            err = e.args[0] if e.args else e
+            text = err.str() if hasattr(err, "str") else str(err)
+            if text.startswith("Failed to create"):  # the build or the machine (e.g. no GSSAPI), not a value
+                return []
+            return [OptionProblem("kafka.*", f"librdkafka refuses the settings: {text}")]
+        if role == "consumer":
+            client.close()
+        return []
+
+    return check
+
+
 def _check_partition_map(name: str, value: Any, *, values: str, lowest: int) -> list[OptionProblem]:
     """``{"topic": {"0": 23, "1": -2}}`` with int partitions and ints >= ``lowest``."""
     example = '{"topicA": {"0": 23, "1": -2}}' if lowest == -2 else '{"topicA": {"0": 23, "1": -1}}'
@@ -77,7 +114,7 @@ def _check_partition_map(name: str, value: Any, *, values: str, lowest: int) -> 
         if not isinstance(parts, dict):
             return [OptionProblem(name, f"topic {topic!r} maps to {parts!r}, expected an object of partitions, e.g. {example}")]
         for p, off in parts.items():
-            if not str(p).lstrip("-").isdigit() or int(p) < 0:
+            if not re.fullmatch(r"[0-9]{1,10}", str(p)):
                 return [OptionProblem(name, f"topic {topic!r}: partition {p!r} is not a partition number, e.g. {example}")]
             if isinstance(off, bool) or not isinstance(off, int) or off < lowest:
                 return [OptionProblem(name, f"{topic}-{p}: {off!r} is not valid ({values}), e.g. {example}")]
@@ -192,6 +229,7 @@ SOURCE_OPTIONS = OptionSchema(
         _check_json_shapes,
         _check_min_max,
         _forbidden(_SOURCE_FORBIDDEN),
+        _client_config("consumer"),
     ],
     passthrough=[PassThrough("kafka.", doc="Any other librdkafka consumer setting (kafka.security.protocol, "
                                            "kafka.sasl.password, ...); secrets are redacted.")],
@@ -216,7 +254,7 @@ SINK_OPTIONS = OptionSchema(
         Option("flushTimeout", Duration(), default=300.0,
                doc="headrace extension: how long a batch waits for its deliveries before it fails."),
     ],
-    rules=[_forbidden(_SINK_FORBIDDEN)],
+    rules=[_forbidden(_SINK_FORBIDDEN), _client_config("producer")],
     passthrough=[PassThrough("kafka.", doc="Any other librdkafka producer setting (kafka.acks, kafka.linger.ms, "
                                            "kafka.compression.type, ...); secrets are redacted.")],
 )

@@ -23,7 +23,7 @@ def headrace_connectors() -> list[ConnectorSpec]:
             sink_options=SINK_OPTIONS,
             description="Apache Kafka topics (confluent-kafka): offsets in the checkpoint, at-least-once or "
             "transactional exactly-once sink, real-time trigger.",
-            install_hint="pip install headrace-kafka",
+            install_hint="pip install 'confluent-kafka>=2.3' (a dependency of headrace-kafka)",
             requires=("confluent_kafka",),
         )
     ]

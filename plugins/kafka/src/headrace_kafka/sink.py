@@ -41,7 +41,7 @@ from headrace_kafka._client import KafkaClientError, client_logger, producer_con
 
 __all__ = ["KafkaCommitMessage", "KafkaSink"]
 
-log = logging.getLogger("headrace_kafka.sink")
+log = logging.getLogger(__name__)
 
 _SETTLE_S = 0.02
 _TEXT = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.string_view(), pa.binary_view())

@@ -30,7 +30,7 @@ from headrace_kafka._client import TP, KafkaClientError, Metadata, consumer_conf
 
 __all__ = ["KafkaPartition", "KafkaSource"]
 
-log = logging.getLogger("headrace_kafka.source")
+log = logging.getLogger(__name__)
 
 _CONSUME_BATCH = 10_000
 _error = Message.error

@@ -20,6 +20,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             sink_options=SINK_OPTIONS,
             description="AWS Kinesis Data Streams: replayable per-shard source with resharding; put_records sink (at-least-once).",
             requires=("boto3",),
-            install_hint="pip install headrace-kinesis",
+            install_hint="pip install 'boto3>=1.28' (a dependency of headrace-kinesis)",
         )
     ]

@@ -26,7 +26,7 @@ from headrace_kinesis._client import StreamRef, make_client, stream_ref, with_ba
 
 __all__ = ["KinesisSink", "Written"]
 
-log = logging.getLogger("headrace.kinesis")
+log = logging.getLogger(__name__)
 
 MAX_RECORD_BYTES = 1024 * 1024  # data + partition key
 MAX_REQUEST_BYTES = 5 * 1024 * 1024

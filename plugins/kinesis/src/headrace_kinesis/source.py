@@ -11,6 +11,13 @@ How a batch is made (see :mod:`headrace_kinesis._shards` for the offset):
   at the last sequence number, so every replay gives the same rows.
 - A closed shard read to its end is marked ``done``; a child shard is read only from the batch
   after all its parents are done. The shard list is polled every ``shardFetchInterval``.
+- ``trigger(available_now=True)`` reads exactly the records present when the run starts, by
+  sequence number, never by comparing arrival times with the local clock (clock skew, and
+  kinesalite's future arrival times in fresh child shards, cut records present at start): at
+  start every shard is listed; a shard closed then is read to its end; an open one gets a LATEST
+  iterator, whose first record (polled after each fetch that returned records, until one shows
+  up) is the first record *after* the start, so the run stops just before it; shards created
+  after the start are left for the next run.
 """
 
 from __future__ import annotations
@@ -29,11 +36,19 @@ from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_kinesis._client import StreamRef, error_code, make_client, stream_ref, with_backoff
 from headrace_kinesis._schema import SCHEMA, records_to_batch
-from headrace_kinesis._shards import Position, add_listed, compact, eligible, new_offset, position
+from headrace_kinesis._shards import (
+    Position,
+    add_listed,
+    compact,
+    eligible,
+    new_offset,
+    position,
+    shard_sort_key,
+)
 
 __all__ = ["KinesisSource", "ShardRange", "ShardsPartition"]
 
-log = logging.getLogger("headrace.kinesis")
+log = logging.getLogger(__name__)
 
 _ITERATOR_MAX_AGE = 270.0  # AWS iterators expire after 300 s
 
@@ -54,6 +69,20 @@ class ShardsPartition(Partition):
     """The read work of one task: one or more shard ranges (``shardsPerTask``). Picklable."""
 
     ranges: tuple[ShardRange, ...]
+
+
+@dataclass
+class _Boundary:
+    """Available-now, for one shard open at the start of the run: a LATEST iterator taken then
+    (renewed by every poll that finds nothing), and once a record arrived after the start, its
+    sequence number (records from there on are left for the next run)."""
+
+    iterator: str | None
+    polled: float
+    seq: str | None = None
+
+
+_BOUNDARY_REFRESH = 60.0  # poll an unused boundary iterator this often, well before its 300 s expiry
 
 
 @dataclass
@@ -104,13 +133,17 @@ class KinesisSource(Source):
         self._idle: dict[str, bool] = {}
         self._last_list = 0.0
         self._list_due = True
-        self._available_now_ms: int | None = None
+        self._an_open: dict[str, _Boundary] | None = None  # available-now: shards open at start
+        self._an_closed: set[str] = set()  # available-now: shards closed at start (read to their end)
+        self._an_last: tuple[int, str] | None = None  # available-now: the highest shard id listed at start
+        self._closed: set[str] = set()  # shards a listing showed closed: read until the end, never "caught up"
 
     # ------------------------------------------------------------------ plumbing
     def __getstate__(self) -> dict[str, Any]:
         """A pickled copy (for ``read`` elsewhere) keeps options and stream only: no client, no cache."""
         state = self.__dict__.copy()
-        state.update(_client=None, _lock=None, _cache={}, _iters={}, _next_fetch={}, _behind={}, _idle={})
+        state.update(_client=None, _lock=None, _cache={}, _iters={}, _next_fetch={}, _behind={}, _idle={},
+                     _an_open=None, _an_closed=set())  # fmt: skip
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -150,8 +183,10 @@ class KinesisSource(Source):
             out.extend(resp.get("Shards", []))
             token = resp.get("NextToken")
             if not token:
-                return out
+                break
             kwargs = {"NextToken": token}
+        self._closed.update(s["ShardId"] for s in out if s.get("SequenceNumberRange", {}).get("EndingSequenceNumber"))
+        return out
 
     def _list(self, offset: Offset, **kw: Any) -> Offset:
         after = offset.get("after")
@@ -185,10 +220,56 @@ class KinesisSource(Source):
         return ReadLimit(max_bytes=self.buffer_bytes)
 
     def prepare_for_available_now(self) -> bool:
-        """Called once for ``trigger(available_now=True)``: records that arrive after now are
-        left for a later query (cut by their arrival time)."""
-        self._available_now_ms = int(time.time() * 1000)
+        """Called once for ``trigger(available_now=True)``, on the driver: lists the shards and
+        takes a LATEST iterator of each open one, so that the run reads every record present
+        now and none that arrives later (see the module docstring). 1 + open shards calls."""
+        opened: dict[str, _Boundary] = {}
+        closed: set[str] = set()
+        for shard in self._list_shards():
+            sid = shard["ShardId"]
+            if shard.get("SequenceNumberRange", {}).get("EndingSequenceNumber") is not None:
+                closed.add(sid)
+                continue
+            it = self._call("GetShardIterator", self.client.get_shard_iterator, StreamName=self.ref.name,
+                            ShardId=sid, ShardIteratorType="LATEST")["ShardIterator"]  # fmt: skip
+            opened[sid] = _Boundary(it, time.monotonic())
+        self._an_open, self._an_closed = opened, closed
+        self._an_last = max((shard_sort_key(sid) for sid in (*opened, *closed)), default=None)
         return True
+
+    def _in_run(self, sid: str) -> bool:
+        """Available-now: the shard existed when the run started (else all its records are later).
+        Shard ids grow with every split or merge, so a shard created after the start has an id
+        above every id listed then; a lower id not listed (expired) is read as usual."""
+        if self._an_open is None or sid in self._an_open or sid in self._an_closed:
+            return True
+        return self._an_last is not None and shard_sort_key(sid) <= self._an_last
+
+    def _poll_boundary(self, sid: str, b: _Boundary) -> None:
+        """Look for the first record after the start on ``b``'s LATEST iterator (a few calls at
+        most); renews the iterator when there is none yet."""
+        for _ in range(5):
+            if b.iterator is None or b.seq is not None:
+                return
+            try:
+                resp = self._call("GetRecords", self.client.get_records, ShardIterator=b.iterator, Limit=1)
+            except Exception as e:
+                if error_code(e) != "ExpiredIteratorException":
+                    raise
+                # unused for 5 minutes (a very long batch): the exact end is lost; read the shard
+                # until caught up instead, which still reads everything present at start
+                log.info("kinesis: available-now: the start boundary of shard %s expired; reading it until caught up", sid)
+                b.iterator = None
+                return
+            b.polled = time.monotonic()
+            self._next_fetch[sid] = max(self._next_fetch.get(sid, 0.0), b.polled + self.min_period)
+            records = resp.get("Records", [])
+            if records:
+                b.seq, b.iterator = str(records[0]["SequenceNumber"]), None
+                return
+            b.iterator = resp.get("NextShardIterator")
+            if not resp.get("MillisBehindLatest"):
+                return
 
     def _iterator(self, sid: str, pos: Position, *, check_at: bool = True) -> tuple[str | None, bool]:
         """A fresh iterator at ``pos``; for ``after`` positions it starts AT the sequence number so
@@ -238,7 +319,9 @@ class KinesisSource(Source):
         self._behind[f.shard_id] = int(resp.get("MillisBehindLatest", 0) or 0)
         if f.iterator is None:
             f.done = True
-        elif not records and not resp.get("MillisBehindLatest"):
+        elif not records and not resp.get("MillisBehindLatest") and f.shard_id not in self._closed:
+            # a closed shard can answer "nothing, 0 ms behind" before its end (kinesalite does until
+            # the iterator passes the shard's ending time): it is finished only without a next iterator
             f.caught_up = True
         size = sum(len(r["Data"]) + len(r["PartitionKey"]) for r in records)
         return records, size
@@ -256,7 +339,12 @@ class KinesisSource(Source):
             end = compact(start)
             if self._list_due or time.monotonic() - self._last_list >= self.list_interval:
                 end = self._list(end)
-            shards = eligible(start)
+            shards = [sid for sid in eligible(start) if self._in_run(sid)]
+            if self._an_open:
+                now = time.monotonic()
+                for sid, b in self._an_open.items():
+                    if b.seq is None and b.iterator is not None and now - b.polled >= _BOUNDARY_REFRESH:
+                        self._poll_boundary(sid, b)
             fetches = {sid: _Fetch(sid, position(start["shards"][sid]), batches=[]) for sid in shards}
             now = time.monotonic()
             for f in fetches.values():
@@ -331,13 +419,18 @@ class KinesisSource(Source):
                 records = records[1:]
             else:
                 self._data_loss(f.shard_id, f"the last record read, sequence number {skip_seq}, is no longer retained")
-        if self._available_now_ms is not None:
-            keep = [r for r in records if _ms(r["ApproximateArrivalTimestamp"]) <= self._available_now_ms]
-            if len(keep) < len(records):
-                records = keep
-                f.caught_up = True
-                f.iterator_ok = False
-                f.done = False
+        boundary = self._an_open.get(f.shard_id) if self._an_open is not None else None
+        if boundary is not None and records:
+            if boundary.seq is None:  # polled after this fetch: no record after the start yet means all of these are before it
+                self._poll_boundary(f.shard_id, boundary)
+            if boundary.seq is not None:
+                cut = int(boundary.seq)
+                keep = [r for r in records if int(r["SequenceNumber"]) < cut]
+                if len(keep) < len(records):
+                    records = keep
+                    f.caught_up = True
+                    f.iterator_ok = False
+                    f.done = False
         if not records:
             return 0, size
         assert f.batches is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from headrace.badrecords import BAD_RECORD_OPTIONS
 from headrace.errors import OptionProblem
 from headrace.options import (
     Choice,
@@ -19,11 +20,29 @@ from headrace.options import (
     at_most_one_of,
     rule,
 )
+from headrace.transforms.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
 
-__all__ = ["IDENTIFIER", "SINK_OPTIONS", "TableName", "parse_dbtable"]
+__all__ = ["IDENTIFIER", "MAX_IDENTIFIER_BYTES", "SINK_OPTIONS", "TableName", "identifier_problem", "parse_dbtable", "url_port_problem"]
 
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 """A plain SQL identifier: a letter or underscore, then letters, digits and underscores."""
+
+MAX_IDENTIFIER_BYTES = 63
+"""PostgreSQL's limit (NAMEDATALEN - 1): a longer name is silently truncated by the server, so
+the table created, or the column keyed on, would not be the one named."""
+
+
+def identifier_problem(name: str, what: str) -> str | None:
+    """Why ``name`` cannot be a PostgreSQL identifier (empty, or longer than 63 bytes), or None."""
+    if not name:
+        return f"{what} is empty; give a name"
+    size = len(name.encode("utf-8"))
+    if size > MAX_IDENTIFIER_BYTES:
+        return (
+            f"{what} {name[:20]!r}... is {size} bytes long; PostgreSQL identifiers are at most "
+            f"{MAX_IDENTIFIER_BYTES} bytes (longer ones are silently truncated): use a shorter name"
+        )
+    return None
 
 _DBTABLE = re.compile(rf"(?:({IDENTIFIER})\.)?({IDENTIFIER})")
 _ENDPOINT = r"[A-Za-z0-9][A-Za-z0-9_-]*\.[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9][A-Za-z0-9_-]*)?"
@@ -53,7 +72,12 @@ def parse_dbtable(text: str) -> TableName:
             f"{text!r} is not 'schema.table' made of plain identifiers (a letter or underscore, then "
             "letters, digits or underscores; no quotes, semicolons, hyphens or spaces); e.g. 'public.events'"
         )
-    return TableName((m.group(1) or "public").lower(), m.group(2).lower())
+    name = TableName((m.group(1) or "public").lower(), m.group(2).lower())
+    for part, what in ((name.schema, "the schema name"), (name.table, "the table name")):
+        problem = identifier_problem(part, what)
+        if problem:
+            raise ValueError(problem)
+    return name
 
 
 class _DbTable(String):
@@ -72,13 +96,53 @@ class _Url(String):
     label = "a postgresql:// URL"
 
 
-@rule("upsertkey column names are non-empty and unique")
+def url_port_problem(url: str) -> str | None:
+    """Why the port(s) of a libpq URL are not valid, or None. Never quotes the URL or the
+    port text (a mistyped URL can put the password there)."""
+    from urllib.parse import parse_qsl
+
+    rest = url.split("://", 1)[1] if "://" in url else url
+    authority = rest.partition("/")[0]
+    authority = authority.partition("?")[0].rpartition("@")[2]
+    ports = []
+    for host in authority.split(","):
+        if host.startswith("["):  # [IPv6]:port
+            ports.append(host.partition("]")[2].removeprefix(":") if "]" in host else "")
+        elif ":" in host:
+            ports.append(host.rpartition(":")[2])
+    query = rest.partition("?")[2]
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key == "port":
+            ports.extend(value.split(","))
+    for port in ports:
+        if port == "":
+            continue
+        if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
+            return (
+                "the port in the URL is not a number from 1 to 65535 (if the password holds ':', '@' or '/', "
+                "percent-encode it); write it as postgresql://user:password@host:5432/db"
+            )
+    return None
+
+
+@rule("the port of url is a number")
+def _url_port(opts: Options) -> list[OptionProblem]:
+    if not opts.is_set("url"):
+        return []
+    problem = url_port_problem(str(opts.reveal("url")))
+    return [OptionProblem("url", problem)] if problem else []
+
+
+@rule("upsertkey column names are non-empty, at most 63 bytes and unique")
 def _keys_unique(opts: Options) -> list[OptionProblem]:
     keys = opts["upsertkey"]
     if not keys:
         return []
+    problems = [OptionProblem("upsertkey", p) for k in keys if (p := identifier_problem(k, "the key column name"))]
     dup = sorted({k for k in keys if keys.count(k) > 1})
-    return [OptionProblem("upsertkey", f"names {', '.join(dup)} more than once; list each key column once")] if dup else []
+    if dup:
+        problems.append(OptionProblem("upsertkey", f"names {', '.join(dup)} more than once; list each key column once"))
+    return problems
 
 
 SINK_OPTIONS = OptionSchema(
@@ -99,6 +163,7 @@ SINK_OPTIONS = OptionSchema(
         Option(
             "upsertkey",
             StringList(min_items=1),
+            aliases=("keys",),
             doc="Comma-separated key columns: INSERT ... ON CONFLICT (keys) DO UPDATE. Must equal the "
             "table's primary key exactly. Unset: the primary key of an existing table, else plain inserts.",
         ),
@@ -149,7 +214,11 @@ SINK_OPTIONS = OptionSchema(
             default=10.0,
             doc="headrace extension: timeout of one connection attempt ('10 seconds').",
         ),
+        *AUTO_CDC_OPTIONS,
     ],
-    rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique],
+    rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique, _url_port, *AUTO_CDC_RULES],
 )
 """Options of the ``lakebase`` (alias ``postgresql``) sink."""
+
+# one bad-record policy for every sink that can reject a row (headrace.badrecords)
+SINK_OPTIONS = SINK_OPTIONS.extended(BAD_RECORD_OPTIONS.options, rules=BAD_RECORD_OPTIONS.rules)

@@ -8,22 +8,26 @@ import pluggy
 from headrace.plugins import ConnectorSpec, hookimpl
 from headrace_lakebase import hookspecs
 from headrace_lakebase._options import SINK_OPTIONS
+from headrace_lakebase.cdc_options import SOURCE_OPTIONS
 
 __all__ = ["headrace_addhooks", "headrace_connectors"]
 
 
 @hookimpl
 def headrace_connectors() -> list[ConnectorSpec]:
-    """The ``lakebase`` sink. Called once per process, on the first connector lookup."""
+    """The ``lakebase`` sink and change source. Called once per process, on the first connector lookup."""
     return [
         ConnectorSpec(
             name="lakebase",
             aliases=("postgresql",),
             sink="headrace_lakebase.sink:LakebaseSink",
             sink_options=SINK_OPTIONS,
-            description="Batched, exactly-once upserts (or inserts) into PostgreSQL / Databricks Lakebase.",
-            requires=("psycopg",),
-            install_hint="pip install headrace-lakebase",
+            source="headrace_lakebase.cdc_source:LakebaseChangeSource",
+            source_options=SOURCE_OPTIONS,
+            description="Batched, exactly-once upserts (or inserts, or AUTO CDC) into PostgreSQL / Databricks Lakebase, "
+            "and a change source (logical replication, pgoutput).",
+            requires=("psycopg", "numpy"),
+            install_hint="pip install 'psycopg[binary]>=3.2' 'numpy>=1.25' (dependencies of headrace-lakebase)",
         )
     ]
 

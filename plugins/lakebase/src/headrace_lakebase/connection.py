@@ -10,14 +10,14 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from headrace.errors import HeadraceError
+from headrace.errors import HeadraceError, redact, scrub_exception
 from headrace.options import Options
 from headrace_lakebase.params import ConnectionParams
 from headrace_lakebase.retry import backoff, is_transient
 
 __all__ = ["Connector", "RetriesExhaustedError", "params_from_options"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -94,9 +94,15 @@ class Connector:
         kwargs = p.connect_kwargs()
         kwargs.setdefault("connect_timeout", max(1, round(self.connect_timeout)))
         kwargs.setdefault("application_name", "headrace-lakebase")
-        if p.url:
-            return psycopg.connect(p.url, autocommit=True, **kwargs)
-        return psycopg.connect(autocommit=True, **kwargs)
+        try:
+            if p.url:
+                return psycopg.connect(p.url, autocommit=True, **kwargs)
+            return psycopg.connect(autocommit=True, **kwargs)
+        except psycopg.Error as e:  # libpq may quote the URL or its password (a bad percent-escape)
+            clean = scrub_exception(e)
+            if clean is e:
+                raise
+            raise clean from None
 
     def run(self, conn: Conn | None, work: Callable[[Conn], T], *, on_reconnect: Callable[[Conn], None] | None = None,
             stop: Callable[[], bool] | None = None) -> tuple[Conn, T]:  # fmt: skip
@@ -138,6 +144,4 @@ class Connector:
 def _clean(e: BaseException) -> str:
     """The first line of an error, without anything that looks like a password."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    import re
-
-    return re.sub(r"(password\s*=\s*)\S+", r"\1***", re.sub(r"://([^:/@]+):[^@]+@", r"://\1:***@", text))
+    return redact(text)

@@ -32,6 +32,10 @@ _PERMANENT_CONNECT_ERRORS = (
     "invalid sslmode",
     "permission denied",
     "could not translate host name",
+    "invalid integer value",  # a port that is not a number
+    "invalid port",
+    "missing \"=\" after",  # a malformed connection string
+    "invalid uri",
 )
 
 

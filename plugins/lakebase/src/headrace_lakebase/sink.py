@@ -32,20 +32,29 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa
+<<<<<<< HEAD
+=======
+from psycopg import sql
+from psycopg.types.json import Json, Jsonb
+>>>>>>> main
 
+from headrace.badrecords import BadRecords
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
+from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec
+from headrace_lakebase import autocdc
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
 from headrace_lakebase.copy_binary import encode_pieces
 from headrace_lakebase.dedupe import last_per_key_sorted
+from headrace_lakebase.rejects import DATA_ERRORS, ENCODE_ERRORS, Rejects, describe, write_row_by_row
 from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
 
 __all__ = ["LakebaseCommitMessage", "LakebaseSink"]
 
-log = logging.getLogger("headrace_lakebase")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ class LakebaseSink(Sink):
         self.batch_size: int = options["batchsize"]
         self.interval: float = options["batchinterval"]
         self.upsert_key: list[str] | None = options["upsertkey"]
+        self.cdc = AutoCdcSpec.from_options(options, self.upsert_key)
         self._connector = Connector(
             lambda: params_from_options(options),
             max_retries=options["maxRetries"],
@@ -91,6 +101,8 @@ class LakebaseSink(Sink):
             what=f"writing to {self.table}",
         )
         self._bk = Bookkeeping(self.table.schema, str(self.table), context.query_id or context.run_id)
+        self.bad_records = BadRecords.from_options(options, what=f"lakebase {self.table}")
+        self._rejects = Rejects(self.table.schema, str(self.table), context.query_id or context.run_id)
         self._conn: Conn | None = None
         self._staged_conn: Conn | None = None
         self._plan: TablePlan | None = None
@@ -101,6 +113,7 @@ class LakebaseSink(Sink):
         self._rows_written = 0
         self._chunks_written = 0
         self._rows_skipped = 0
+        self._batch_skipped = 0
 
     def __repr__(self) -> str:
         return f"LakebaseSink(dbtable={self.table}, keys={self.upsert_key}, batchsize={self.batch_size})"
@@ -114,6 +127,8 @@ class LakebaseSink(Sink):
             plan = plan_table(conn, self.table, schema, self.upsert_key)
             if not self._bk_ready:
                 self._bk.ensure(conn)
+                if self.bad_records is not None:
+                    self._rejects.ensure(conn)
             return plan
 
         self._conn, plan = self._connector.run(self._conn, prepare)
@@ -157,10 +172,17 @@ class LakebaseSink(Sink):
             if self._closed:
                 raise HeadraceError("lakebase: write() on a closed sink; create a new one")
             it = iter(data)
+            if self.cdc.enabled:
+                it = autocdc.cdc_batches(it, self.cdc)
             first = next((b for b in it if b.num_rows), None)
             if first is None:
                 return LakebaseCommitMessage("", 0, 0, 0)
-            plan = self._ensure_plan(first.schema)
+            plan = self._ensure_plan(_without_hidden(first.schema) if self.cdc.enabled else first.schema)
+            if self.cdc.enabled and not plan.keys:
+                raise HeadraceError(
+                    f"lakebase: AUTO CDC into {self.table} needs key columns: set keys (or upsertkey), or give the "
+                    "table a primary key"
+                )
             writer = self.writer_id(first)
             self._conn, (done, next_chunk) = self._connector.run(
                 self._conn, lambda c: self._bk.progress(c, batch_id, writer)
@@ -199,6 +221,9 @@ class LakebaseSink(Sink):
             flusher.join()
             if failure:
                 raise failure[0]
+            if self.bad_records is not None:  # this run's rejects and those of chunks written before a crash
+                self._conn, rejected = self._connector.run(self._conn, lambda c: self._rejects.read(c, batch_id, writer))
+                self.bad_records.add(describe(rejected, self.table, batch_id, writer))
             self._rows_written += counts[0]
             self._chunks_written += counts[1]
             self._rows_skipped += min(done, total)
@@ -222,11 +247,36 @@ class LakebaseSink(Sink):
 
     def _flush(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
         """Write one chunk in one transaction (with retries). False when it was already recorded."""
+        if self.cdc.enabled:
+            return self._flush_cdc(plan, batch_id, writer, chunk, stopping)
         table = pa.Table.from_batches(chunk.batches).select(list(plan.columns))
         if plan.keys:
             table = last_per_key_sorted(table, plan.keys)
+<<<<<<< HEAD
         payload = encode_pieces(table, list(plan.oids)) if plan.fast else None
         rows = None if plan.fast else _python_rows(table, plan.oids)
+=======
+        checked = self.bad_records is not None and self.bad_records.policy != "fail"
+        try:
+            payload = SIGNATURE + encode_rows(table, list(plan.oids)) + TRAILER if plan.fast else None
+            rows = None if plan.fast else list(_python_rows(table, plan.oids))  # a list: a retry writes it again
+        except ENCODE_ERRORS:
+            if not checked:
+                raise
+            payload, rows = None, None  # a value does not encode: find it row by row
+
+        def copy(cur: psycopg.Cursor[Any], payload: bytes | None, rows: Any) -> None:
+            with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
+                if payload is not None:
+                    cp.write(payload)
+                else:
+                    assert rows is not None
+                    cp.set_types(list(plan.oids))
+                    for row in rows:
+                        cp.write_row(row)
+            if plan.keys:
+                cur.execute(plan.upsert_from_staging())
+>>>>>>> main
 
         def work(conn: Conn) -> bool:
             if plan.keys and self._staged_conn is not conn:
@@ -235,6 +285,7 @@ class LakebaseSink(Sink):
             with conn.transaction(), conn.cursor() as cur:
                 if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
                     return False
+<<<<<<< HEAD
                 with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
                     if payload is not None:
                         for piece in payload:  # streamed: no joined copy of the chunk
@@ -246,8 +297,36 @@ class LakebaseSink(Sink):
                             cp.write_row(row)
                 if plan.keys:
                     cur.execute(plan.upsert_from_staging())
+=======
+                if not checked:
+                    copy(cur, payload, rows)
+                    return True
+                if payload is not None or rows is not None:
+                    try:
+                        with conn.transaction():  # a savepoint: the whole chunk at once, the usual case
+                            copy(cur, payload, rows)
+                        return True
+                    except DATA_ERRORS:
+                        pass
+
+                def one(t: pa.Table) -> None:
+                    fast = plan.fast
+                    copy(cur, SIGNATURE + encode_rows(t, list(plan.oids)) + TRAILER if fast else None,
+                         None if fast else list(_python_rows(t, plan.oids)))  # fmt: skip
+                    if plan.keys:
+                        cur.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(plan.staging_name())))
+
+                self._rejects.record(cur, batch_id, writer, chunk.number, write_row_by_row(conn, table, one))
+>>>>>>> main
             return True
 
+        self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
+        return written
+
+    def _flush_cdc(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
+        """AUTO CDC: apply one chunk of events in one transaction with its bookkeeping row
+        (see headrace_lakebase.autocdc). False when it was already recorded."""
+        work = autocdc.chunk_work(plan, self.cdc, self._bk, batch_id, writer, chunk, self)
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
         return written
 
@@ -257,6 +336,7 @@ class LakebaseSink(Sink):
         bookkeeping of earlier batches of this query (they cannot be replayed any more).
 
         Called once per batch on the driver (again with the same id on a replay: idempotent)."""
+        self._batch_skipped = sum(m.skipped for m in messages if isinstance(m, LakebaseCommitMessage))
         wrote = any(isinstance(m, LakebaseCommitMessage) and m.rows for m in messages)
         if not wrote or batch_id == 0:
             return
@@ -266,6 +346,9 @@ class LakebaseSink(Sink):
                 self._bk.forget_before(conn, batch_id)
             except psycopg.errors.UndefinedTable:
                 pass
+            if self.bad_records is not None:
+                with contextlib.suppress(psycopg.errors.UndefinedTable):
+                    self._rejects.forget_before(conn, batch_id)
 
         with self._lock:
             self._conn, _ = self._connector.run(self._conn, forget)
@@ -284,17 +367,28 @@ class LakebaseSink(Sink):
             "numOutputRowsWritten": self._rows_written,
             "numChunksWritten": self._chunks_written,
             "numRowsSkippedOnReplay": self._rows_skipped,
+            # this batch's rows already written before a crash: reported as skipped, not output
+            "numRowsSkipped": self._batch_skipped,
             "numRetries": self._connector.retries,
         }
 
     def close(self) -> None:
         """Close the connection. Called once when the query stops; idempotent."""
+        if self.cdc.apply_as_deletes is not None:
+            from headrace.transforms.auto_cdc import release_sql
+
+            release_sql()
         self._closed = True
         conn, self._conn = self._conn, None
         self._staged_conn = None
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _without_hidden(schema: pa.Schema) -> pa.Schema:
+    """The target's columns of a prepared AUTO CDC batch (without the sequence and delete flag)."""
+    return pa.schema([f for f in schema if f.name not in (SEQ, DELETE)])
 
 
 def _python_rows(table: pa.Table, oids: Sequence[int]) -> Iterator[tuple[Any, ...]]:

@@ -12,7 +12,7 @@ import pyarrow as pa
 from psycopg import sql
 
 from headrace.errors import HeadraceError
-from headrace_lakebase._options import TableName
+from headrace_lakebase._options import TableName, identifier_problem
 from headrace_lakebase.copy_binary import FAST_OIDS
 from headrace_lakebase.pgtypes import ColumnInfo, arrow_to_pg, fits, is_comparable
 
@@ -152,6 +152,9 @@ def plan_table(
     change of the data). Raises :class:`UpsertKeyError` / :class:`SchemaMismatchError` before
     anything is written. Runs in its own transaction.
     """
+    bad = [p for n in schema.names if (p := identifier_problem(n, "column name"))]
+    if bad:
+        raise SchemaMismatchError(f"cannot write to {table}: {'; '.join(bad)} (rename it with map_batches)")
     if len(set(schema.names)) != len(schema.names):
         dup = sorted({n for n in schema.names if schema.names.count(n) > 1})
         raise SchemaMismatchError(f"the data has duplicate column names {', '.join(dup)}; rename them before writing to {table}")

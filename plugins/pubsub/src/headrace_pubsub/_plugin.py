@@ -27,6 +27,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
                 "(exactly-once with an idempotent sink), and an at-least-once publishing sink."
             ),
             requires=("google.cloud.pubsub_v1",),
-            install_hint="pip install headrace-pubsub",
+            install_hint="pip install 'google-cloud-pubsub>=2.20' (a dependency of headrace-pubsub)",
         )
     ]

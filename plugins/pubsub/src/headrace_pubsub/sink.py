@@ -28,7 +28,7 @@ from headrace_pubsub._client import PubSubError, describe_api_error, publisher_c
 
 __all__ = ["PubSubSink", "Published"]
 
-log = logging.getLogger("headrace.pubsub")
+log = logging.getLogger(__name__)
 
 _DATA_COLUMNS = ("data", "payload")
 

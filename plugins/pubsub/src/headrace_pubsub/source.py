@@ -45,7 +45,7 @@ from headrace_pubsub._staging import SegmentPart, SegmentStore, read_part
 
 __all__ = ["PubSubPartition", "PubSubSource"]
 
-log = logging.getLogger("headrace.pubsub")
+log = logging.getLogger(__name__)
 
 _MAX_PULL = 1000  # messages per Pull request (server maximum)
 _ACK_CHUNK = 1000  # ack ids per Acknowledge / ModifyAckDeadline request (request size limit 512 KiB)
@@ -183,6 +183,8 @@ class PubSubSource(Source):
     acknowledged: the batch can be read again from there, never from Pub/Sub. Paired with an
     idempotent sink this is exactly-once.
     """
+
+    needs_state_path = True  # pulled messages are staged there until their batch commits
 
     replayable = True
 

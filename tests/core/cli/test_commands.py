@@ -92,6 +92,6 @@ def test_checkpoint_show_and_reset(pipeline: Path, capsys: pytest.CaptureFixture
     assert shown["lastBatch"] == 2 and shown["lastCommitted"] == 2 and not shown["pendingReplay"]
     assert shown["metadata"]["name"] == "cli"
     assert main(["checkpoint", "reset", chk, "--to-batch", "0"]) == 0
-    assert "removed batches 1..2" in capsys.readouterr().out
+    assert "rolled back batches 1..2" in capsys.readouterr().out
     assert main(["checkpoint", "show", str(pipeline.parent)]) == 1
     assert "not a headrace checkpoint" in capsys.readouterr().err

@@ -1,0 +1,195 @@
+"""Benchmark of change data capture both ways, in one run:
+
+1. ``source``: changes/s through the lakebase change source (engine, available-now, noop sink)
+   vs a plain loop of ``pg_logical_slot_peek_binary_changes`` + pgoutput decoding of every
+   message (``headrace_lakebase.pgoutput.decode``) on another slot holding the same changes;
+   each measured twice, alternated, best of two. Goal: ratio >= 0.8.
+2. ``pg->delta``: end-to-end PostgreSQL -> Delta SCD type 1 (change source -> delta sink with
+   keys / sequenceBy / applyAsDeletes), changes/s. Goal >= 20,000/s.
+3. ``delta->pg``: a Delta table's change feed (appends then an UPDATE of half the rows) ->
+   lakebase AUTO CDC, rows/s, vs the lakebase sink's plain upsert rate (the same number of
+   rows from memory with upsertkey). Goal: ratio >= 0.8.
+
+The workload: a table (id bigint PK, v bigint, s text, ts timestamptz) with REPLICA IDENTITY
+FULL; N inserts in transactions of 1,000 rows, then N/2 updates and N/10 deletes (so about
+1.6 N changes, update pre-images included in the source figure).
+
+Run from the repository root: ``.venv/bin/python bench/cdc.py`` (N = 20,000) or ``--full``
+(N = 300,000). Starts its own PostgreSQL (tests/services). Measures and prints; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+import headrace as hr  # noqa: E402
+from headrace.testing import memory_stream  # noqa: E402
+from headrace_lakebase.pgoutput import decode  # noqa: E402
+from tests.services import Postgres  # noqa: E402
+
+TABLE = "bench_src"
+CDC_PG = {"keys": "id", "sequenceBy": "_lsn", "applyAsDeletes": "_change_type = 'delete'",
+          "exceptColumnList": "_change_type,_lsn,_commit_timestamp"}  # fmt: skip
+CDC_DELTA = {"keys": "id", "sequenceBy": "_commit_version", "applyAsDeletes": "_change_type = 'delete'",
+             "exceptColumnList": "_change_type,_commit_version,_commit_timestamp"}  # fmt: skip
+
+
+def workload(conn: psycopg.Connection, n: int) -> None:
+    for lo in range(0, n, 1000):
+        conn.execute(
+            f"INSERT INTO {TABLE} SELECT g, g * 7, 'name-' || (g %% 977), now() FROM generate_series(%s::bigint, %s::bigint) g",
+            (lo, min(n, lo + 1000) - 1),
+        )
+    for lo in range(0, n // 2, 1000):
+        conn.execute(f"UPDATE {TABLE} SET v = v + 1 WHERE id >= %s AND id < %s", (lo, min(n // 2, lo + 1000)))
+    for lo in range(0, n // 10, 1000):
+        conn.execute(f"DELETE FROM {TABLE} WHERE id >= %s AND id < %s", (n - n // 10 + lo, min(n, n - n // 10 + lo + 1000)))
+
+
+def plain_peek(dsn: str, slot: str, pub: str, page: int) -> tuple[int, float]:
+    """Peek everything (pages of ``page`` messages, advancing as it goes) and decode each message."""
+    changes = 0
+    t0 = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as c:
+        while True:
+            rows = c.execute(
+                "SELECT lsn, data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
+                "'publication_names', %s)",
+                (slot, page, pub),
+            ).fetchall()
+            if not rows:
+                break
+            last = None
+            for lsn, data in rows:
+                msg = decode(bytes(data))
+                if data[0] in (73, 85, 68):  # I, U, D
+                    changes += 1 + (data[0] == 85)  # an update is a pre- and a post-image
+                del msg
+                last = lsn
+            c.execute("SELECT pg_replication_slot_advance(%s, %s)", (slot, last))
+            if len(rows) < page:
+                break
+    return changes, time.perf_counter() - t0
+
+
+def through_source(dsn: str, slot: str, pub: str, limit: int, work: Path) -> tuple[int, float]:
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("postgresql").options(url=dsn, dbtable=TABLE, slotName=slot, publicationName=pub,
+                                                     snapshotMode="never", maxChangesPerTrigger=limit).load()
+         .write_stream.format("noop").option("checkpointLocation", str(work / "chk-src"))
+         .trigger(available_now=True).start())  # fmt: skip
+    q.await_termination()
+    rows = sum(p["numInputRows"] for p in q.recent_progress)
+    return rows, time.perf_counter() - t0
+
+
+def pg_to_delta(dsn: str, slot: str, pub: str, limit: int, work: Path) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("postgresql").options(url=dsn, dbtable=TABLE, slotName=slot, publicationName=pub,
+                                                     snapshotMode="never", maxChangesPerTrigger=limit).load()
+         .write_stream.format("delta").options(CDC_PG).option("checkpointLocation", str(work / "chk-delta"))
+         .trigger(available_now=True).start(str(work / "mirror")))  # fmt: skip
+    q.await_termination()
+    rows = sum(p["numInputRows"] for p in q.recent_progress)
+    return rows, time.perf_counter() - t0
+
+
+def delta_to_pg(dsn: str, n: int, work: Path, run: int) -> tuple[tuple[int, float], tuple[int, float]]:
+    from deltalake import DeltaTable, write_deltalake
+
+    work = work / f"d2p{run}"
+    src = work / "delta-src"
+    for lo in range(0, n, max(1, n // 5)):
+        ids = pa.array(range(lo, min(n, lo + max(1, n // 5))), pa.int64())
+        t = pa.table({"id": ids, "v": ids, "s": pa.array([f"name-{i % 977}" for i in ids.to_pylist()])})
+        write_deltalake(str(src), t, mode="append", configuration={"delta.enableChangeDataFeed": "true"})
+    DeltaTable(str(src)).update({"v": "v + 1"}, predicate=f"id < {n // 2}")
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("delta").options(path=str(src), readChangeFeed=True).load()
+         .write_stream.format("postgresql").options(url=dsn, dbtable=f"bench_cdc_mirror{run}", batchsize=10000, **CDC_DELTA)
+         .option("checkpointLocation", str(work / "chk-d2p")).trigger(available_now=True).start())  # fmt: skip
+    q.await_termination()
+    cdc = (sum(p["numInputRows"] for p in q.recent_progress), time.perf_counter() - t0)
+    rows = n + n // 2
+    ids = pa.array([i % n for i in range(rows)], pa.int64())
+    data = pa.table({"id": ids, "v": ids, "s": pa.array([f"name-{i % 977}" for i in ids.to_pylist()])})
+    stream = memory_stream(f"bench-cdc-plain{run}", data.schema)
+    for b in data.to_batches(max_chunksize=max(1, rows // 4)):
+        stream.add(pa.Table.from_batches([b]))
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("memory").option("name", f"bench-cdc-plain{run}").load()
+         .write_stream.format("postgresql").options(url=dsn, dbtable=f"bench_plain_mirror{run}", batchsize=10000, upsertkey="id")
+         .option("checkpointLocation", str(work / "chk-plain")).trigger(available_now=True).start())  # fmt: skip
+    q.await_termination()
+    plain = (rows, time.perf_counter() - t0)
+    return cdc, plain
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="N = 300,000 (default 20,000)")
+    ap.add_argument("--rows", type=int, default=None, help="N inserts (overrides --full)")
+    ap.add_argument("--limit", type=int, default=100_000, help="maxChangesPerTrigger")
+    args = ap.parse_args()
+    n = args.rows or (300_000 if args.full else 20_000)
+    settings = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
+    with Postgres(settings=settings) as pg, psycopg.connect(pg.dsn, autocommit=True) as conn, \
+            tempfile.TemporaryDirectory() as tmp:  # fmt: skip
+        work = Path(tmp)
+        conn.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, v bigint, s text, ts timestamptz)")
+        conn.execute(f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL")
+        conn.execute(f"CREATE PUBLICATION bench_pub FOR TABLE {TABLE}")
+        for slot in ("plain1", "source1", "plain2", "source2", "delta"):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
+        t0 = time.perf_counter()
+        workload(conn, n)
+        print(f"workload: {n:,} inserts, {n // 2:,} updates, {n // 10:,} deletes in {time.perf_counter() - t0:.1f} s")
+
+        # one-time costs out of the timed runs: pyarrow imports pandas (when installed) on its
+        # first pa.array() from Python values, about 1 s here, paid once per process
+        import importlib.util
+
+        if importlib.util.find_spec("pandas") is not None:
+            import pandas  # noqa: F401
+        from headrace.plugins import registry  # plugin discovery and connector imports, once per process
+
+        for name in ("postgresql", "noop", "delta"):
+            spec = registry().get(name)
+            if spec.source:
+                spec.load_source()
+            if spec.sink:
+                spec.load_sink()
+
+        # alternated twice, best of two each (the machine is shared)
+        runs_p, runs_s = [], []
+        for i in (1, 2):
+            runs_p.append(plain_peek(pg.dsn, f"plain{i}", "bench_pub", args.limit))
+            runs_s.append(through_source(pg.dsn, f"source{i}", "bench_pub", args.limit, work / f"s{i}"))
+        pc, pt = min(runs_p, key=lambda r: r[1])
+        sc, st = min(runs_s, key=lambda r: r[1])
+        print(f"1. plain peek + decode : {pc:>9,} change rows in {pt:6.2f} s = {pc / pt:>10,.0f}/s")
+        print(f"   change source       : {sc:>9,} change rows in {st:6.2f} s = {sc / st:>10,.0f}/s   "
+              f"ratio {(sc / st) / (pc / pt):.2f} (goal >= 0.8)")  # fmt: skip
+        dc, dt = pg_to_delta(pg.dsn, "delta", "bench_pub", args.limit, work)
+        print(f"2. PostgreSQL -> Delta SCD1: {dc:,} changes in {dt:.2f} s = {dc / dt:,.0f}/s (goal >= 20,000/s)")
+        runs = [delta_to_pg(pg.dsn, n, work, i) for i in (1, 2)]  # best of two each
+        cc, ct = min((r[0] for r in runs), key=lambda r: r[1])
+        uc, ut = min((r[1] for r in runs), key=lambda r: r[1])
+        print(f"3. Delta -> PostgreSQL AUTO CDC: {cc:,} change rows in {ct:.2f} s = {cc / ct:,.0f}/s")
+        print(f"   lakebase plain upsert      : {uc:,} rows in {ut:.2f} s = {uc / ut:,.0f}/s   "
+              f"ratio {(cc / ct) / (uc / ut):.2f} (goal >= 0.8)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

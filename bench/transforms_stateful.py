@@ -1,0 +1,274 @@
+"""Benchmark of headrace's stateful operators and state stores. Run from the repo root:
+``.venv/bin/python bench/transforms_stateful.py [--full]``.
+
+Ratios are measured in the same run:
+
+1. **Windowed aggregation** (rate-micro-batch -> with_watermark -> group_by(window 1 minute,
+   value % keys).agg(count, sum, avg) -> noop, update mode, state in memory and in RocksDB),
+   from ``start()`` to the end of the query, against one DuckDB ``GROUP BY`` over all the rows
+   at once (goal >= 0.5) and against PySpark ``local[2]`` Structured Streaming running the same
+   query on the same input (Spark's own ``rate-micro-batch`` source generates the same rows;
+   goal >= 3x Spark). Each side warms up with a small query first; best of 2 runs.
+2. **Cost per batch vs state size**: one batch touching 1k keys with 1M keys in state vs with
+   10k (goal <= 2x), both backends; median of 9 batches, and the store's work counters.
+3. **Memory stays bounded**: the windowed aggregation over 10M rows with a watermark, in a
+   child process; its peak RSS next to that of a run over a tenth of the rows.
+
+Defaults are small (a fraction of each size); ``--full`` runs the issue's sizes (1M rows,
+10k keys, 100k-row batches; 1M keys in state; 10M rows). Asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+import headrace as hr  # noqa: E402
+
+START_MS = 1_700_000_000_000
+ADVANCE_MS = 5_000
+AGGS = ("count(*) AS n", "sum(value) AS s", "avg(value) AS a")
+
+
+# ---------------------------------------------------------------------------- 1. windowed aggregation
+def headrace_windowed(rows: int, per: int, keys: int, backend: str) -> tuple[float, list[dict[str, Any]]]:
+    progress: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as chk:
+        t = time.perf_counter()
+        q = (hr.read_stream.format("rate-micro-batch")
+             .options(rowsPerBatch=per, totalRows=rows, numPartitions=2, startTimestamp=START_MS,
+                      advanceMillisPerBatch=ADVANCE_MS).load()
+             .with_watermark("timestamp", "10 seconds")
+             .with_column("k", f"value % {keys}")
+             .group_by(hr.window("timestamp", "1 minute"), "k").agg(*AGGS)
+             .write_stream.format("noop").option("checkpointLocation", chk).option("stateStore", backend)
+             .output_mode("update").on_progress(lambda p: progress.append(p.to_dict()))
+             .trigger(available_now=True).start())  # fmt: skip
+        q.await_termination()
+        elapsed = time.perf_counter() - t
+    assert sum(p["numInputRows"] for p in progress) == rows
+    return elapsed, progress
+
+
+def duckdb_all(rows: int, per: int, keys: int) -> float:
+    import duckdb
+
+    v = np.arange(rows, dtype=np.int64)
+    ts = (START_MS + (v // per) * ADVANCE_MS) * 1000
+    table = pa.table({"timestamp": pa.array(ts).cast(pa.timestamp("us", tz="UTC")), "value": v})
+    con = duckdb.connect()
+    con.register("events", table)
+    sql = (f"SELECT time_bucket(INTERVAL 1 minute, timestamp) AS w, value % {keys} AS k, count(*) AS n, "
+           "sum(value) AS s, avg(value) AS a FROM events GROUP BY ALL")  # fmt: skip
+    best = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        con.sql(sql).to_arrow_table()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def spark_session() -> Any:
+    java = os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64"
+    if not Path(java, "bin", "java").exists():
+        return None
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    os.environ["JAVA_HOME"] = java
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    s = (SparkSession.builder.master("local[2]").appName("headrace-bench-stateful")
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+         .config("spark.driver.memory", "2g").getOrCreate())  # fmt: skip
+    s.sparkContext.setLogLevel("ERROR")
+    return s
+
+
+def spark_windowed(spark: Any, rows: int, per: int, keys: int) -> float:
+    from pyspark.sql import functions as F
+
+    batches = rows // per
+    with tempfile.TemporaryDirectory() as chk:
+        df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", per).option("numPartitions", 2)
+              .option("startTimestamp", START_MS).option("advanceMillisPerBatch", ADVANCE_MS).load()
+              .withWatermark("timestamp", "10 seconds").withColumn("k", F.col("value") % keys)
+              .groupBy(F.window("timestamp", "1 minute"), "k")
+              .agg(F.count("*").alias("n"), F.sum("value").alias("s"), F.avg("value").alias("a")))  # fmt: skip
+        t = time.perf_counter()
+        q = (df.writeStream.format("noop").outputMode("update").option("checkpointLocation", chk)
+             .trigger(processingTime="0 seconds").start())  # fmt: skip
+        # rate-micro-batch is unbounded in Spark: stop once the last batch of the input is done
+        while True:
+            done = [p for p in q.recentProgress if p["batchId"] >= batches - 1 and p["numInputRows"] > 0]
+            if done:
+                break
+            if q.exception() is not None:
+                raise RuntimeError(str(q.exception()))
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - t
+        q.stop()
+    return elapsed
+
+
+# ---------------------------------------------------------------------------- 2. cost vs state size
+def state_cost(backend: str, state_keys: int, touch: int = 1000, fill_batch: int = 100_000) -> dict[str, Any]:
+    """One batch touching ``touch`` keys of ``state_keys`` in state (operator and store only)."""
+    from headrace.transforms.aggregate import AggregateOperator
+    from headrace.transforms.operator import BatchInfo, OperatorContext
+
+    schema = pa.schema([("k", pa.int64()), ("value", pa.int64())])
+    with tempfile.TemporaryDirectory() as d:
+        op = AggregateOperator(["k"], list(AGGS))
+        op.output_schema(schema)
+        op.open(OperatorContext(index=0, state_path=d, state_backend=backend, output_mode="update"))
+        batch = 0
+        for lo in range(0, state_keys, fill_batch):
+            k = np.arange(lo, min(state_keys, lo + fill_batch), dtype=np.int64)
+            info = BatchInfo(batch)
+            op.begin(info)
+            op.process(pa.table({"k": k, "value": k}, schema=schema), info)
+            op.finish(info)
+            batch += 1
+        rng = np.random.default_rng(1)
+        times, cpu, work = [], [], []
+        for _ in range(9):
+            k = rng.choice(state_keys, size=touch, replace=False).astype(np.int64)
+            t = pa.table({"k": np.repeat(k, 10), "value": np.arange(touch * 10, dtype=np.int64)}, schema=schema)
+            before = op.store.work.copy()
+            info = BatchInfo(batch)
+            t0, c0 = time.perf_counter(), time.thread_time()
+            op.begin(info)
+            op.process(t, info)
+            op.finish(info)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.thread_time() - c0)
+            work.append(op.store.work.minus(before))
+            batch += 1
+        rows_total = op.metrics()["numRowsTotal"]
+        op.close()
+    return {"median_ms": statistics.median(times) * 1000, "median_cpu_ms": statistics.median(cpu) * 1000,
+            "work": work[-1], "numRowsTotal": rows_total}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- 3. memory
+def memory_child(rows: int, backend: str) -> None:
+    """In a child process: the windowed aggregation over ``rows`` rows with a watermark (windows
+    close as event time advances), then print peak RSS and the final state size."""
+    per = 100_000
+    progress: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as chk:
+        q = (hr.read_stream.format("rate-micro-batch")
+             .options(rowsPerBatch=per, totalRows=rows, numPartitions=2, startTimestamp=START_MS,
+                      advanceMillisPerBatch=ADVANCE_MS).load()
+             .with_watermark("timestamp", "10 seconds")
+             .with_column("k", "value % 10000")
+             .group_by(hr.window("timestamp", "1 minute"), "k").agg(*AGGS)
+             .write_stream.format("noop").option("checkpointLocation", chk).option("stateStore", backend)
+             .output_mode("append").on_progress(lambda p: progress.append(p.to_dict()))
+             .trigger(available_now=True).start())  # fmt: skip
+        q.await_termination()
+    peak = _peak_rss()
+    states = [p["stateOperators"][0]["numRowsTotal"] for p in progress if p.get("stateOperators")]
+    print(json.dumps({"rows": rows, "peak_rss": peak, "max_state_rows": max(states), "batches": len(progress)}))
+
+
+def _peak_rss() -> int:
+    """This process's peak resident set (``VmHWM``: unlike ``ru_maxrss``, not inherited from
+    the parent across fork and exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def memory_run(rows: int, backend: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--memory-child", str(rows), backend], capture_output=True, text=True,
+                         check=True, cwd=ROOT)  # fmt: skip
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+# ---------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--full", action="store_true", help="the issue's sizes (1M rows, 1M keys in state, 10M rows)")
+    ap.add_argument("--no-spark", action="store_true", help="skip the PySpark comparison")
+    ap.add_argument("--memory-child", nargs=2, metavar=("ROWS", "BACKEND"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.memory_child:
+        memory_child(int(args.memory_child[0]), args.memory_child[1])
+        return {}
+    rows, per, keys = (1_000_000, 100_000, 10_000) if args.full else (200_000, 20_000, 2_000)
+    big, small = (1_000_000, 10_000) if args.full else (100_000, 10_000)
+    mem_rows = 10_000_000 if args.full else 1_000_000
+    report: dict[str, Any] = {"full": args.full, "cpus": os.cpu_count()}
+
+    print(f"1. windowed aggregation: {rows:,} rows, {keys:,} keys, {per:,}-row batches, update mode")
+    headrace_windowed(per * 2, per, keys, "memory")  # warm-up (imports, DuckDB)
+    duck = duckdb_all(rows, per, keys)
+    print(f"   DuckDB, one GROUP BY over all rows:       {duck * 1000:8.0f} ms")
+    report["duckdb_s"] = duck
+    for backend in ("memory", "rocksdb"):
+        runs = [headrace_windowed(rows, per, keys, backend) for _ in range(2)]
+        hr_s = min(r[0] for r in runs)
+        batches_s = min(sum(p["durationMs"]["triggerExecution"] for p in r[1]) for r in runs) / 1000
+        report[f"headrace_{backend}_s"] = hr_s
+        report[f"headrace_{backend}_batches_s"] = batches_s
+        print(f"   headrace ({backend:7s}), start to end:       {hr_s * 1000:8.0f} ms   DuckDB/headrace = "
+              f"{duck / hr_s:.2f} (goal >= 0.5); its batches alone {batches_s * 1000:.0f} ms "
+              f"({duck / batches_s:.2f})")  # fmt: skip
+    spark = None if args.no_spark else spark_session()
+    if spark is None:
+        print("   PySpark: skipped (--no-spark, or no pyspark or Java)")
+    else:
+        spark_windowed(spark, per * 2, per, keys)  # warm-up (JIT, codegen)
+        sp = min(spark_windowed(spark, rows, per, keys) for _ in range(2))
+        report["spark_s"] = sp
+        print(f"   PySpark local[2] Structured Streaming:    {sp * 1000:8.0f} ms   Spark/headrace(memory) = "
+              f"{sp / report['headrace_memory_s']:.1f}x (goal >= 3x)")  # fmt: skip
+        spark.stop()
+
+    print(f"2. one batch touching 1,000 keys, {big:,} vs {small:,} keys in state")
+    for backend in ("memory", "rocksdb"):
+        b = state_cost(backend, big)
+        s = state_cost(backend, small)
+        report[f"cost_{backend}"] = {"big": b, "small": s, "ratio": b["median_ms"] / s["median_ms"]}
+        same = {k: v for k, v in b["work"].items() if v != s["work"][k]}
+        print(f"   {backend:7s}: {b['median_ms']:6.1f} ms vs {s['median_ms']:6.1f} ms = {b['median_ms'] / s['median_ms']:.2f}x "
+              f"(goal <= 2x); CPU of the batch's thread {b['median_cpu_ms']:.1f} vs {s['median_cpu_ms']:.1f} ms = "
+              f"{b['median_cpu_ms'] / s['median_cpu_ms']:.2f}x; work counters "
+              f"{'identical' if not same else f'differ: {same}'}")  # fmt: skip
+
+    print(f"3. memory: windowed aggregation with a watermark, {mem_rows:,} rows vs {mem_rows // 10:,}, append mode")
+    for backend in ("memory", "rocksdb"):
+        a = memory_run(mem_rows // 10, backend)
+        b = memory_run(mem_rows, backend)
+        report[f"memory_{backend}"] = {"small": a, "big": b}
+        print(f"   {backend:7s}: peak RSS {b['peak_rss'] / 2**20:6.0f} MiB over {mem_rows:,} rows vs "
+              f"{a['peak_rss'] / 2**20:6.0f} MiB over {mem_rows // 10:,}; state at most {b['max_state_rows']:,} rows")  # fmt: skip
+    print(json.dumps(report, default=str))
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,7 @@
+"""``python -m headrace.cli``: the ``headrace`` command."""
+
+import sys
+
+from headrace.cli import main
+
+sys.exit(main())

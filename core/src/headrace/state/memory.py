@@ -1,0 +1,266 @@
+"""The in-memory state store (the default, ``stateStore=memory``).
+
+The working state is a dict from key to slot plus columnar numpy storage per key and value
+column (:mod:`headrace.state.columns`); an event-time index (order value -> slots, with a heap
+of order values) makes eviction by watermark cost the rows evicted. Durability comes from the
+changelog files written by :meth:`StateStore.commit`; every ``snapshot_interval`` versions a
+background thread consolidates the previous snapshot and the changelogs since into a new
+snapshot (files only: the working state is not copied, so the batch does not wait for it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headrace.state.columns import Column, packed_keys
+from headrace.state.files import OP_COLUMN, OP_PUT, ORDER_COLUMN, read_state_file, write_state_file
+from headrace.state.store import StateStore
+
+__all__ = ["MemoryStateStore"]
+
+log = logging.getLogger(__name__)
+
+
+class MemoryStateStore(StateStore):
+    """State held in this process's memory; see the module docstring."""
+
+    backend = "memory"
+
+    def __init__(self, path: str, key_schema: pa.Schema, value_schema: pa.Schema, **kwargs: Any) -> None:
+        super().__init__(path, key_schema, value_schema, **kwargs)
+        self._reset()
+        self._bg: threading.Thread | None = None
+        self._bg_error: BaseException | None = None
+
+    # ------------------------------------------------------------------ working state
+    def _reset(self, capacity: int = 1024) -> None:
+        self._index: dict[Any, int] = {}
+        self._keys = [Column(f.type, capacity) for f in self.key_schema]
+        self._vals = [Column(f.type, capacity) for f in self.value_schema]
+        self._pykeys = np.full(capacity, None, object)
+        self._order = np.zeros(capacity, np.int64)
+        self._has_order = np.zeros(capacity, np.bool_)
+        self._buckets: dict[int, set[int]] = {}
+        self._heap: list[int] = []
+        self._free: list[int] = []
+        self._next = 0
+        self._capacity = capacity
+        self._last: tuple[pa.Table, list[Any], np.ndarray] | None = None
+
+    def _grow(self, need: int) -> None:
+        if need <= self._capacity:
+            return
+        cap = max(need, self._capacity * 2)
+        for c in (*self._keys, *self._vals):
+            c.grow(cap)
+        pk = np.full(cap, None, object)
+        pk[: self._capacity] = self._pykeys
+        self._pykeys = pk
+        for name in ("_order", "_has_order"):
+            old = getattr(self, name)
+            new = np.zeros(cap, old.dtype)
+            new[: self._capacity] = old
+            setattr(self, name, new)
+        self._capacity = cap
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def _lookup(self, keys: pa.Table) -> tuple[list[Any], np.ndarray]:
+        last = self._last
+        if last is not None and last[0] is keys:
+            return last[1], last[2]
+        hk = packed_keys(keys)
+        get = self._index.get
+        slots = np.fromiter((get(k, -1) for k in hk), dtype=np.int64, count=len(hk))
+        self._last = (keys, hk, slots)
+        return hk, slots
+
+    def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        _, slots = self._lookup(keys)
+        self.work.rows_looked_up += len(slots)
+        found = slots >= 0
+        safe = np.where(found, slots, 0)
+        miss = ~found
+        cols = [c.take(safe, miss) for c in self._vals]
+        return pa.Table.from_arrays(cols, schema=self.value_schema), found
+
+    def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
+        hk, slots = self._lookup(keys)
+        self._last = None
+        slots = slots.copy()
+        new = np.flatnonzero(slots < 0)
+        if len(new):
+            index = self._index
+            free = self._free
+            n_reuse = min(len(free), len(new))
+            fresh = len(new) - n_reuse
+            self._grow(self._next + fresh)
+            assigned = [free.pop() for _ in range(n_reuse)]
+            assigned.extend(range(self._next, self._next + fresh))
+            self._next += fresh
+            arr = np.asarray(assigned, dtype=np.int64)
+            slots[new] = arr
+            for i, s in zip(new.tolist(), assigned, strict=True):
+                k = hk[i]
+                index[k] = s
+                self._pykeys[s] = k
+            for c, col in zip(self._keys, keys.columns, strict=True):
+                c.set(arr, col.take(pa.array(new)))
+        for c, col in zip(self._vals, values.columns, strict=True):
+            c.set(slots, col)
+        self._set_order(slots, order)
+
+    def _set_order(self, slots: np.ndarray, order: pa.Array) -> None:
+        if order.null_count == len(order):
+            had = self._has_order[slots]
+            if had.any():
+                self._unindex(slots[had])
+                self._has_order[slots] = False
+            return
+        valid = order.is_valid().to_numpy(zero_copy_only=False) if order.null_count else np.ones(len(order), np.bool_)
+        ords = order.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        had = self._has_order[slots]
+        changed = (had != valid) | (had & valid & (self._order[slots] != ords))
+        if not changed.any():
+            return
+        cs = slots[changed]
+        self._unindex(cs[had[changed]])
+        self._order[cs] = ords[changed]
+        self._has_order[cs] = valid[changed]
+        buckets = self._buckets
+        for s, o, v in zip(cs.tolist(), ords[changed].tolist(), valid[changed].tolist(), strict=True):
+            if not v:
+                continue
+            b = buckets.get(o)
+            if b is None:
+                buckets[o] = b = set()
+                heapq.heappush(self._heap, o)
+            b.add(s)
+
+    def _unindex(self, slots: np.ndarray) -> None:
+        buckets = self._buckets
+        for s, o in zip(slots.tolist(), self._order[slots].tolist(), strict=True):
+            b = buckets.get(o)
+            if b is not None:
+                b.discard(s)
+
+    def _free_slots(self, slots: np.ndarray) -> None:
+        if not len(slots):
+            return
+        index = self._index
+        for s in slots.tolist():
+            del index[self._pykeys[s]]
+            self._pykeys[s] = None
+        had = self._has_order[slots]
+        if had.any():
+            self._unindex(slots[had])
+        self._has_order[slots] = False
+        for c in (*self._keys, *self._vals):
+            c.clear(slots)
+        self._free.extend(slots.tolist())
+
+    def _remove(self, keys: pa.Table) -> int:
+        _, slots = self._lookup(keys)
+        self._last = None
+        hit = slots[slots >= 0]
+        self._free_slots(hit)
+        return len(hit)
+
+    def _rows(self, slots: np.ndarray) -> pa.Table:
+        cols = [c.take(slots) for c in (*self._keys, *self._vals)]
+        has = self._has_order[slots]
+        cols.append(pa.array(self._order[slots], pa.int64(), mask=~has if not has.all() else None))
+        names = [*self.key_schema.names, *self.value_schema.names, ORDER_COLUMN]
+        return pa.Table.from_arrays(cols, names=names)
+
+    def _evict(self, upto: int) -> pa.Table:
+        heap, buckets = self._heap, self._buckets
+        out: list[int] = []
+        while heap and heap[0] <= upto:
+            o = heapq.heappop(heap)
+            b = buckets.pop(o, None)
+            if b:
+                out.extend(b)
+        slots = np.asarray(sorted(out), dtype=np.int64)
+        self.work.rows_scanned += len(slots)
+        rows = self._rows(slots)
+        self._last = None
+        self._free_slots(slots)
+        return rows
+
+    def scan(self) -> pa.Table:
+        slots = np.fromiter(self._index.values(), dtype=np.int64, count=len(self._index))
+        slots.sort()
+        self.work.rows_scanned += len(slots)
+        return self._rows(slots)
+
+    def memory_used_bytes(self) -> int:
+        cols = sum(c.nbytes() for c in (*self._keys, *self._vals))
+        return int(cols + self._pykeys.nbytes + self._order.nbytes + self._has_order.nbytes + sys.getsizeof(self._index)
+                   + 64 * len(self._index))  # fmt: skip
+
+    # ------------------------------------------------------------------ restore / snapshot
+    def _restore(self, version: int) -> None:
+        snaps = [s for s in self._snapshot_versions() if s <= version]
+        self._reset()
+        base = -1
+        if snaps:
+            base = snaps[-1]
+            self._apply_file(self.snapshot_path(base))
+        for p in self._chain(base, version):
+            self._apply_file(p)
+        self._last = None
+
+    def _snapshot(self, version: int) -> None:
+        """Consolidate the newest earlier snapshot and the changelogs since into
+        ``snapshot/<version>``, on a background thread (files in, file out)."""
+        if self._bg is not None:
+            if self._bg.is_alive():
+                return  # still writing the previous one: skip this one (restores read more changelogs)
+            self._bg.join()
+        self._bg = threading.Thread(target=self._write_snapshot, args=(version,), name="headrace-state-snapshot",
+                                    daemon=True)  # fmt: skip
+        self._bg.start()
+
+    def _write_snapshot(self, version: int) -> None:
+        try:
+            snaps = [s for s in self._snapshot_versions() if s < version]
+            base = snaps[-1] if snaps else -1
+            tables = [read_state_file(self.snapshot_path(base))] if base >= 0 else []
+            tables += [read_state_file(p) for p in self._chain(base, version)]
+            table = consolidate(tables, self.file_schema, self.key_schema.names)
+            write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable)
+            self.work.snapshots += 1
+            self.work.snapshot_rows += table.num_rows
+        except BaseException as e:  # a snapshot is an optimisation: the changelogs stay
+            log.warning("state %s: snapshot of version %d failed: %s", self.path, version, e)
+            self._bg_error = e
+
+    def _wait_background(self) -> None:
+        if self._bg is not None:
+            self._bg.join()
+            self._bg = None
+
+
+def consolidate(tables: list[pa.Table], schema: pa.Schema, key_names: list[str]) -> pa.Table:
+    """The last operation per key over ``tables`` (in order), keeping puts: a snapshot."""
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return schema.empty_table()
+    t = pa.concat_tables(tables).combine_chunks()
+    seq = pa.array(np.arange(t.num_rows, dtype=np.int64))
+    t = t.append_column("__seq", seq)
+    last = t.group_by(key_names, use_threads=False).aggregate([("__seq", "max")])
+    idx = last.column("__seq_max")
+    rows = t.take(idx.combine_chunks().sort())
+    rows = rows.filter(pc.equal(rows.column(OP_COLUMN), OP_PUT))
+    return rows.drop_columns(["__seq"]).cast(schema)

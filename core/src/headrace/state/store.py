@@ -1,0 +1,432 @@
+"""``StateStore``: a stateful operator's keyed state, versioned by batch id.
+
+An operator opens one store (:func:`open_state_store`) with its key and value schemas, then per
+batch ``n``::
+
+    store.load(n - 1)                 # state as of batch n-1 (a no-op when it is already there)
+    values, found = store.get(keys)   # the rows for the keys this batch touches
+    store.put(keys, values, order)    # new or changed rows (order: event time to evict by)
+    store.remove(keys) / store.evict(watermark)
+    store.commit(n)                   # changelog/<n> written (atomic, fsynced, checksummed)
+
+Work per batch is proportional to the keys the batch touches: ``commit`` writes only the rows
+put or removed in the batch; a full snapshot is written every ``snapshot_interval`` versions
+(in the background for the memory backend, as a RocksDB checkpoint for the RocksDB backend),
+so a restore reads one snapshot and at most that many changelogs. Files older than what is
+needed to restore the last ``retain`` versions are deleted.
+
+Replaying batch ``n`` after a crash (even one after ``commit(n)``) loads version ``n-1``: files
+of later versions are discarded, so the replay produces the same output as the first run.
+A damaged or missing file that the restore needs is refused with ``CheckpointError`` naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from headrace.checkpoint import atomic_write
+from headrace.errors import CheckpointError, UnsupportedError
+from headrace.state.files import (
+    OP_COLUMN,
+    OP_PUT,
+    OP_REMOVE,
+    ORDER_COLUMN,
+    list_versions,
+    read_state_file,
+    remove_quietly,
+    write_state_file,
+)
+
+__all__ = ["BACKENDS", "StateStore", "WorkCounters", "open_state_store"]
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("memory", "rocksdb")
+FORMAT_VERSION = 1
+
+
+@dataclass
+class WorkCounters:
+    """Cumulative work done by a store, for tests that check the cost of a batch without
+    timing it: rows looked up, written, removed, scanned (evict/scan), changelog rows written,
+    and rows read back during restores and snapshots."""
+
+    rows_looked_up: int = 0
+    rows_written: int = 0
+    rows_removed: int = 0
+    rows_scanned: int = 0
+    changelog_rows: int = 0
+    restore_rows: int = 0
+    snapshot_rows: int = 0
+    snapshots: int = 0
+
+    def copy(self) -> WorkCounters:
+        return WorkCounters(**self.__dict__)
+
+    def minus(self, other: WorkCounters) -> dict[str, int]:
+        return {k: v - getattr(other, k) for k, v in self.__dict__.items()}
+
+
+@dataclass
+class _BatchStats:
+    updated: int = 0
+    removed: int = 0
+    ops: list[pa.Table] = field(default_factory=list)
+
+
+def _schema_doc(schema: pa.Schema) -> list[list[str]]:
+    return [[f.name, str(f.type)] for f in schema]
+
+
+class StateStore(ABC):
+    """Keyed rows (key columns -> value columns, plus an optional event-time ``order`` the
+    store evicts by), versioned by batch id. Not thread-safe: one operator, one thread.
+
+    ``key_schema``/``value_schema``: Arrow schemas of the keys and values. Keys passed to one
+    ``put``/``remove`` call must be unique within that call.
+    """
+
+    backend: str = ""
+
+    def __init__(
+        self,
+        path: str,
+        key_schema: pa.Schema,
+        value_schema: pa.Schema,
+        *,
+        retain: int = 100,
+        snapshot_interval: int = 10,
+        durable: bool = True,
+        description: str = "",
+    ) -> None:
+        if snapshot_interval < 1:
+            raise ValueError(f"snapshot_interval must be at least 1, not {snapshot_interval}")
+        self.path = os.path.abspath(path)
+        self.key_schema = key_schema
+        self.value_schema = value_schema
+        self.retain = max(1, int(retain))
+        self.snapshot_interval = int(snapshot_interval)
+        self.durable = durable
+        self.description = description
+        self.file_schema = pa.schema(
+            [*key_schema, *value_schema, pa.field(ORDER_COLUMN, pa.int64()), pa.field(OP_COLUMN, pa.int8())]
+        )
+        self.version: int | None = None  # the version the working state is at (None: unknown)
+        self._dirty = False  # changed since the last load/commit
+        self.work = WorkCounters()
+        self._batch = _BatchStats()
+        self._last_metrics: dict[str, Any] = {}
+        os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
+        os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
+        self._check_metadata()
+
+    # ------------------------------------------------------------------ metadata
+    def _check_metadata(self) -> None:
+        path = os.path.join(self.path, "metadata")
+        doc = {
+            "version": FORMAT_VERSION,
+            "backend": self.backend,
+            "keySchema": _schema_doc(self.key_schema),
+            "valueSchema": _schema_doc(self.value_schema),
+            "operator": self.description,
+        }
+        try:
+            with open(path, "rb") as f:
+                old = json.loads(f.read())
+        except FileNotFoundError:
+            atomic_write(path, json.dumps(doc, indent=1).encode(), durable=self.durable)
+            return
+        except ValueError as e:
+            raise CheckpointError(f"state metadata {path} is corrupt ({e}); restore it or use a new checkpointLocation") from None
+        fix = "use a new checkpointLocation for the changed query (state cannot be carried over)"
+        if old.get("backend") != self.backend:
+            raise CheckpointError(
+                f"state in {self.path} was written by the '{old.get('backend')}' state store, and this query uses "
+                f"'{self.backend}'; set the writer option stateStore={old.get('backend')!r}, or {fix}"
+            )
+        if old.get("keySchema") != doc["keySchema"] or old.get("valueSchema") != doc["valueSchema"]:
+            raise CheckpointError(
+                f"state in {self.path} was written by a different stateful operator ({old.get('operator')!r}, keys "
+                f"{old.get('keySchema')}, values {old.get('valueSchema')}); this query's is {self.description!r} "
+                f"(keys {doc['keySchema']}, values {doc['valueSchema']}); {fix}"
+            )
+
+    # ------------------------------------------------------------------ paths
+    def changelog_path(self, version: int) -> str:
+        return os.path.join(self.path, "changelog", str(version))
+
+    def snapshot_path(self, version: int) -> str:
+        return os.path.join(self.path, "snapshot", str(version))
+
+    def changelog_versions(self) -> list[int]:
+        return list_versions(os.path.join(self.path, "changelog"))
+
+    # ------------------------------------------------------------------ public API
+    def load(self, version: int) -> None:
+        """Make the working state the state as of ``version`` (``-1``: empty). Called by the
+        operator in ``begin`` of batch ``version + 1``; free when the state is already there
+        (the batch after the last commit), a restore from files otherwise (a new run, a
+        replay after a crash)."""
+        if version < -1:
+            raise ValueError(f"state version must be -1 or more, not {version}")
+        self._batch = _BatchStats()
+        if not self._dirty and self.version == version:
+            return  # a background snapshot may still be running: it only reads committed files
+        self._wait_background()
+        t0 = time.monotonic()
+        self._restore(version)
+        self._discard_after(version)
+        self.version = version
+        self._dirty = False
+        log.info("state %s restored to version %d in %.1f ms", self.path, version, (time.monotonic() - t0) * 1e3)
+
+    @abstractmethod
+    def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        """The value rows of ``keys`` (nulls where a key has no row) and a boolean array telling
+        which keys were found. Called once or more per batch, for the keys the batch touches."""
+
+    def put(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> None:
+        """Insert or replace the rows of ``keys`` (unique within the call). ``order`` (int64 per
+        row, e.g. a window's end in microseconds) is what :meth:`evict` compares to."""
+        n = keys.num_rows
+        if not n:
+            return
+        if values.num_rows != n:
+            raise ValueError(f"put: {n} keys but {values.num_rows} value rows")
+        order_arr = self._order_array(order, n)
+        self._dirty = True
+        self._put(keys, values, order_arr)
+        self.work.rows_written += n
+        self._batch.updated += n
+        cols = [*keys.columns, *values.columns, order_arr, pa.array(np.full(n, OP_PUT, np.int8))]
+        self._batch.ops.append(pa.Table.from_arrays(cols, schema=self.file_schema))
+
+    def remove(self, keys: pa.Table) -> int:
+        """Remove the rows of ``keys`` (unique within the call; absent keys are ignored).
+        Returns how many existed."""
+        if not keys.num_rows:
+            return 0
+        self._dirty = True
+        removed = self._remove(keys)
+        self._log_removal(keys, removed)
+        return removed
+
+    def evict(self, upto: int) -> pa.Table:
+        """Remove every row whose ``order`` is ``<= upto`` and return them (keys and values,
+        plus ``__order``). Work is proportional to the rows evicted."""
+        self._dirty = True
+        out = self._evict(upto)
+        if out.num_rows:
+            self._log_removal(out.select(self.key_schema.names), out.num_rows)
+        return out
+
+    @abstractmethod
+    def scan(self) -> pa.Table:
+        """Every row (keys, values, ``__order``). Reads the whole state: only complete mode
+        and tests use it."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """The number of rows (keys) in the working state."""
+
+    def commit(self, version: int) -> None:
+        """Make this batch's changes durable as ``version``: ``changelog/<version>`` written
+        atomically (fsynced, checksummed), then the backend's own bookkeeping, a snapshot every
+        ``snapshot_interval`` versions and the retention clean-up. Called once per batch, in
+        the operator's ``finish``, before its output is handed to the sink."""
+        if self.version is None or version != self.version + 1:
+            raise CheckpointError(
+                f"state {self.path}: commit of version {version} after version {self.version}; "
+                "an operator must load version n-1 before committing n"
+            )
+        t0 = time.monotonic()
+        ops = self._batch.ops
+        write_state_file(self.changelog_path(version), self.file_schema, ops, durable=self.durable)
+        self.work.changelog_rows += sum(t.num_rows for t in ops)
+        self._commit_backend(version)
+        self.version = version
+        self._dirty = False
+        if version % self.snapshot_interval == 0 and version > 0:
+            self._snapshot(version)
+        if version % self.snapshot_interval == 1 or self.snapshot_interval == 1:
+            self._purge(version)
+        self._last_metrics = {
+            "numRowsTotal": len(self),
+            "numRowsUpdated": self._batch.updated,
+            "numRowsRemoved": self._batch.removed,
+            "memoryUsedBytes": self.memory_used_bytes(),
+            "commitTimeMs": int((time.monotonic() - t0) * 1000),
+        }
+        self._batch = _BatchStats()
+
+    def abort(self) -> None:
+        """Forget this batch's uncommitted changes (the next ``load`` restores from files)."""
+        if self._dirty:
+            self.version = None
+        self._batch = _BatchStats()
+
+    def metrics(self) -> dict[str, Any]:
+        """Spark's state operator metrics of the last committed batch."""
+        return dict(self._last_metrics) or {
+            "numRowsTotal": len(self),
+            "numRowsUpdated": 0,
+            "numRowsRemoved": 0,
+            "memoryUsedBytes": self.memory_used_bytes(),
+            "commitTimeMs": 0,
+        }
+
+    @abstractmethod
+    def memory_used_bytes(self) -> int:
+        """An estimate of the memory the working state uses."""
+
+    def close(self) -> None:
+        """Finish background work and release files. Idempotent."""
+        self._wait_background()
+
+    # ------------------------------------------------------------------ for subclasses
+    @abstractmethod
+    def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None: ...
+
+    @abstractmethod
+    def _remove(self, keys: pa.Table) -> int: ...
+
+    @abstractmethod
+    def _evict(self, upto: int) -> pa.Table: ...
+
+    @abstractmethod
+    def _restore(self, version: int) -> None:
+        """Rebuild the working state as of ``version`` from files."""
+
+    def _commit_backend(self, version: int) -> None:
+        """Backend bookkeeping after the changelog is durable."""
+
+    def _snapshot(self, version: int) -> None:
+        """Write (or start writing) a snapshot of ``version``."""
+
+    def _wait_background(self) -> None:
+        """Wait for a background snapshot."""
+
+    def _snapshot_versions(self) -> list[int]:
+        return list_versions(os.path.join(self.path, "snapshot"))
+
+    def _log_removal(self, keys: pa.Table, removed: int) -> None:
+        n = keys.num_rows
+        self.work.rows_removed += removed
+        self._batch.removed += removed
+        nulls = [pa.nulls(n, f.type) for f in self.value_schema]
+        cols = [*keys.columns, *nulls, pa.nulls(n, pa.int64()), pa.array(np.full(n, OP_REMOVE, np.int8))]
+        self._batch.ops.append(pa.Table.from_arrays(cols, schema=self.file_schema))
+
+    @staticmethod
+    def _order_array(order: pa.Array | np.ndarray | None, n: int) -> pa.Array:
+        if order is None:
+            return pa.nulls(n, pa.int64())
+        if isinstance(order, pa.ChunkedArray):
+            order = order.combine_chunks()
+        if isinstance(order, pa.Array):
+            arr = order
+        elif isinstance(order, np.ndarray):
+            arr = pa.array(order.astype(np.int64, copy=False))
+        else:  # a sequence, None for no order
+            arr = pa.array(order, pa.int64())
+        if arr.type != pa.int64():
+            arr = arr.cast(pa.int64())
+        if len(arr) != n:
+            raise ValueError(f"put: {n} keys but {len(arr)} order values")
+        return arr
+
+    def _chain(self, start: int, version: int) -> list[str]:
+        """Paths of changelogs ``start+1 .. version``; raises naming the first one missing."""
+        paths = []
+        for v in range(start + 1, version + 1):
+            p = self.changelog_path(v)
+            if not os.path.exists(p):
+                read_state_file(p)  # raises CheckpointError naming the file
+            paths.append(p)
+        return paths
+
+    def _apply_file(self, path: str) -> None:
+        """Apply one changelog's operations, in order."""
+        table = read_state_file(path)
+        self.work.restore_rows += table.num_rows
+        keys_n = len(self.key_schema)
+        vals_n = len(self.value_schema)
+        for rb in table.to_batches():
+            if not rb.num_rows:
+                continue
+            op = rb.column(OP_COLUMN)[0].as_py()
+            keys = pa.Table.from_arrays(rb.columns[:keys_n], schema=self.key_schema)
+            if op == OP_PUT:
+                values = pa.Table.from_arrays(rb.columns[keys_n : keys_n + vals_n], schema=self.value_schema)
+                self._put(keys, values, rb.column(ORDER_COLUMN))
+            else:
+                self._remove(keys)
+
+    def _discard_after(self, version: int) -> None:
+        """Delete files of versions after ``version`` (written by a run that crashed before its
+        batch committed): the replay writes them again."""
+        for v in self.changelog_versions():
+            if v > version:
+                remove_quietly(self.changelog_path(v))
+        folder = os.path.join(self.path, "snapshot")
+        for name in os.listdir(folder):
+            stem = name.split(".", 1)[0]
+            if stem.isdigit() and int(stem) > version:
+                remove_quietly(os.path.join(folder, name))
+
+    def _purge(self, version: int) -> None:
+        """Keep what restores any of the last ``retain`` versions: the newest snapshot at or
+        before the oldest of them, and every changelog after that snapshot."""
+        oldest = version - self.retain + 1
+        if oldest <= 0:
+            return
+        snaps = [s for s in self._snapshot_versions() if s <= oldest]
+        if not snaps:
+            return
+        base = snaps[-1]
+        folder = os.path.join(self.path, "snapshot")
+        for name in os.listdir(folder):
+            stem = name.split(".", 1)[0]
+            if stem.isdigit() and int(stem) < base:
+                remove_quietly(os.path.join(folder, name))
+        for v in self.changelog_versions():
+            if v <= base:
+                remove_quietly(self.changelog_path(v))
+
+
+def open_state_store(
+    backend: str,
+    path: str,
+    key_schema: pa.Schema,
+    value_schema: pa.Schema,
+    *,
+    retain: int = 100,
+    snapshot_interval: int = 10,
+    durable: bool = True,
+    description: str = "",
+    options: Mapping[str, Any] | None = None,
+) -> StateStore:
+    """A state store of ``backend`` (``memory`` or ``rocksdb``, the writer option
+    ``stateStore``) in ``path``. Called once per operator per query run, in ``open``."""
+    name = (backend or "memory").lower()
+    kwargs: dict[str, Any] = {"retain": retain, "snapshot_interval": snapshot_interval, "durable": durable,
+                              "description": description}  # fmt: skip
+    if name == "memory":
+        from headrace.state.memory import MemoryStateStore
+
+        return MemoryStateStore(path, key_schema, value_schema, **kwargs)
+    if name == "rocksdb":
+        from headrace.state.rocksdb import RocksDBStateStore
+
+        return RocksDBStateStore(path, key_schema, value_schema, **kwargs)
+    raise UnsupportedError(f"stateStore {backend!r} is not a state store; use one of: {', '.join(BACKENDS)}")

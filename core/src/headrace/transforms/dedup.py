@@ -1,0 +1,185 @@
+"""``DropDuplicatesOperator``: streaming ``drop_duplicates(*cols)`` and
+``drop_duplicates_within_watermark(*cols)`` with Spark's semantics.
+
+- ``drop_duplicates(cols)``: the first row of each key (the columns, all of them when none
+  are given) passes, later ones are dropped. When the watermark column is among the keys,
+  rows older than the watermark are dropped as late and a key's state is removed once the
+  watermark passes its event time; otherwise the state keeps every key seen (unbounded, as in
+  Spark).
+- ``drop_duplicates_within_watermark(cols)`` (Spark 3.5): the event-time column need not be a
+  key; a key's state expires at its first row's event time plus the watermark delay, once the
+  watermark passes that. Rows older than the watermark are dropped as late.
+
+Per chunk, vectorised: the chunk's first row per key (Arrow ``group_by``), one state lookup
+for those keys, the unseen ones emitted and stored. Rows are emitted as they are processed,
+so a real-time batch emits per chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from headrace.errors import HeadraceError, UnsupportedError
+from headrace.options import Duration
+from headrace.transforms.operator import BatchInfo, OperatorContext
+from headrace.transforms.stateful import StatefulOperator
+from headrace.transforms.window import check_event_time, event_time_micros
+
+__all__ = ["DropDuplicatesOperator"]
+
+
+class DropDuplicatesOperator(StatefulOperator):
+    """``columns``: the key columns (empty: all columns). ``within_watermark``: Spark 3.5's
+    ``dropDuplicatesWithinWatermark``. ``watermark_column``: the stream's ``with_watermark``
+    column. ``watermark_delay``: its delay (``"10 minutes"``, seconds or a timedelta), needed
+    by ``within_watermark``; the engine passes it as the context option ``watermarkDelayMs``
+    (the preceding ``with_watermark``'s), used when this argument is not given."""
+
+    operator_name: ClassVar[str] = "dedupe"
+    supports_real_time: ClassVar[bool] = True
+    output_modes: ClassVar[tuple[str, ...] | None] = ("append", "update")
+
+    def __init__(
+        self,
+        columns: Sequence[str] = (),
+        *,
+        within_watermark: bool = False,
+        watermark_column: str | None = None,
+        watermark_delay: Any = None,
+    ) -> None:
+        super().__init__()
+        if isinstance(columns, str):
+            columns = [columns]
+        self.columns = list(columns)
+        self.within_watermark = within_watermark
+        self.watermark_column = watermark_column
+        self.delay_us: int | None = None
+        if watermark_delay is not None:
+            self.delay_us = round(Duration().parse(watermark_delay) * 1_000_000)
+        if within_watermark and watermark_column is None:
+            raise UnsupportedError(
+                "drop_duplicates_within_watermark needs a watermark: call with_watermark(<event time column>, <delay>) "
+                "first, or use drop_duplicates(...)"
+            )
+        self._keys: list[str] = []
+        self._event_key = False
+
+    @property
+    def name(self) -> str:
+        """Spark's operator names: ``dedupe``, ``dedupeWithinWatermark``."""
+        return "dedupeWithinWatermark" if self.within_watermark else "dedupe"
+
+    def describe(self) -> str:
+        kind = "drop_duplicates_within_watermark" if self.within_watermark else "drop_duplicates"
+        return f"{kind}({', '.join(self._keys or self.columns)})"
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """The input schema (rows pass unchanged); validates the key columns. Called at
+        ``start()``."""
+        keys = self.columns or list(input_schema.names)
+        missing = [c for c in keys if c not in input_schema.names]
+        if missing:
+            raise HeadraceError(
+                f"{'drop_duplicates_within_watermark' if self.within_watermark else 'drop_duplicates'}: no column "
+                f"{', '.join(map(repr, missing))} in the stream (columns: {', '.join(input_schema.names)})"
+            )
+        if len(set(keys)) != len(keys):
+            raise HeadraceError(f"drop_duplicates: key columns repeat: {keys}")
+        self._keys = keys
+        if self.watermark_column is not None:
+            check_event_time(input_schema, self.watermark_column, self.describe())
+            self._event_key = self.watermark_column in keys
+        self._input_schema = input_schema
+        return input_schema
+
+    def _state_schemas(self) -> tuple[pa.Schema, pa.Schema]:
+        assert self._input_schema is not None
+        return pa.schema([self._input_schema.field(k) for k in self._keys]), pa.schema([])
+
+    def check_output_mode(self, mode: str) -> None:
+        """``append`` and ``update`` (the same for deduplication); ``complete`` is refused as in
+        Spark (there is no aggregation whose whole result could be emitted)."""
+        super().check_output_mode(mode)
+        if mode == "complete":
+            raise UnsupportedError(
+                "Complete output mode not supported when there are no streaming aggregations on streaming "
+                f"DataFrames/Datasets: {self.describe()} emits each row once; use output mode 'append'"
+            )
+
+    def open(self, context: OperatorContext) -> None:
+        if self.within_watermark and self.delay_us is None:
+            delay = (context.options or {}).get("watermarkDelayMs")
+            if delay is None:
+                raise HeadraceError(
+                    f"{self.describe()} needs the watermark delay: pass watermark_delay= to the operator or the "
+                    "context option watermarkDelayMs"
+                )
+            self.delay_us = int(delay) * 1000
+        super().open(context)
+
+    # ------------------------------------------------------------------ per batch
+    def _wm_us(self, batch: BatchInfo) -> int | None:
+        if batch.watermark_ms is None or self.watermark_column is None:
+            return None
+        return int(batch.watermark_ms) * 1000
+
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        """Emit the rows of this chunk whose key was never seen (nor earlier in the chunk)."""
+        if not table.num_rows:
+            return None
+        wm_us = self._wm_us(batch)
+        ts: np.ndarray | None = None
+        if self.watermark_column is not None and (self._event_key or self.within_watermark):
+            ts, valid = event_time_micros(table.column(self.watermark_column))
+            keep = np.ones(len(ts), np.bool_) if valid is None else valid.copy()
+            if wm_us is not None:
+                late = keep & (ts <= wm_us)
+                self._dropped += int(late.sum())
+                keep &= ~late
+            if not keep.all():
+                table = table.filter(pa.array(keep))
+                ts = ts[keep]
+            if not table.num_rows:
+                return None
+        # the first row of each key in the chunk
+        idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
+        keyed = table.select(self._keys).append_column("__i", idx)
+        first = keyed.group_by(self._keys, use_threads=False).aggregate([("__i", "min")]).column("__i_min")
+        pos = np.sort(first.to_numpy())
+        if len(pos) != table.num_rows:
+            table = table.take(pa.array(pos))
+            if ts is not None:
+                ts = ts[pos]
+        keys = table.select(self._keys)
+        _, found = self.store.get(keys)
+        new = ~found
+        if not new.any():
+            return None
+        if not new.all():
+            sel = pa.array(new)
+            table, keys = table.filter(sel), keys.filter(sel)
+            if ts is not None:
+                ts = ts[new]
+        order = None
+        if ts is not None:
+            order = ts + self.delay_us if self.within_watermark and self.delay_us is not None else ts
+        self.store.put(keys, _no_values(keys.num_rows), order)
+        return table
+
+    def finish(self, batch: BatchInfo) -> pa.Table | None:
+        """Evict keys the watermark passed, then commit state version ``batch_id``."""
+        wm_us = self._wm_us(batch)
+        if wm_us is not None and (self._event_key or self.within_watermark):
+            # Spark evicts a key when its event time is <= the watermark; a within-watermark key
+            # when its expiry (first event time + delay) is < the watermark
+            self.store.evict(wm_us - 1 if self.within_watermark else wm_us)
+        self._commit(batch)
+        return None
+
+
+def _no_values(n: int) -> pa.Table:
+    return pa.table({"_": pa.nulls(n)}).drop_columns(["_"])

@@ -1,0 +1,159 @@
+"""``FromJson``: decode a JSON column into typed columns, under the shared bad-record policy.
+
+::
+
+    from headrace.transforms.from_json import FromJson
+
+    events = (hr.read_stream.format("kafka").options(...).load()
+                .map_batches(FromJson("value", "id BIGINT, amount DOUBLE, ts TIMESTAMP",
+                                      badRecordsPolicy="deadLetter", badRecordsPath="/data/dlq")))
+
+A record whose text is not a JSON object, or whose fields do not convert to the schema's
+types, is a bad record (``headrace.badrecords``): with ``badRecordsPolicy`` fail (the default)
+the batch fails naming it; drop / deadLetter take it out of the rows, counted, or dead-lettered
+exactly once with the batch, with its location — ``topic/partition@offset`` for Kafka rows,
+``stream/shardId@sequenceNumber`` for Kinesis, ``messageId <id>`` for Pub/Sub — so the way a stream applies
+a schema to the bytes of a message broker is this transform. Fields the schema lacks are
+ignored; a missing field is null.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headrace.badrecords import BAD_RECORD_OPTIONS, BadRecord, BadRecords
+from headrace.errors import HeadraceError
+
+__all__ = ["FromJson"]
+
+# columns that say where a row came from, by source (kafka, kinesis, pub/sub): the first set
+# present names a bad record's location
+_LOCATIONS = (("topic", "partition", "offset"), ("stream", "shardId", "sequenceNumber"), ("messageId",))
+
+
+class FromJson:
+    """A ``map_batches`` function: parse ``column`` (string or binary JSON) with ``schema`` (a
+    ``pyarrow.Schema`` or DDL string) and append the fields as columns (``keep`` the source
+    column or drop it). Bad-record options as keyword arguments (``badRecordsPolicy``,
+    ``badRecordsPath``, ``badRecordsSink``, ``maxBadRecords``, ...), checked here.
+
+    Called by the engine once per record batch, in the reading threads (thread-safe). The
+    engine settles its bad records with the batch (its ``bad_records`` attribute).
+    """
+
+    def __init__(self, column: str, schema: pa.Schema | str, *, keep: bool = False, **options: Any) -> None:
+        if isinstance(schema, str):
+            from headrace.types import ddl_to_schema
+
+            schema = ddl_to_schema(schema)
+        self.column = column
+        self.schema = schema
+        self.keep = keep
+        opts = BAD_RECORD_OPTIONS.parse(options, connector="from_json", role="transform")
+        self.bad_records = BadRecords.from_options(opts, what=f"from_json({column})") or BadRecords("fail", what=f"from_json({column})")
+
+    def __repr__(self) -> str:
+        return f"FromJson({self.column!r}, {self.schema.to_string(show_schema_metadata=False)!r}, policy={self.bad_records.policy})"
+
+    def __call__(self, table: pa.Table) -> pa.Table:
+        if self.column not in table.column_names:
+            raise HeadraceError(
+                f"from_json: the data has no column {self.column!r} (columns: {', '.join(table.column_names)}); "
+                "give the column that holds the JSON text"
+            )
+        col = table.column(self.column)
+        if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+            texts = [None if v is None else v.decode("utf-8", "replace") for v in col.to_pylist()]
+        else:
+            texts = col.to_pylist()
+        parsed = self._fast(texts)
+        if parsed is None:
+            parsed, keep = self._slow(table, texts)
+            if not all(keep):
+                mask = pa.array(keep)
+                table = table.filter(mask)
+        out = table if self.keep else table.drop_columns([self.column])
+        for f in self.schema:
+            if f.name in out.column_names:
+                out = out.drop_columns([f.name])
+            out = out.append_column(f, parsed.column(f.name))
+        return out
+
+    def _fast(self, texts: list[Any]) -> pa.Table | None:
+        """Every record parses and converts: one pyarrow JSON read (None otherwise)."""
+        if any(t is None or "\n" in t or not t.strip() for t in texts):
+            return None
+        from pyarrow import json as pj
+
+        data = "\n".join(texts).encode()
+        try:
+            got = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(
+                explicit_schema=self.schema, unexpected_field_behavior="ignore"))  # fmt: skip
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+            return None
+        if got.num_rows != len(texts):
+            return None
+        return got.select(self.schema.names).cast(self.schema)
+
+    def _slow(self, table: pa.Table, texts: list[Any]) -> tuple[pa.Table, list[bool]]:
+        """Record by record: the good ones converted, the bad ones reported."""
+        where = _locations(table)
+        good: list[dict[str, Any]] = []
+        keep: list[bool] = []
+        bad: list[BadRecord] = []
+        for i, text in enumerate(texts):
+            if text is None:
+                good.append({})
+                keep.append(True)
+                continue
+            try:
+                doc = json.loads(text)
+            except json.JSONDecodeError as e:
+                bad.append(BadRecord(where(i), f"malformed JSON ({e.msg} at {e.pos})", text))
+                keep.append(False)
+                continue
+            if not isinstance(doc, dict):
+                bad.append(BadRecord(where(i), f"not a JSON object but {type(doc).__name__}", text))
+                keep.append(False)
+                continue
+            problem = self._convert_problem(doc)
+            if problem:
+                bad.append(BadRecord(where(i), problem, text))
+                keep.append(False)
+                continue
+            good.append(doc)
+            keep.append(True)
+        self.bad_records.add(bad)  # raises for badRecordsPolicy=fail
+        arrays = [pa.array([d.get(f.name) for d in good], f.type) for f in self.schema]
+        return pa.Table.from_arrays(arrays, schema=self.schema), keep
+
+    def _convert_problem(self, doc: dict[str, Any]) -> str | None:
+        for f in self.schema:
+            v = doc.get(f.name)
+            if v is None:
+                continue
+            try:
+                pa.array([v], f.type)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+                try:  # JSON has no timestamps or decimals: strings that cast are fine
+                    pc.cast(pa.array([v]), f.type)
+                    doc[f.name] = pc.cast(pa.array([v]), f.type)[0].as_py()
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                    return f"value does not convert: {f.name}={v!r} is not {f.type}"
+        return None
+
+
+def _locations(table: pa.Table) -> Any:
+    names = set(table.column_names)
+    for cols in _LOCATIONS:
+        if set(cols) <= names:
+            v = [table.column(c).to_pylist() for c in cols]
+            if len(cols) == 3:  # topic/partition@offset, stream/shardId@sequenceNumber
+                return lambda i: f"{v[0][i]}/{v[1][i]}@{v[2][i]}"
+            return lambda i: f"messageId {v[0][i]}"
+    return lambda i: f"row {i} of a batch"

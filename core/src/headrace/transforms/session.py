@@ -1,0 +1,305 @@
+"""Session-window aggregations: ``group_by(hr.session_window("ts", "5 minutes"), *keys).agg(...)``
+in micro-batch mode, with Spark's semantics (output modes ``append``, with a watermark, and
+``complete``; ``update`` is refused as in Spark).
+
+State: one row per group key whose value is the list of that key's open sessions (start,
+end, partial aggregates), ordered by the earliest session end so eviction by watermark costs
+the keys it closes. Per batch:
+
+1. DuckDB splits the batch into sessions per key (``lag`` over event time: a gap of at least
+   ``gap`` starts a new session) with their partial aggregates - vectorised;
+2. rows whose own session ``[ts, ts + gap)`` ended at or before the watermark are dropped as
+   late and counted;
+3. for each key the batch touches, its stored sessions and the batch's are merged where they
+   overlap (a late row may bridge two sessions into one) - Python per touched session, which
+   is the part that is not vectorised;
+4. append mode emits the sessions the watermark has passed (end <= watermark) and removes
+   them; complete mode emits every session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+
+from headrace.errors import HeadraceError, UnsupportedError
+from headrace.transforms.aggregate import AggregateOperator, _final_col, _q, parse_aggregate
+from headrace.transforms.operator import BatchInfo
+from headrace.transforms.stateful import StatefulOperator
+from headrace.transforms.window import (
+    SessionWindowSpec,
+    WindowSpec,
+    check_event_time,
+    event_time_micros,
+    window_struct_type,
+)
+
+__all__ = ["SessionWindowAggregateOperator"]
+
+
+def _merge_value(kind: str, a: Any, b: Any) -> Any:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if kind == "add":
+        return a + b
+    return min(a, b) if kind == "min" else max(a, b)
+
+
+class SessionWindowAggregateOperator(AggregateOperator):
+    """``AggregateOperator`` whose keys include a ``session_window``; built by
+    ``AggregateOperator(...)`` itself when it is given one."""
+
+    operator_name: ClassVar[str] = "sessionWindowStateStoreSaveExec"
+    supports_real_time: ClassVar[bool] = False
+    output_modes: ClassVar[tuple[str, ...] | None] = ("append", "complete")
+
+    def __init__(self, keys: Sequence[str | WindowSpec | SessionWindowSpec], aggs: Sequence[str], *,
+                 watermark_column: str | None = None) -> None:  # fmt: skip
+        StatefulOperator.__init__(self)
+        self.keys: list[Any] = list(keys)
+        self.watermark_column = watermark_column
+        if not aggs:
+            raise HeadraceError("agg() needs at least one aggregate expression, e.g. 'count(*) AS n'")
+        self.aggs = [parse_aggregate(a) for a in aggs]
+        self.window = None
+        self.session: SessionWindowSpec | None = None
+        self.plain_keys: list[str] = []
+        for k in self.keys:
+            if isinstance(k, SessionWindowSpec):
+                if self.session is not None:
+                    raise HeadraceError("group_by: at most one session window per aggregation")
+                self.session = k
+            elif isinstance(k, WindowSpec):
+                raise UnsupportedError("group_by: a session window cannot be combined with another window")
+            elif isinstance(k, str) and k:
+                self.plain_keys.append(k)
+            else:
+                raise HeadraceError(f"group_by key {k!r} must be a column name, hr.window(...) or hr.session_window(...)")
+        assert self.session is not None
+        self._buffer: list[pa.Table] = []
+        self._ts_type: pa.DataType | None = None
+        self._session_type = pa.list_(pa.int64())
+
+    def describe(self) -> str:
+        keys = [k.describe() if isinstance(k, SessionWindowSpec) else str(k) for k in self.keys]
+        return f"aggregate(keys=[{', '.join(keys)}], aggs=[{', '.join(a.text for a in self.aggs)}])"
+
+    # ------------------------------------------------------------------ planning
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        from headrace.transforms.expressions import ExpressionError, run_sql
+
+        assert self.session is not None
+        for k in self.plain_keys:
+            if k not in input_schema.names:
+                raise HeadraceError(f"group_by: no column {k!r} in the stream (columns: {', '.join(input_schema.names)})")
+        self._ts_type = check_event_time(input_schema, self.session.column, f"group_by({self.session.describe()})")
+        gap = self.session.gap_us
+        part = f"PARTITION BY {', '.join(_q(k) for k in self.plain_keys)} " if self.plain_keys else ""
+        partials: list[tuple[str, str]] = [p for a in self.aggs for p in a.partials()]
+        names = [f"p{i}" for i in range(len(partials))]
+        keys_sql = [_q(k) for k in self.plain_keys]
+        group = ", ".join([*keys_sql, "__sid"])
+        select_keys = ", ".join(keys_sql) + ", " if keys_sql else ""
+
+        def build(exprs: list[str]) -> str:
+            return (
+                f"WITH l AS (SELECT *, CASE WHEN __t - lag(__t) OVER ({part}ORDER BY __t) < {gap} THEN 0 ELSE 1 END "
+                f"AS __new FROM batch), g AS (SELECT *, sum(__new) OVER ({part}ORDER BY __t ROWS UNBOUNDED PRECEDING) "
+                f"AS __sid FROM l) SELECT {select_keys}min(__t) AS __start, max(__t) + {gap} AS __end, "
+                f"count(*) AS __rows, {', '.join(exprs)} FROM g GROUP BY {group}"
+            )
+
+        empty = input_schema.empty_table().append_column("__t", pa.array([], pa.int64()))
+        what = f"aggregation {self.describe()}"
+        try:
+            sql = build([f"{s} AS {n}" for (s, _), n in zip(partials, names, strict=True)])
+            probe = run_sql(empty, sql, what=what)
+            fixed = []
+            for (s, _), n in zip(partials, names, strict=True):
+                t = probe.schema.field(n).type
+                cast = pa.types.is_decimal(t) and t.scale == 0 and s.startswith("sum(")
+                fixed.append(f"CAST({s} AS BIGINT) AS {n}" if cast else f"{s} AS {n}")
+            sql = build(fixed)
+            probe = run_sql(empty, sql, what=what)
+        except ExpressionError as e:
+            raise ExpressionError(f"aggregation {', '.join(a.text for a in self.aggs)}: {e}") from None
+        self._sql = sql
+        self._partial_names = names
+        self._merge_kinds = [k for _, k in partials]
+        self._value_schema = pa.schema([probe.schema.field(n) for n in names])
+        sess = pa.struct([pa.field("start", pa.int64()), pa.field("end", pa.int64()), *self._value_schema])
+        self._session_type = pa.list_(sess)
+        key_fields = [probe.schema.field(k) for k in self.plain_keys] or [pa.field("__global", pa.int8())]
+        self._key_schema = pa.schema(key_fields)
+        self._input_schema = input_schema
+        fields: list[pa.Field] = []
+        for key in self.keys:
+            if isinstance(key, SessionWindowSpec):
+                fields.append(pa.field("session_window", window_struct_type(self._ts_type)))
+            else:
+                fields.append(input_schema.field(str(key)))
+        types = self._final_types(probe)
+        fields += [pa.field(a.name, t) for a, t in zip(self.aggs, types, strict=True)]
+        self._out_schema = pa.schema(fields)
+        return self._out_schema
+
+    def _state_schemas(self) -> tuple[pa.Schema, pa.Schema]:
+        return self._key_schema, pa.schema([pa.field("sessions", self._session_type)])
+
+    def check_output_mode(self, mode: str) -> None:
+        """Spark's rules: ``append`` with a watermark on the session's column, ``complete``;
+        ``update`` is not supported for session windows."""
+        StatefulOperator.check_output_mode(self, mode)
+        assert self.session is not None
+        if mode == "update":
+            raise UnsupportedError(
+                "Update output mode not supported for session window on streaming DataFrames/DataSets; use output "
+                "mode 'append' (with a watermark) or 'complete'"
+            )
+        if mode == "append" and self.watermark_column != self.session.column:
+            raise UnsupportedError(
+                "Append output mode not supported when there are streaming aggregations on streaming "
+                f"DataFrames/DataSets without watermark: add with_watermark({self.session.column!r}, <delay>) before "
+                "the session-window aggregation, or use output mode 'complete'"
+            )
+
+    # ------------------------------------------------------------------ per batch
+    def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        if table.num_rows:
+            self._buffer.append(table)
+        return None
+
+    def finish(self, batch: BatchInfo) -> pa.Table | None:
+        mode = self.output_mode
+        wm_us = None if batch.watermark_ms is None or mode == "complete" else int(batch.watermark_ms) * 1000
+        emitted: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        if self._buffer:
+            table = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
+            self._buffer = []
+            emitted += self._merge_sessions(table, wm_us)
+        out: pa.Table | None = None
+        if mode == "complete":
+            rows = self.store.scan()
+            out = self._emit(self._explode(rows))
+        else:
+            if wm_us is not None:
+                rows = self.store.evict(wm_us)
+                if rows.num_rows:
+                    emitted += self._close(rows, wm_us)
+            out = self._emit(emitted) if emitted else None
+        self._commit(batch)
+        return out
+
+    def _merge_sessions(self, table: pa.Table, wm_us: int | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+
+        assert self.session is not None
+        gap = self.session.gap_us
+        ts, valid = event_time_micros(table.column(self.session.column))
+        keep = np.ones(len(ts), np.bool_) if valid is None else valid.copy()
+        if wm_us is not None:
+            late = keep & (ts + gap <= wm_us)
+            self._dropped += int(late.sum())
+            keep &= ~late
+        if not keep.all():
+            table = table.filter(pa.array(keep))
+            ts = ts[keep]
+        if not table.num_rows:
+            return []
+        table = table.append_column("__t", pa.array(ts, pa.int64()))
+        partial = self._run_sql(table, self._sql)
+        key_names = self._key_schema.names
+        if key_names == ["__global"]:
+            partial = partial.append_column("__global", pa.array(np.zeros(partial.num_rows, np.int8)))
+        idx = pa.array(np.arange(partial.num_rows, dtype=np.int64))
+        groups = partial.select(key_names).append_column("__i", idx).group_by(key_names, use_threads=False) \
+            .aggregate([("__i", "list")])  # fmt: skip
+        keys = groups.select(key_names)
+        members = groups.column("__i_list").to_pylist()
+        new = partial.select(["__start", "__end", *self._partial_names]).to_pylist()
+        old, _found = self.store.get(keys)
+        old_lists = old.column("sessions").to_pylist()
+        kinds = self._merge_kinds
+        names = self._partial_names
+        merged_lists: list[list[dict[str, Any]]] = []
+        for prev, rows in zip(old_lists, members, strict=True):
+            sessions = sorted([*(prev or []), *({"start": new[j]["__start"], "end": new[j]["__end"],
+                                                  **{n: new[j][n] for n in names}} for j in rows)],
+                              key=lambda s: s["start"])  # fmt: skip
+            out: list[dict[str, Any]] = []
+            for s in sessions:
+                if out and s["start"] < out[-1]["end"]:
+                    cur = out[-1]
+                    cur["end"] = max(cur["end"], s["end"])
+                    for n, kind in zip(names, kinds, strict=True):
+                        cur[n] = _merge_value(kind, cur[n], s[n])
+                else:
+                    out.append(dict(s))
+            merged_lists.append(out)
+        return self._store_sessions(keys, merged_lists, wm_us)
+
+    def _store_sessions(self, keys: pa.Table, lists: list[list[dict[str, Any]]], wm_us: int | None
+                        ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:  # fmt: skip
+        """Emit (append mode) the sessions the watermark closed; store the rest; remove keys
+        left without sessions."""
+        emitted: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+        key_rows = keys.to_pylist()
+        keep_idx, keep_lists, orders, drop_idx = [], [], [], []
+        for i, (kr, sessions) in enumerate(zip(key_rows, lists, strict=True)):
+            open_ = sessions
+            if wm_us is not None:
+                closed = [s for s in sessions if s["end"] <= wm_us]
+                open_ = [s for s in sessions if s["end"] > wm_us]
+                emitted += [(tuple(kr.values()), s) for s in closed]
+            if open_:
+                keep_idx.append(i)
+                keep_lists.append(open_)
+                orders.append(min(s["end"] for s in open_))
+            else:
+                drop_idx.append(i)
+        if keep_idx:
+            k = keys.take(pa.array(keep_idx, pa.int64()))
+            values = pa.table({"sessions": pa.array(keep_lists, type=self._session_type)})
+            self.store.put(k, values, np.asarray(orders, dtype=np.int64))
+        if drop_idx:
+            self.store.remove(keys.take(pa.array(drop_idx, pa.int64())))
+        return emitted
+
+    def _close(self, rows: pa.Table, wm_us: int) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        keys = rows.select(self._key_schema.names)
+        return self._store_sessions(keys, rows.column("sessions").to_pylist(), wm_us)
+
+    def _explode(self, rows: pa.Table) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        keys = rows.select(self._key_schema.names).to_pylist()
+        out = []
+        for kr, sessions in zip(keys, rows.column("sessions").to_pylist(), strict=True):
+            out += [(tuple(kr.values()), s) for s in sessions or []]
+        return out
+
+    def _emit(self, items: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> pa.Table:
+        assert self._ts_type is not None
+        wtype = window_struct_type(self._ts_type)
+        starts = pa.array([s["start"] for _, s in items], pa.int64()).view(pa.timestamp("us")).cast(wtype.field(0).type)
+        ends = pa.array([s["end"] for _, s in items], pa.int64()).view(pa.timestamp("us")).cast(wtype.field(1).type)
+        cols: list[Any] = []
+        ki = 0
+        for key in self.keys:
+            if isinstance(key, SessionWindowSpec):
+                cols.append(pa.StructArray.from_arrays([starts, ends], fields=list(wtype)))
+            else:
+                f = self._key_schema.field(ki)
+                cols.append(pa.array([k[ki] for k, _ in items], type=f.type))
+                ki += 1
+        i = 0
+        for a in self.aggs:
+            p = []
+            for _ in a.partials():
+                f = self._value_schema.field(i)
+                p.append(pa.chunked_array([pa.array([s[f.name] for _, s in items], type=f.type)]))
+                i += 1
+            cols.append(_final_col(a.func, p))
+        return pa.Table.from_arrays(cols, schema=self._out_schema)

@@ -1,0 +1,138 @@
+"""What every stateful operator shares: opening its state store from the engine's
+``OperatorContext``, loading version ``n-1`` at the start of batch ``n``, committing version
+``n`` at its end, and Spark's ``stateOperators`` metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError, UnsupportedError
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+
+__all__ = ["OUTPUT_MODES", "StatefulOperator"]
+
+OUTPUT_MODES = ("append", "update", "complete")
+
+
+class StatefulOperator(Operator):
+    """Base of the aggregation and deduplication operators. Subclasses define
+    ``_state_schemas()`` (key and value schemas, known after ``output_schema``) and the
+    per-batch work; this class owns the store's life cycle."""
+
+    stateful: ClassVar[bool] = True
+    operator_name: ClassVar[str] = "stateful"
+
+    def __init__(self) -> None:
+        self._store: Any = None
+        self._context: OperatorContext | None = None
+        self._dropped = 0
+        self._dropped_total = 0
+        self._metrics: dict[str, Any] = {}
+        self._input_schema: pa.Schema | None = None
+        self._con: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.operator_name
+
+    # ------------------------------------------------------------------ to implement
+    def _state_schemas(self) -> tuple[pa.Schema, pa.Schema]:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.operator_name
+
+    def check_output_mode(self, mode: str) -> None:
+        """Raise ``UnsupportedError`` (with Spark's reason) when this operator cannot run in the
+        query's output ``mode``. Called at ``start()``."""
+        if mode not in OUTPUT_MODES:
+            raise UnsupportedError(f"output mode {mode!r} is not one of {', '.join(OUTPUT_MODES)}")
+
+    # ------------------------------------------------------------------ life cycle
+    def open(self, context: OperatorContext) -> None:
+        """Open the state store in ``context.state_path`` (``context.state_backend``). Called
+        once per query run, after ``output_schema``."""
+        from headrace.state import open_state_store
+
+        if context.state_path is None:
+            raise HeadraceError(f"{self.describe()} keeps state and needs a checkpoint folder (state_path is None)")
+        if self._input_schema is None:
+            raise HeadraceError(f"{self.describe()}: output_schema(input_schema) must be called before open()")
+        self.check_output_mode(context.output_mode)
+        key_schema, value_schema = self._state_schemas()
+        self._context = context
+        opts = context.options or {}
+        self._store = open_state_store(
+            context.state_backend,
+            context.state_path,
+            key_schema,
+            value_schema,
+            retain=context.retain,
+            snapshot_interval=int(opts.get("stateSnapshotInterval", 10)),
+            durable=bool(opts.get("checkpointFsync", True)),
+            description=self.describe(),
+        )
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            raise HeadraceError(f"{self.describe()} is not open (the engine calls open() before the first batch)")
+        return self._store
+
+    @property
+    def output_mode(self) -> str:
+        return self._context.output_mode if self._context is not None else "append"
+
+    def begin(self, batch: BatchInfo) -> None:
+        """Load state version ``batch_id - 1`` (free when it is already loaded)."""
+        self.store.load(batch.batch_id - 1)
+        self._dropped = 0
+        self._t_batch = time.monotonic()
+
+    def _commit(self, batch: BatchInfo) -> None:
+        self.store.commit(batch.batch_id)
+        batch.dropped_by_watermark += self._dropped
+        self._dropped_total += self._dropped
+        m = dict(self.store.metrics())
+        m["numRowsDroppedByWatermark"] = self._dropped
+        self._metrics = {"operatorName": self.name, **m, "numShufflePartitions": 1,
+                         "stateStore": self.store.backend}  # fmt: skip
+
+    def _run_sql(self, table: pa.Table, query: str) -> pa.Table:
+        """``query`` over ``table`` (as ``batch``) on this operator's own DuckDB connection,
+        created on the thread that processes batches and closed by :meth:`close`. (A
+        connection kept in that thread's locals would be torn down while the interpreter
+        exits, which DuckDB answers with an abort.)"""
+        from headrace.transforms.expressions import ExpressionError
+
+        con = self._con
+        if con is None:
+            try:
+                import duckdb
+            except ImportError:
+                raise HeadraceError("this aggregation needs DuckDB; pip install 'headrace[sql]'") from None
+            con = self._con = duckdb.connect(":memory:")
+            con.execute("SET TimeZone = 'UTC'")  # as headrace.transforms.expressions, which typed the plan
+        con.register("batch", table)
+        try:
+            return con.sql(query).to_arrow_table()
+        except Exception as e:
+            raise ExpressionError(f"{self.describe()}: {query!r} failed on columns {table.column_names}: {e}") from None
+        finally:
+            con.unregister("batch")
+
+    def metrics(self) -> dict[str, Any]:
+        """Spark's ``stateOperators`` entry for the last batch."""
+        return dict(self._metrics)
+
+    def close(self) -> None:
+        """Close the state store and the DuckDB connection. Idempotent."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None

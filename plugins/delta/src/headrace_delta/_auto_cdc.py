@@ -1,0 +1,133 @@
+"""AUTO CDC into a Delta table: a batch of change events applied in one MERGE, SCD type 1 or 2.
+
+The events were prepared by :func:`headrace.transforms.auto_cdc.prepare` when the batch was
+staged (``update_preimage`` rows dropped, output columns, sequence and delete flag). The MERGE
+carries the batch's app transaction ``(txnAppId, txnVersion)`` in the same commit, so a
+replayed batch (transaction already in the log) changes nothing.
+
+- SCD type 1: the latest event of each key; a delete removes the row, anything else upserts it.
+  When the target keeps the ``sequenceBy`` column, an event older than the stored row is ignored.
+- SCD type 2 (history, as Databricks): every non-delete event is a row version with
+  ``__START_AT`` (its sequence) and ``__END_AT`` (the sequence of the key's next event, NULL
+  while current). The batch's first event of a key closes the key's current target row
+  (``__END_AT`` := that event's sequence); a delete only closes.
+
+Memory: one batch's events (bound it with the source's rate limit, e.g. ``maxChangesPerTrigger``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, sort_events
+
+__all__ = ["END_AT", "START_AT", "apply_changes"]
+
+START_AT = "__START_AT"
+END_AT = "__END_AT"
+_ACTION = "__headrace_action"
+_MK = "__headrace_mk_"
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def target_schema(prepared: pa.Schema, scd_type: int) -> pa.Schema:
+    """The Delta table's schema for prepared events."""
+    fields = [f for f in prepared if f.name not in (SEQ, DELETE)]
+    if scd_type == 2:
+        seq_type = prepared.field(SEQ).type
+        fields += [pa.field(START_AT, seq_type), pa.field(END_AT, seq_type)]
+    return pa.schema(fields)
+
+
+def apply_changes(
+    uri: str,
+    events: pa.Table,
+    spec: AutoCdcSpec,
+    *,
+    scd_type: int,
+    commit_properties: Any,
+    storage_options: dict[str, str] | None,
+    partition_by: Sequence[str] | None,
+) -> dict[str, int]:
+    """MERGE ``events`` (prepared) into the table at ``uri``, creating it when missing.
+    Returns figures for the progress report. Called once per batch by the sink's commit."""
+    from deltalake import DeltaTable, write_deltalake
+
+    schema = target_schema(events.schema, scd_type)
+    if not DeltaTable.is_deltatable(uri, storage_options=storage_options):
+        write_deltalake(uri, schema.empty_table(), mode="append", partition_by=list(partition_by) if partition_by else None,
+                        storage_options=storage_options)  # fmt: skip
+    dt = DeltaTable(uri, storage_options=storage_options)
+    keys = list(spec.keys)
+    if scd_type == 1:
+        return _scd1(dt, events, keys, schema, spec.sequence_by, commit_properties)
+    return _scd2(dt, events, keys, schema, commit_properties)
+
+
+def _scd1(dt: Any, events: pa.Table, keys: list[str], schema: pa.Schema, seq_col: str | None, props: Any) -> dict[str, int]:
+    latest = last_per_key(events, keys)
+    match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
+    guard = ""
+    if seq_col is not None and seq_col in schema.names and seq_col not in keys:
+        guard = f" AND (t.{_q(seq_col)} IS NULL OR t.{_q(seq_col)} <= s.{_q(seq_col)})"
+    cols = {c: f"s.{_q(c)}" for c in schema.names}
+    others = {c: v for c, v in cols.items() if c not in keys}
+    m = dt.merge(latest, predicate=match, source_alias="s", target_alias="t", commit_properties=props)
+    m = m.when_matched_delete(predicate=f"s.{_q(DELETE)}{guard}")
+    if others:
+        m = m.when_matched_update(others, predicate=f"NOT s.{_q(DELETE)}{guard}")
+    m = m.when_not_matched_insert(cols, predicate=f"NOT s.{_q(DELETE)}")
+    out = m.execute()
+    return {k: int(out.get(k, 0) or 0) for k in ("num_target_rows_inserted", "num_target_rows_updated", "num_target_rows_deleted")}
+
+
+def _scd2(dt: Any, events: pa.Table, keys: list[str], schema: pa.Schema, props: Any) -> dict[str, int]:
+    ev = sort_events(events, keys)
+    n = ev.num_rows
+    same_next = np.zeros(n, dtype=bool)
+    if n > 1:
+        same = np.ones(n - 1, dtype=bool)
+        for k in keys:
+            col = ev.column(k).combine_chunks()
+            same &= pc.fill_null(pc.equal(col.slice(1), col.slice(0, n - 1)), False).to_numpy(zero_copy_only=False)
+        same_next[:-1] = same
+    first = np.ones(n, dtype=bool)
+    first[1:] = ~same_next[:-1] if n > 1 else first[1:]
+    seq = ev.column(SEQ).combine_chunks()
+    next_seq = pa.concat_arrays([seq.slice(1), pa.nulls(1, seq.type)]) if n else seq
+    end_at = pc.if_else(pa.array(same_next), next_seq, pa.nulls(n, seq.type))
+    data_cols = [c for c in schema.names if c not in (START_AT, END_AT)]
+    # versions: every non-delete event
+    is_delete = pc.fill_null(ev.column(DELETE), False).combine_chunks()
+    versions = ev.select(data_cols).append_column(START_AT, seq).append_column(END_AT, end_at).filter(pc.invert(is_delete))
+    # closes: the first event of each key ends the key's current row
+    closes = ev.filter(pa.array(first)).select(keys)
+    closes_end = seq.filter(pa.array(first))
+    null_keys = {k: pa.nulls(versions.num_rows, ev.schema.field(k).type) for k in keys}
+
+    def frame(base: pa.Table, mk: dict[str, Any], action: str, end: Any) -> pa.Table:
+        t = pa.table({c: (base.column(c) if c in base.column_names else pa.nulls(base.num_rows, schema.field(c).type))
+                      for c in schema.names if c != END_AT})  # fmt: skip
+        t = t.append_column(END_AT, end)
+        for k in keys:
+            t = t.append_column(_MK + k, mk[k])
+        return t.append_column(_ACTION, pa.array([action] * base.num_rows, pa.string()))
+
+    src = pa.concat_tables([
+        frame(versions, null_keys, "insert", versions.column(END_AT)),
+        frame(closes, {k: closes.column(k) for k in keys}, "close", closes_end),
+    ])  # fmt: skip
+    match = " AND ".join(f"t.{_q(k)} = s.{_q(_MK + k)}" for k in keys) + f" AND t.{_q(END_AT)} IS NULL"
+    m = dt.merge(src, predicate=match, source_alias="s", target_alias="t", commit_properties=props)
+    m = m.when_matched_update({END_AT: f"s.{_q(END_AT)}"}, predicate=f"s.{_q(_ACTION)} = 'close'")
+    m = m.when_not_matched_insert({c: f"s.{_q(c)}" for c in schema.names}, predicate=f"s.{_q(_ACTION)} = 'insert'")
+    out = m.execute()
+    return {k: int(out.get(k, 0) or 0) for k in ("num_target_rows_inserted", "num_target_rows_updated")}

@@ -1,0 +1,420 @@
+"""The state stores (memory and RocksDB), one test suite run against both backends."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from headrace.errors import CheckpointError, UnsupportedError
+from headrace.state import StateStore, open_state_store
+
+BACKENDS = ["memory", "rocksdb"]
+KEYS = pa.schema([("user", pa.string()), ("wend", pa.timestamp("us", tz="UTC"))])
+VALUES = pa.schema([("n", pa.int64()), ("total", pa.float64()), ("last", pa.string())])
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def store(backend: str, path: Path, **kw: Any) -> StateStore:
+    return open_state_store(backend, str(path), KEYS, VALUES, description="test", **kw)
+
+
+def keys(users: list[str], ends: list[int]) -> pa.Table:
+    return pa.table({"user": users, "wend": pa.array(ends, pa.int64()).cast(pa.timestamp("us", tz="UTC"))}, schema=KEYS)
+
+
+def vals(n: list[int | None], total: list[float | None], last: list[str | None]) -> pa.Table:
+    return pa.table({"n": n, "total": total, "last": last}, schema=VALUES)
+
+
+def as_dict(t: pa.Table) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    t = t.set_column(t.schema.get_field_index("wend"), "wend", t.column("wend").cast(pa.int64()))
+    rows = t.to_pylist()
+    return {(r["user"], r["wend"]): (r["n"], r["total"], r["last"]) for r in rows}
+
+
+def test_put_get_remove_scan(backend: str, tmp_path: Path) -> None:
+    s = store(backend, tmp_path)
+    s.load(-1)
+    k = keys(["a", "b", "c"], [10, 20, 30])
+    s.put(k, vals([1, 2, None], [1.5, None, 3.0], ["x", None, "z"]), order=[10, 20, 30])
+    got, found = s.get(keys(["b", "zz", "a"], [20, 20, 10]))
+    assert found.tolist() == [True, False, True]
+    assert got.to_pylist() == [
+        {"n": 2, "total": None, "last": None},
+        {"n": None, "total": None, "last": None},
+        {"n": 1, "total": 1.5, "last": "x"},
+    ]
+    assert len(s) == 3
+    assert s.remove(keys(["a", "nope"], [10, 1])) == 1
+    assert len(s) == 2
+    assert set(as_dict(s.scan())) == {("b", 20), ("c", 30)}
+    s.commit(0)
+    m = s.metrics()
+    assert m["numRowsTotal"] == 2 and m["numRowsUpdated"] == 3 and m["numRowsRemoved"] == 1
+    assert m["memoryUsedBytes"] >= 0 and m["commitTimeMs"] >= 0
+    s.close()
+
+
+def test_evict_by_order(backend: str, tmp_path: Path) -> None:
+    s = store(backend, tmp_path)
+    s.load(-1)
+    s.put(keys(["a", "b", "c", "d"], [10, 20, 30, 40]), vals([1, 2, 3, 4], [0.0] * 4, ["", "", "", ""]),
+          order=[10, 20, 30, 40])  # fmt: skip
+    # a changed order moves the row in the index
+    s.put(keys(["a"], [10]), vals([9], [0.0], [""]), order=[35])
+    out = s.evict(30)
+    assert sorted(out.column("n").to_pylist()) == [2, 3]
+    assert sorted(out.column("__order").to_pylist()) == [20, 30]
+    assert len(s) == 2
+    assert s.evict(30).num_rows == 0
+    s.commit(0)
+    s.close()
+    s2 = store(backend, tmp_path)
+    s2.load(0)
+    assert sorted(s2.evict(100).column("n").to_pylist()) == [4, 9]
+    s2.close()
+
+
+def test_restore_and_replay_from_files(backend: str, tmp_path: Path) -> None:
+    s = store(backend, tmp_path, snapshot_interval=3)
+    s.load(-1)
+    for v in range(8):
+        s.put(keys([f"u{v}", "common"], [v, 0]), vals([v, v], [float(v)] * 2, [str(v)] * 2))
+        if v == 5:
+            s.remove(keys(["u1"], [1]))
+        s.commit(v)
+        s.load(v)  # the next batch: no-op
+    expected_at = {}
+    s.close()
+    for v in (7, 4, 2):
+        s2 = store(backend, tmp_path, snapshot_interval=3)
+        s2.load(v)
+        expected_at[v] = as_dict(s2.scan())
+        s2.close()
+    users7 = {k[0] for k in expected_at[7]}
+    assert users7 == {"common", "u0", *[f"u{i}" for i in range(2, 8)]}
+    assert expected_at[7][("common", 0)][0] == 7
+    # loading 4 discarded versions 5..7 (a replay of batch 5); replaying it differently works
+    assert {k[0] for k in expected_at[4]} == {"common", "u0", "u1", "u2", "u3", "u4"} - set()
+    assert {k[0] for k in expected_at[2]} == {"common", "u0", "u1", "u2"}
+    s3 = store(backend, tmp_path, snapshot_interval=3)
+    s3.load(2)
+    s3.put(keys(["other"], [0]), vals([1], [1.0], ["o"]))
+    s3.commit(3)
+    s3.close()
+    s4 = store(backend, tmp_path, snapshot_interval=3)
+    s4.load(3)
+    assert {k[0] for k in as_dict(s4.scan())} == {"common", "u0", "u1", "u2", "other"}
+    s4.close()
+
+
+def test_crash_after_commit_replays_from_previous_version(backend: str, tmp_path: Path) -> None:
+    """Batch 1 committed its state, then the process died before the checkpoint's commit:
+    the replay of batch 1 must start from version 0."""
+    s = store(backend, tmp_path)
+    s.load(-1)
+    s.put(keys(["a"], [0]), vals([1], [1.0], ["v0"]))
+    s.commit(0)
+    s.load(0)
+    s.put(keys(["a"], [0]), vals([2], [2.0], ["v1"]))
+    s.commit(1)
+    del s  # no close: as after SIGKILL
+    s2 = store(backend, tmp_path)
+    s2.load(0)
+    got, found = s2.get(keys(["a"], [0]))
+    assert found.tolist() == [True] and got.column("n").to_pylist() == [1]
+    s2.close()
+
+
+def test_uncommitted_changes_are_not_kept(backend: str, tmp_path: Path) -> None:
+    s = store(backend, tmp_path)
+    s.load(-1)
+    s.put(keys(["a"], [0]), vals([1], [1.0], ["x"]))
+    s.commit(0)
+    s.load(0)
+    s.put(keys(["b"], [0]), vals([1], [1.0], ["y"]))  # crash mid-batch 1
+    s.abort()
+    s.load(0)
+    assert set(as_dict(s.scan())) == {("a", 0)}
+    s.close()
+
+
+@pytest.mark.parametrize("damage", ["flipped-byte", "truncated", "missing"])
+def test_damaged_or_missing_changelog_is_refused(backend: str, tmp_path: Path, damage: str) -> None:
+    s = store(backend, tmp_path)
+    s.load(-1)
+    for v in range(3):
+        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
+        s.commit(v)
+        s.load(v)
+    s.close()
+    target = tmp_path / "changelog" / "1"
+    if damage == "missing":
+        target.unlink()
+    else:
+        data = bytearray(target.read_bytes())
+        if damage == "flipped-byte":
+            data[len(data) // 3] ^= 0xFF
+        else:
+            data = data[: len(data) // 2]
+        target.write_bytes(bytes(data))
+    if backend == "rocksdb":  # force a rebuild from files: the working database is a cache
+        import shutil
+
+        shutil.rmtree(tmp_path / "rocksdb")
+    s2 = store(backend, tmp_path)
+    with pytest.raises(CheckpointError, match=str(target)):
+        s2.load(2)
+    s2.close()
+
+
+def test_damaged_snapshot_is_refused(tmp_path: Path) -> None:
+    s = store("memory", tmp_path, snapshot_interval=2)
+    s.load(-1)
+    for v in range(4):
+        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
+        s.commit(v)
+        s.load(v)
+    s.close()
+    snap = tmp_path / "snapshot" / "2"
+    assert snap.exists()
+    data = bytearray(snap.read_bytes())
+    data[10] ^= 0x01
+    snap.write_bytes(bytes(data))
+    s2 = store("memory", tmp_path, snapshot_interval=2)
+    with pytest.raises(CheckpointError, match=str(snap)):
+        s2.load(3)
+
+
+def test_retention_keeps_what_restores_the_last_versions(backend: str, tmp_path: Path) -> None:
+    s = store(backend, tmp_path, snapshot_interval=4, retain=3)
+    s.load(-1)
+    model: dict[int, set[str]] = {}
+    live: set[str] = set()
+    for v in range(30):
+        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
+        live.add(f"u{v}")
+        if v % 3 == 0 and v:
+            s.remove(keys([f"u{v - 1}"], [v - 1]))
+            live.discard(f"u{v - 1}")
+        model[v] = set(live)
+        s.commit(v)
+        s.load(v)
+    s.close()
+    changelogs = sorted(int(n) for n in os.listdir(tmp_path / "changelog"))
+    assert len(changelogs) <= 3 + 2 * 4, changelogs  # bounded, not 30
+    for v in (29, 28, 27):
+        s2 = store(backend, tmp_path, snapshot_interval=4, retain=3)
+        s2.load(v)
+        assert {k[0] for k in as_dict(s2.scan())} == model[v]
+        s2.close()
+
+
+def test_random_operations_match_a_model_across_restarts(backend: str, tmp_path: Path) -> None:
+    rng = random.Random(7)
+    model: dict[str, int] = {}
+    s = store(backend, tmp_path, snapshot_interval=3)
+    s.load(-1)
+    for v in range(20):
+        users = rng.sample([f"k{i}" for i in range(40)], 10)
+        k = keys(users, [0] * 10)
+        old, found = s.get(k)
+        for u, f, n in zip(users, found.tolist(), old.column("n").to_pylist(), strict=True):
+            assert f == (u in model) and (n == model.get(u))
+        newn = [model.get(u, 0) + 1 for u in users]
+        s.put(k, vals(newn, [0.0] * 10, ["x"] * 10), order=[v] * 10)  # type: ignore[arg-type]
+        model.update(zip(users, newn, strict=True))
+        if v % 4 == 3:
+            ev = s.evict(v - 2)
+            for u in ev.column("user").to_pylist():
+                del model[u]
+        s.commit(v)
+        if v % 5 == 4:
+            s.close()
+            s = store(backend, tmp_path, snapshot_interval=3)
+        s.load(v)
+        assert {k[0]: r[0] for k, r in as_dict(s.scan()).items()} == model
+    s.close()
+
+
+@pytest.mark.parametrize("state_keys", [2_000, 50_000], ids=["small-state", "large-state"])
+def test_batch_cost_does_not_depend_on_state_size(backend: str, tmp_path: Path, state_keys: int) -> None:
+    """Work counters of one batch touching 500 keys are the same with 2k or 50k keys in state."""
+    s = store(backend, tmp_path, snapshot_interval=1000)
+    s.load(-1)
+    step = 10_000
+    for v, lo in enumerate(range(0, state_keys, step)):
+        n = min(step, state_keys - lo)
+        s.put(keys([f"u{i}" for i in range(lo, lo + n)], [0] * n), vals([1] * n, [0.0] * n, ["x"] * n),
+              order=[1000 + i for i in range(n)])  # fmt: skip
+        s.commit(v)
+        s.load(v)
+    last = s.version
+    assert last is not None
+    before = s.work.copy()
+    k = keys([f"u{i}" for i in range(0, 1000, 2)], [0] * 500)
+    _old, found = s.get(k)
+    assert found.all()
+    s.put(k, vals([2] * 500, [1.0] * 500, ["y"] * 500), order=[5] * 500)
+    assert s.evict(5).num_rows == 500
+    s.commit(last + 1)
+    delta = s.work.minus(before)
+    assert delta == {"rows_looked_up": 500, "rows_written": 500, "rows_removed": 500, "rows_scanned": 500,
+                     "changelog_rows": 1000, "restore_rows": 0, "snapshot_rows": 0, "snapshots": 0}  # fmt: skip
+    s.close()
+
+
+def test_other_operator_or_backend_refused(tmp_path: Path) -> None:
+    s = store("memory", tmp_path)
+    s.close()
+    with pytest.raises(CheckpointError, match="different stateful operator"):
+        open_state_store("memory", str(tmp_path), KEYS, pa.schema([("n", pa.int64())]), description="other")
+    with pytest.raises(CheckpointError, match="stateStore='memory'"):
+        open_state_store("rocksdb", str(tmp_path), KEYS, VALUES, description="test")
+    with pytest.raises(UnsupportedError, match="memory, rocksdb"):
+        open_state_store("redis", str(tmp_path), KEYS, VALUES)
+
+
+def test_single_int_key_and_no_values(backend: str, tmp_path: Path) -> None:
+    ks = pa.schema([("id", pa.int64())])
+    s = open_state_store(backend, str(tmp_path), ks, pa.schema([]))
+    s.load(-1)
+    k = pa.table({"id": np.arange(5)})
+    _, found = s.get(k)
+    assert not found.any()
+    s.put(k, _empty_values(5))
+    _, found = s.get(k)
+    assert found.all()
+    s.commit(0)
+    s.close()
+    s2 = open_state_store(backend, str(tmp_path), ks, pa.schema([]))
+    s2.load(0)
+    assert sorted(s2.scan().column("id").to_pylist()) == [0, 1, 2, 3, 4]
+    s2.close()
+
+
+def _empty_values(n: int) -> pa.Table:
+    return pa.table({"_": pa.nulls(n)}).drop_columns(["_"])
+
+
+def test_restore_reads_one_snapshot_and_the_changelogs_after_it(backend: str, tmp_path: Path) -> None:
+    s = store(backend, tmp_path, snapshot_interval=5)
+    s.load(-1)
+    for v in range(23):
+        s.put(keys([f"u{i}" for i in range(v * 10, v * 10 + 10)], [0] * 10), vals([v] * 10, [0.0] * 10, ["x"] * 10))
+        s.commit(v)
+        s.load(v)
+    s.close()
+    if backend == "rocksdb":  # force the rebuild path: the working database is a cache of the files
+        import shutil
+
+        shutil.rmtree(tmp_path / "rocksdb")
+    s2 = store(backend, tmp_path, snapshot_interval=5)
+    s2.load(22)
+    assert len(s2) == 230
+    # the newest snapshot is version 20: its rows (memory backend) and changelogs 21 and 22
+    assert s2.work.restore_rows == (210 if backend == "memory" else 0) + 20
+    s2.close()
+
+
+def test_rocksdb_stale_working_database_is_rebuilt_from_a_checkpoint(tmp_path: Path) -> None:
+    """A working database left at an old version whose changelogs are gone (retention) is
+    rebuilt from the newest RocksDB checkpoint and the changelogs after it."""
+    import shutil
+
+    s = store("rocksdb", tmp_path, snapshot_interval=2, retain=2)
+    s.load(-1)
+    for v in range(12):
+        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
+        s.commit(v)
+        s.load(v)
+        if v == 3:
+            s.close()
+            shutil.copytree(tmp_path / "rocksdb", tmp_path / "old")
+            s = store("rocksdb", tmp_path, snapshot_interval=2, retain=2)
+            s.load(3)
+    s.close()
+    assert not (tmp_path / "changelog" / "4").exists()
+    shutil.rmtree(tmp_path / "rocksdb")
+    shutil.move(tmp_path / "old", tmp_path / "rocksdb")
+    s2 = store("rocksdb", tmp_path, snapshot_interval=2, retain=2)
+    s2.load(11)
+    assert {k[0] for k in as_dict(s2.scan())} == {f"u{v}" for v in range(12)}
+    s2.close()
+
+
+def test_next_batch_does_not_wait_for_a_background_snapshot(tmp_path: Path) -> None:
+    import threading
+
+    from headrace.state.memory import MemoryStateStore
+
+    s = store("memory", tmp_path, snapshot_interval=2)
+    assert isinstance(s, MemoryStateStore)
+    release = threading.Event()
+    started = threading.Event()
+    write = s._write_snapshot
+
+    def slow(version: int) -> None:
+        started.set()
+        release.wait(30)
+        write(version)
+
+    s._write_snapshot = slow  # type: ignore[method-assign]
+    s.load(-1)
+    for v in range(6):
+        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
+        s.commit(v)
+        s.load(v)  # would block here (v >= 2) if the batch waited for the snapshot
+    assert started.is_set() and not (tmp_path / "snapshot" / "2").exists()
+    release.set()
+    s.close()  # waits for it
+    assert (tmp_path / "snapshot" / "2").exists()
+
+
+def test_packed_keys_are_injective_with_nulls() -> None:
+    from headrace.state.columns import packed_keys
+
+    t = pa.table({"a": pa.array([1, None, 0, 0, None, 256], pa.int64()),
+                  "b": pa.array([True, False, None, False, None, None]),
+                  "t": pa.array([0, 0, 0, 0, 0, 1], pa.int64()).cast(pa.timestamp("us"))})  # fmt: skip
+    ks = packed_keys(t)
+    assert len(set(ks)) == len(ks) == 6
+    assert packed_keys(t.slice(2, 1)) == ks[2:3]  # the same key packs the same in any batch
+
+
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_fixed_width_values_round_trip(backend_name: str, tmp_path: Path) -> None:
+    """Numbers, timestamps and booleans (the RocksDB backend packs them with numpy) with
+    nulls, through put, get, evict and a restore."""
+    vs = pa.schema([("i", pa.int32()), ("f", pa.float32()), ("d", pa.float64()), ("b", pa.bool_()),
+                    ("t", pa.timestamp("ms", tz="UTC")), ("n", pa.int64())])  # fmt: skip
+    ks = pa.schema([("k", pa.int64())])
+    values = pa.table({"i": pa.array([1, None, -3], pa.int32()), "f": pa.array([1.5, None, -2.25], pa.float32()),
+                       "d": [0.1, 2.0, None], "b": [True, None, False],
+                       "t": pa.array([1_700_000_000_000, None, 0], pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+                       "n": [None, 2**62, -(2**62)]}, schema=vs)  # fmt: skip
+    k = pa.table({"k": [10, 20, 30]}, schema=ks)
+    s = open_state_store(backend_name, str(tmp_path), ks, vs)
+    s.load(-1)
+    s.put(k, values, order=[5, None, 7])
+    got, found = s.get(pa.table({"k": [30, 99, 10]}, schema=ks))
+    assert found.tolist() == [True, False, True]
+    assert got.to_pylist() == [values.slice(2, 1).to_pylist()[0], dict.fromkeys(vs.names), values.slice(0, 1).to_pylist()[0]]
+    s.commit(0)
+    s.close()
+    s2 = open_state_store(backend_name, str(tmp_path), ks, vs)
+    s2.load(0)
+    ev = s2.evict(6)
+    assert ev.column("k").to_pylist() == [10] and ev.select(vs.names).to_pylist() == values.slice(0, 1).to_pylist()
+    assert sorted(s2.scan().column("k").to_pylist()) == [20, 30]
+    s2.close()

@@ -1,0 +1,213 @@
+"""Synced tables both ways on real PostgreSQL, with SIGKILLs at every engine crash point and at
+random moments, PostgreSQL restarted mid-stream, and the mirror compared with its source after
+every run.
+
+- PostgreSQL -> Delta: a table under a mixed workload (inserts, updates, deletes, multi-row
+  transactions, rollbacks, large TOASTed text) mirrored by the lakebase change source into a
+  Delta table (SCD type 1) and into a Delta history table (SCD type 2).
+- Delta -> PostgreSQL: a Delta table changed by appends, MERGE, UPDATE and DELETE, read with
+  readChangeFeed and mirrored into PostgreSQL by the lakebase sink (AUTO CDC).
+"""
+
+# ruff: noqa: F811  (pytest fixtures imported from cdc_helpers)
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+
+import headrace as hr
+from headrace.testing import run_pipeline
+from headrace.testing.contract import CRASH_POINTS
+from tests.plugins.lakebase.cdc_helpers import Sql, cdc_name, cdc_options, lsql  # noqa: F401
+from tests.services import Postgres
+
+PG_CDC = {"keys": "id", "sequenceBy": "_lsn", "applyAsDeletes": "_change_type = 'delete'",
+          "exceptColumnList": "_change_type,_lsn,_commit_timestamp"}  # fmt: skip
+
+
+def next_batch(chk: Path) -> int:
+    d = chk / "offsets"
+    names = [int(n) for n in os.listdir(d) if n.isdigit()] if d.is_dir() else []
+    return max(names) + 1 if names else 0
+
+
+def workload(dsn: str, table: str, rng: random.Random, start_id: int) -> None:
+    """One round of mixed transactions on ``table (id int PK, v text, big text)``."""
+    with psycopg.connect(dsn, autocommit=True) as c:
+        ids = [r[0] for r in c.execute(f"SELECT id FROM {table}").fetchall()]
+        with c.transaction():  # a multi-row transaction
+            for i in range(start_id, start_id + 15):
+                c.execute(f"INSERT INTO {table} VALUES (%s, %s, %s)", (i, f"v{i}", None))
+        for i in rng.sample(ids, min(10, len(ids))):
+            c.execute(f"UPDATE {table} SET v = v || '+' WHERE id = %s", (i,))
+        for i in rng.sample(ids, min(4, len(ids))):
+            c.execute(f"DELETE FROM {table} WHERE id = %s", (i,))
+        if ids:  # large TOASTed text, then an update that leaves it unchanged
+            big_id = rng.choice(ids)
+            c.execute(f"UPDATE {table} SET big = %s WHERE id = %s", ("x" * 30_000 + str(rng.random()), big_id))
+            c.execute(f"UPDATE {table} SET v = 'after-big' WHERE id = %s", (big_id,))
+        try:  # a rolled-back transaction: never seen downstream
+            with c.transaction():
+                c.execute(f"INSERT INTO {table} VALUES (%s, 'rolled back', NULL)", (start_id + 10_000,))
+                c.execute(f"DELETE FROM {table}")
+                raise RuntimeError("roll back")
+        except RuntimeError:
+            pass
+
+
+def pg_rows(dsn: str, table: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as c:
+        return sorted(c.execute(f"SELECT id, v, big FROM {table}").fetchall())
+
+
+def delta_rows(path: Path, current_only: bool = False) -> list[tuple[Any, ...]]:
+    from deltalake import DeltaTable
+
+    t = DeltaTable(str(path)).to_pyarrow_table()
+    rows = t.to_pylist()
+    if current_only:
+        rows = [r for r in rows if r["__END_AT"] is None]
+    return sorted((r["id"], r["v"], r["big"]) for r in rows)
+
+
+@pytest.mark.slow
+def test_postgres_to_delta_scd1_and_scd2_survive_kills(
+    postgres_logical: Postgres, cdc_options: dict[str, Any], cdc_name: str, lsql: Sql, tmp_path: Path
+) -> None:
+    lsql(f"CREATE TABLE {cdc_name} (id int PRIMARY KEY, v text, big text)")
+    lsql(f"ALTER TABLE {cdc_name} REPLICA IDENTITY FULL")
+    lsql(f"INSERT INTO {cdc_name} SELECT g, 'v' || g, NULL FROM generate_series(1, 120) g")  # the snapshot
+    rng = random.Random(7)
+    src_opts = {**cdc_options, "maxChangesPerTrigger": 40, "snapshotChunkRows": 50}
+    scd1 = {"source": {"format": "postgresql", "options": src_opts},
+            "sink": {"format": "delta", "options": {"path": str(tmp_path / "mirror"), **PG_CDC}},
+            "checkpoint": str(tmp_path / "chk1"), "trigger": {"available_now": True}}  # fmt: skip
+    hist_opts = {**cdc_options, "slotName": cdc_options["slotName"] + "_h", "maxChangesPerTrigger": 40}
+    scd2 = {"source": {"format": "postgresql", "options": hist_opts},
+            "sink": {"format": "delta", "options": {"path": str(tmp_path / "history"), **PG_CDC,
+                                                    "storedAsScdType": "2"}},
+            "checkpoint": str(tmp_path / "chk2"), "trigger": {"available_now": True}}  # fmt: skip
+    try:
+        run_pipeline(scd2).check()  # the history's slot exists from here on
+        next_id = 1000
+        for point in [*CRASH_POINTS, "random"]:
+            workload(postgres_logical.dsn, cdc_name, rng, next_id)
+            next_id += 100
+            if point == "random":
+                run_pipeline(scd1, kill_after=rng.uniform(1.0, 2.5))
+            else:
+                killed = run_pipeline(scd1, crash=f"{point}:{next_batch(tmp_path / 'chk1')}")
+                assert killed.killed or point == "mid_write", killed.stderr[-2000:]
+            run_pipeline(scd1).check()
+            assert delta_rows(tmp_path / "mirror") == pg_rows(postgres_logical.dsn, cdc_name), f"after {point}"
+        run_pipeline(scd2, crash=f"after_sink_commit:{next_batch(tmp_path / 'chk2')}")
+        run_pipeline(scd2).check()
+        assert delta_rows(tmp_path / "history", current_only=True) == pg_rows(postgres_logical.dsn, cdc_name)
+        from deltalake import DeltaTable
+
+        hist = DeltaTable(str(tmp_path / "history")).to_pyarrow_table().to_pylist()
+        starts = [(r["id"], r["__START_AT"]) for r in hist]
+        assert len(starts) == len(set(starts)), "a version was applied twice"
+        assert len(hist) > len(pg_rows(postgres_logical.dsn, cdc_name))  # history rows exist
+    finally:
+        from tests.plugins.lakebase.cdc_helpers import drop_slot
+
+        drop_slot(lsql, hist_opts["slotName"])
+
+
+def test_postgres_restart_mid_stream(postgres_logical: Postgres, cdc_options: dict[str, Any], cdc_name: str,
+                                     lsql: Sql, tmp_path: Path) -> None:  # fmt: skip
+    lsql(f"CREATE TABLE {cdc_name} (id int PRIMARY KEY, v text, big text)")
+    lsql(f"ALTER TABLE {cdc_name} REPLICA IDENTITY FULL")
+    q = (hr.read_stream.format("postgresql").options({**cdc_options, "maxChangesPerTrigger": 50}).load()
+         .write_stream.format("delta").options(PG_CDC).option("checkpointLocation", str(tmp_path / "chk"))
+         .trigger(processing_time="50 milliseconds").start(str(tmp_path / "mirror")))  # fmt: skip
+    try:
+        rng = random.Random(3)
+        workload(postgres_logical.dsn, cdc_name, rng, 1)
+        postgres_logical.restart()
+        workload(postgres_logical.dsn, cdc_name, rng, 200)
+        expected = pg_rows(postgres_logical.dsn, cdc_name)
+        from headrace.testing import wait_for
+
+        def caught_up() -> bool:
+            if q.exception() is not None:
+                raise q.exception()  # type: ignore[misc]
+            try:
+                return delta_rows(tmp_path / "mirror") == expected
+            except Exception:
+                return False
+
+        wait_for(caught_up, timeout=60)
+    finally:
+        q.stop()
+
+
+DELTA_CDC = {"keys": "id", "sequenceBy": "_commit_version", "applyAsDeletes": "_change_type = 'delete'",
+             "exceptColumnList": "_change_type,_commit_version,_commit_timestamp"}  # fmt: skip
+
+
+def delta_workload(path: Path, rng: random.Random, start_id: int) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    ids = list(range(start_id, start_id + 20))
+    write_deltalake(str(path), pa.table({"id": pa.array(ids, pa.int64()), "v": [f"v{i}" for i in ids]}), mode="append")
+    dt = DeltaTable(str(path))
+    upd = pa.table({"id": pa.array([start_id, start_id + 1, start_id + 500], pa.int64()), "v": ["m1", "m2", "new"]})
+    (dt.merge(upd, "t.id = s.id", source_alias="s", target_alias="t").when_matched_update_all()
+     .when_not_matched_insert_all().execute())  # fmt: skip
+    DeltaTable(str(path)).update({"v": "'updated'"}, predicate=f"id = {start_id + 2}")
+    DeltaTable(str(path)).delete(f"id = {start_id + 3} OR id = {rng.choice(ids[4:])}")
+
+
+@pytest.mark.slow
+def test_delta_to_postgres_survives_kills(postgres_logical: Postgres, tmp_path: Path, cdc_name: str, lsql: Sql) -> None:
+    from deltalake import DeltaTable, write_deltalake
+
+    src = tmp_path / "src"
+    write_deltalake(str(src), pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})  # fmt: skip
+    spec = {"source": {"format": "delta", "options": {"path": str(src), "readChangeFeed": True, "maxFilesPerTrigger": 2}},
+            "sink": {"format": "postgresql", "options": {"url": postgres_logical.dsn, "dbtable": f"public.{cdc_name}",
+                                                         "batchsize": 7, **DELTA_CDC}},
+            "checkpoint": str(tmp_path / "chk"), "trigger": {"available_now": True}}  # fmt: skip
+    rng = random.Random(11)
+    run_pipeline(spec).check()
+    for n, point in enumerate(os.environ.get("CDC_POINTS", ",".join([*CRASH_POINTS, "random"])).split(",")):
+        delta_workload(src, rng, 100 * (n + 1))
+        if point == "random":
+            run_pipeline(spec, kill_after=rng.uniform(1.0, 2.0))
+        elif point != "none":
+            run_pipeline(spec, crash=f"{point}:{next_batch(tmp_path / 'chk')}")
+        run_pipeline(spec).check()
+        # a set: delta-rs' MERGE here sometimes leaves a row twice in the source table (same id and
+        # value, seen in its own change feed); a keyed mirror holds it once
+        expected = sorted({(r["id"], r["v"]) for r in DeltaTable(str(src)).to_pyarrow_table().to_pylist()})
+        got = sorted(lsql(f"SELECT id, v FROM {cdc_name}"))
+        assert got == expected, f"after {point}: missing {sorted(set(expected) - set(got))}, extra {sorted(set(got) - set(expected))}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["before_sink_commit", "after_sink_commit"])
+def test_kill_inside_the_initial_snapshot(point: str, postgres_logical: Postgres, cdc_options: dict[str, Any],
+                                          cdc_name: str, lsql: Sql, tmp_path: Path) -> None:  # fmt: skip
+    """A restart mid-snapshot reads the rest in a new snapshot: nothing missed, SCD1 exact."""
+    lsql(f"CREATE TABLE {cdc_name} (id int PRIMARY KEY, v text, big text)")
+    lsql(f"ALTER TABLE {cdc_name} REPLICA IDENTITY FULL")
+    lsql(f"INSERT INTO {cdc_name} SELECT g, 'v' || g, NULL FROM generate_series(1, 300) g")
+    spec = {"source": {"format": "postgresql", "options": {**cdc_options, "snapshotChunkRows": 100}},
+            "sink": {"format": "delta", "options": {"path": str(tmp_path / "mirror"), **PG_CDC}},
+            "checkpoint": str(tmp_path / "chk"), "trigger": {"available_now": True}}  # fmt: skip
+    assert run_pipeline(spec, crash=f"{point}:1").killed
+    # changes while the query is down: some in the part already copied, some in the rest
+    lsql(f"UPDATE {cdc_name} SET v = 'changed' WHERE id IN (5, 150, 250)")
+    lsql(f"DELETE FROM {cdc_name} WHERE id IN (6, 151, 251)")
+    lsql(f"INSERT INTO {cdc_name} VALUES (1000, 'new', NULL)")
+    run_pipeline(spec).check()
+    assert delta_rows(tmp_path / "mirror") == pg_rows(postgres_logical.dsn, cdc_name)
