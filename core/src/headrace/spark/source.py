@@ -143,8 +143,7 @@ def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[O
             canonical_options(raw, spec.source_options, drop=(STATE_PATH_OPTION, MAX_TASKS_OPTION)), connector=spec.name, role="source"
         )
     except OptionsError as e:
-<<<<<<< HEAD
-        problems = [*e.problems, *problems]
+        problems = list(e.problems)
     tasks = get_option(raw, MAX_TASKS_OPTION)
     if tasks is not None and not (str(tasks).strip().isdigit()):
         problems.append(OptionProblem(
@@ -152,8 +151,6 @@ def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[O
             f"must be a whole number >= 0 (got {tasks!r}): at most this many Spark tasks per micro-batch, "
             "0 for one task per partition of the source",
         ))  # fmt: skip
-=======
-        problems = list(e.problems)
     if not state and not problems:
         cls = spec.load_source()
         if getattr(cls, "needs_state_path", False):
@@ -166,23 +163,18 @@ def parse_source_options(spec: ConnectorSpec, raw: Mapping[str, Any]) -> tuple[O
                     "restarts (Spark does not tell a Python source its checkpoint location): give a folder that "
                     "stays the same for this query, e.g. '<checkpointLocation>/sources/0/headrace'",
                 ))  # fmt: skip
->>>>>>> main
     if problems:
         raise OptionsError(spec.name, "source", problems)
     return options, (os.path.abspath(str(state)) if state else None)
 
 
-<<<<<<< HEAD
 def max_tasks_option(raw: Mapping[str, Any], default: int | None) -> int | None:
     """``headraceMaxTasks`` (validated by :func:`parse_source_options`), else ``default``."""
     tasks = get_option(raw, MAX_TASKS_OPTION)
     return int(str(tasks).strip()) if tasks is not None else default
 
 
-def source_context(state_path: str, user_schema: pa.Schema | None) -> SourceContext:
-=======
 def source_context(state_path: str | None, user_schema: pa.Schema | None) -> SourceContext:
->>>>>>> main
     """The context a source gets under Spark: its state folder (created here) and a query id
     derived from it, stable across restarts; without a state folder (a source without state),
     no query id (the source is told nothing stable, as Spark's own sources)."""

@@ -32,11 +32,7 @@ from typing import Any, ClassVar
 
 import psycopg
 import pyarrow as pa
-<<<<<<< HEAD
-=======
 from psycopg import sql
-from psycopg.types.json import Json, Jsonb
->>>>>>> main
 
 from headrace.badrecords import BadRecords
 from headrace.errors import HeadraceError, UnsupportedError
@@ -252,23 +248,20 @@ class LakebaseSink(Sink):
         table = pa.Table.from_batches(chunk.batches).select(list(plan.columns))
         if plan.keys:
             table = last_per_key_sorted(table, plan.keys)
-<<<<<<< HEAD
-        payload = encode_pieces(table, list(plan.oids)) if plan.fast else None
-        rows = None if plan.fast else _python_rows(table, plan.oids)
-=======
         checked = self.bad_records is not None and self.bad_records.policy != "fail"
         try:
-            payload = SIGNATURE + encode_rows(table, list(plan.oids)) + TRAILER if plan.fast else None
+            payload = encode_pieces(table, list(plan.oids)) if plan.fast else None
             rows = None if plan.fast else list(_python_rows(table, plan.oids))  # a list: a retry writes it again
         except ENCODE_ERRORS:
             if not checked:
                 raise
             payload, rows = None, None  # a value does not encode: find it row by row
 
-        def copy(cur: psycopg.Cursor[Any], payload: bytes | None, rows: Any) -> None:
+        def copy(cur: psycopg.Cursor[Any], payload: tuple[memoryview, ...] | None, rows: Any) -> None:
             with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
                 if payload is not None:
-                    cp.write(payload)
+                    for piece in payload:  # streamed: no joined copy of the chunk
+                        cp.write(piece)
                 else:
                     assert rows is not None
                     cp.set_types(list(plan.oids))
@@ -276,7 +269,6 @@ class LakebaseSink(Sink):
                         cp.write_row(row)
             if plan.keys:
                 cur.execute(plan.upsert_from_staging())
->>>>>>> main
 
         def work(conn: Conn) -> bool:
             if plan.keys and self._staged_conn is not conn:
@@ -285,19 +277,6 @@ class LakebaseSink(Sink):
             with conn.transaction(), conn.cursor() as cur:
                 if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
                     return False
-<<<<<<< HEAD
-                with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
-                    if payload is not None:
-                        for piece in payload:  # streamed: no joined copy of the chunk
-                            cp.write(piece)
-                    else:
-                        assert rows is not None
-                        cp.set_types(list(plan.oids))
-                        for row in rows:
-                            cp.write_row(row)
-                if plan.keys:
-                    cur.execute(plan.upsert_from_staging())
-=======
                 if not checked:
                     copy(cur, payload, rows)
                     return True
@@ -311,13 +290,12 @@ class LakebaseSink(Sink):
 
                 def one(t: pa.Table) -> None:
                     fast = plan.fast
-                    copy(cur, SIGNATURE + encode_rows(t, list(plan.oids)) + TRAILER if fast else None,
+                    copy(cur, encode_pieces(t, list(plan.oids)) if fast else None,
                          None if fast else list(_python_rows(t, plan.oids)))  # fmt: skip
                     if plan.keys:
                         cur.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(plan.staging_name())))
 
                 self._rejects.record(cur, batch_id, writer, chunk.number, write_row_by_row(conn, table, one))
->>>>>>> main
             return True
 
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
