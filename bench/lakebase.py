@@ -52,7 +52,7 @@ def reset(conn: psycopg.Connection, table: str, prefill: pa.Table) -> None:
     conn.execute(f"VACUUM ANALYZE {table}")
 
 
-def run_headrace(dsn: str, table: str, data: pa.Table, batchsize: int) -> float:
+def run_headrace(dsn: str, table: str, data: pa.Table, batchsize: int | None) -> float:
     name = f"bench-{uuid.uuid4().hex[:8]}"
     stream = memory_stream(name)
     for b in data.to_batches(max_chunksize=65536):
@@ -61,7 +61,7 @@ def run_headrace(dsn: str, table: str, data: pa.Table, batchsize: int) -> float:
         t0 = time.perf_counter()
         q = (hr.read_stream.format("memory").option("name", name).load()
              .write_stream.format("lakebase").option("url", dsn).option("dbtable", table)
-             .option("upsertkey", "id").option("batchsize", batchsize)
+             .option("upsertkey", "id").options({"batchsize": batchsize} if batchsize else {})
              .option("checkpointLocation", chk).trigger(available_now=True).start())  # fmt: skip
         q.await_termination()
         return time.perf_counter() - t0
@@ -111,10 +111,14 @@ def main() -> None:
         results["copy+upsert (hand-written)"] = (n, run_copy_upsert(conn, "bench_raw", data, args.batchsize))
         reset(conn, "bench_hr", prefill)
         results["headrace lakebase"] = (n, run_headrace(pg.dsn, "bench_hr", data, args.batchsize))
+        reset(conn, "bench_hr_default", prefill)  # the sink's default batchsize
+        results["headrace, default batchsize"] = (n, run_headrace(pg.dsn, "bench_hr_default", data, None))
+        reset(conn, "bench_hr_big", prefill)
+        results["headrace, batchsize 100000"] = (n, run_headrace(pg.dsn, "bench_hr_big", data, 100_000))
         m = min(n, args.executemany_rows)
         reset(conn, "bench_many", prefill)
         results["executemany"] = (m, run_executemany(conn, "bench_many", data.slice(0, m), args.batchsize))
-        for t in ("bench_raw", "bench_hr"):
+        for t in ("bench_raw", "bench_hr", "bench_hr_default", "bench_hr_big"):
             count, total = conn.execute(f"SELECT count(*), sum(v) FROM {t}").fetchone()  # type: ignore[misc]
             assert count == n and total == sum(range(n)) * 2, f"{t}: wrong result {count} {total}"
     rate = {k: rows / secs for k, (rows, secs) in results.items()}
@@ -124,6 +128,8 @@ def main() -> None:
     hr_rate = rate["headrace lakebase"]
     print(f"  ratio headrace / hand-written copy+upsert: {hr_rate / rate['copy+upsert (hand-written)']:.2f} (goal >= 0.8)")
     print(f"  ratio headrace / executemany:              {hr_rate / rate['executemany']:.2f}")
+    print(f"  ratio default batchsize / batchsize 100000: "
+          f"{rate['headrace, default batchsize'] / rate['headrace, batchsize 100000']:.2f}")
 
 
 if __name__ == "__main__":

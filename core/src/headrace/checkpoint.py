@@ -150,7 +150,9 @@ class Checkpoint:
         self.durable = durable
         self._lock_fd: int | None = None
         self.metadata: dict[str, Any] = {}
-        self._io: ThreadPoolExecutor | None = None
+        self._io: ThreadPoolExecutor | None = None  # offsets entries, in order
+        self._commit_io: ThreadPoolExecutor | None = None  # commit markers, in order
+        self._purge_io: ThreadPoolExecutor | None = None  # old entries' deletion, off both
 
     # ------------------------------------------------------------------ paths
     def _p(self, *parts: str) -> str:
@@ -303,9 +305,11 @@ class Checkpoint:
 
     def close(self) -> None:
         """Finish background writes and release the lock. Idempotent."""
-        if self._io is not None:
-            self._io.shutdown(wait=True)
-            self._io = None
+        for name in ("_io", "_commit_io", "_purge_io"):
+            pool = getattr(self, name)
+            if pool is not None:
+                pool.shutdown(wait=True)
+                setattr(self, name, None)
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
@@ -385,10 +389,12 @@ class Checkpoint:
         write-ahead log must guarantee, and the fsync no longer adds to the batch's time."""
         return self._executor().submit(self.write_offsets, entry)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._io is None:
-            self._io = ThreadPoolExecutor(1, thread_name_prefix="headrace-checkpoint")
-        return self._io
+    def _executor(self, name: str = "_io") -> ThreadPoolExecutor:
+        pool: ThreadPoolExecutor | None = getattr(self, name)
+        if pool is None:
+            pool = ThreadPoolExecutor(1, thread_name_prefix=f"headrace-checkpoint{name}")
+            setattr(self, name, pool)
+        return pool
 
     def write_commit(self, batch_id: int, info: dict[str, Any] | None = None) -> None:
         """Record that batch ``batch_id`` is committed in the sink. Called once per batch."""
@@ -396,8 +402,19 @@ class Checkpoint:
         atomic_write(self._p("commits", str(batch_id)), json.dumps(doc).encode(), durable=self.durable)
         old = batch_id - self.retain
         if old >= 0:
-            # one old batch drops out per new batch (constant work per batch), off the loop's thread
-            self._executor().submit(self._purge, old)
+            # one old batch drops out per new batch (constant work per batch), off the loop's
+            # thread and off the threads that write entries (deleting never delays the log)
+            self._executor("_purge_io").submit(self._purge, old)
+
+    def write_commit_async(self, batch_id: int, info: dict[str, Any] | None = None) -> Future[None]:
+        """``write_commit`` on the checkpoint's commit thread (markers in order, one thread).
+
+        The caller submits it only once the batch's offsets entry is durable, so a marker never
+        exists without its entry; it may reach the disk before or after the next batch's offsets
+        entry (written meanwhile on the offsets thread): either way a restart finds the batches
+        after the last marker and replays them in order. The engine calls ``Source.commit`` and
+        the next batch's ``Sink.commit`` only once the future is done."""
+        return self._executor("_commit_io").submit(self.write_commit, batch_id, info)
 
     def _purge(self, batch_id: int) -> None:
         for folder in ("offsets", "commits"):

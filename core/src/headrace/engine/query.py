@@ -7,7 +7,10 @@ Per batch, with Spark's semantics:
 3. Partitions read (``headrace.engine.reader``), the stream's plan applied
    (``headrace.engine.plan``: stateless steps in the reader threads, stateful ones on the
    consumer), ``sink.write`` then ``sink.commit(n, messages)``.
-4. ``commits/<n>`` written, then ``source.commit(end)``.
+4. ``commits/<n>`` written on the checkpoint's I/O thread (after ``offsets/<n>``, before
+   ``offsets/<n+1>``: one thread, in order), and ``source.commit(end)`` once it is durable:
+   in the next batch just before its sink commit, when the loop finds no new data, or when
+   the query ends (Spark defers ``Source.commit`` to the next batch likewise).
 
 With ``with_watermark``, ``offsets/<n>`` also records the batch's watermark
 (``headrace.engine.watermark``), and when the watermark moves while no new data arrives, a
@@ -30,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -136,6 +139,7 @@ class StreamingQuery:
         self._processed_batches = 0
         self._idle_checks = 0
         self._last_watermark: int | None = None
+        self._deferred_commit: tuple[Future[None], list[Offset]] | None = None
 
     # ------------------------------------------------------------------ public API
     @property
@@ -340,7 +344,10 @@ class StreamingQuery:
                 self._history = None
         try:
             self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
-            batch_id = self._loop()
+            try:
+                batch_id = self._loop()
+            finally:
+                self._settle_commit()  # the last batch's marker durable, its sources committed
         except BaseException as e:
             e = scrub_exception(e)  # no secret in q.exception(), its traceback or the log line
             self._exception = StreamingQueryException(self.name or self.id, self._current_batch, e)
@@ -451,6 +458,7 @@ class StreamingQuery:
                     last_batch = batch_id
                     batch_id += 1
                     continue
+                self._settle_commit()
                 self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
                 self._idle_checks += 1
                 if kind in ("once", "available_now"):
@@ -477,6 +485,20 @@ class StreamingQuery:
             self._runner is not None and self._runner.has_stateful and self._tracker.enabled
             and self._tracker.watermark_ms != self._last_watermark
         )  # fmt: skip
+
+    def _settle_commit(self) -> None:
+        """Wait until the last batch's ``commits/<n>`` is durable, then ``source.commit(end)``
+        for it (on the loop's thread, as every source call). Called before the next batch's
+        sink commit, when a trigger finds no new data, before a real-time batch and when the
+        loop ends. A crash before this point replays batch ``n`` (its marker may be missing),
+        exactly as a crash between a synchronous marker and ``source.commit`` did."""
+        deferred, self._deferred_commit = self._deferred_commit, None
+        if deferred is None:
+            return
+        done, ends = deferred
+        done.result()
+        for src, en in zip(self._sources, ends, strict=True):
+            src.commit(en)
 
     # ------------------------------------------------------------------ one batch
     def _batch(
@@ -534,6 +556,9 @@ class StreamingQuery:
                 wal.result()  # the write-ahead entry is durable before anything is committed
                 t_wal += time.monotonic() - tw
             self._settle_bad_records(batch_id, counts)  # dead letters: after the WAL, before the commit
+            tc = time.monotonic()
+            self._settle_commit()  # the previous batch's marker is durable; its sources commit
+            t_commit = time.monotonic() - tc
             crash("before_sink_commit", batch_id)
             self._sink.commit(batch_id, messages)
         except BaseException:
@@ -546,16 +571,17 @@ class StreamingQuery:
         finally:
             data.close()
             read.close()
-        t_add = time.monotonic() - t
+        t_add = time.monotonic() - t - t_commit
         crash("after_sink_commit", batch_id)
         event_time = self._tracker.after_batch(info.watermark_ms)
         self._last_watermark = info.watermark_ms
         t = time.monotonic()
-        self._checkpoint.write_commit(batch_id, self._tracker.commit_info())
+        done = self._checkpoint.write_commit_async(batch_id, self._tracker.commit_info())
+        if crash.point:  # crash tests need the marker on disk at the named point
+            done.result()
         crash("after_commit", batch_id)
-        for src, en in zip(self._sources, ends, strict=True):
-            src.commit(en)
-        t_commit = time.monotonic() - t
+        self._deferred_commit = (done, list(ends))  # source.commit once the marker is durable
+        t_commit += time.monotonic() - t
         total = time.monotonic() - t0
         self._report(batch_id, wall, starts, ends, counts.input_rows, runner.rows_out,
                      {"latestOffset": t_latest, "walCommit": t_wal, "addBatch": t_add,
@@ -641,4 +667,5 @@ class StreamingQuery:
             log.debug("%s", progress.line())
 
     def _real_time_batch(self, batch_id: int, starts: list[Offset], metadata: dict[str, Any] | None = None) -> list[Offset]:
+        self._settle_commit()
         return run_real_time_batch(self, batch_id, starts, metadata)
