@@ -30,6 +30,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import shutil
 import time
 import uuid
@@ -52,7 +53,8 @@ def _is_offset(value: Any) -> bool:
 
 def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
-    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    # random.getrandbits, not uuid4: os.urandom cost ~0.1 ms a call on a busy machine (twice a batch)
+    tmp = f"{path}.{os.getpid()}.{random.getrandbits(32):08x}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.write(fd, data)
