@@ -19,7 +19,7 @@ def parse(**raw: object) -> object:
 def test_defaults_follow_the_reference() -> None:
     opts = parse(dbtable="events")
     assert opts["dbtable"] == TableName("public", "events")
-    assert opts["batchsize"] == 10000
+    assert opts["batchsize"] == 100000
     assert opts["batchinterval"] == pytest.approx(0.1)
     assert opts["database"] == "databricks_postgres"
     assert opts["upsertkey"] is None

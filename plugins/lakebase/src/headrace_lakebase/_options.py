@@ -170,8 +170,8 @@ SINK_OPTIONS = OptionSchema(
         Option(
             "batchsize",
             Integer(min=1),
-            default=10000,
-            doc="Rows per transaction (chunk), at most. Default 10,000 (Databricks: 1,000), see the README.",
+            default=100000,
+            doc="Rows per transaction (chunk), at most. Default 100,000 (Databricks: 1,000), see the README.",
         ),
         Option(
             "batchinterval",
