@@ -7,7 +7,7 @@ Workloads (every output is checked: row count and a checksum):
 - ``json_delta``   JSON-lines files -> a new Delta table (append).
 - ``pg_upsert``    Arrow rows (a Parquet file) -> PostgreSQL upsert on the primary key; half the
                    keys exist already.
-- ``kafka_pg``     JSON messages on a Kafka topic (4 partitions) -> PostgreSQL upsert.
+- ``kafka_pg``     JSON messages on a Kafka topic (16 partitions) -> PostgreSQL upsert.
 - ``delta_arrow``  a Delta table (20 commits) -> Arrow in memory.
 
 Systems, each run in its own process (imports before the clock starts), interleaved round by
@@ -59,7 +59,7 @@ SYSTEMS = {
 PEERS = {"dlt": "dlt", "quix": "quixstreams"}
 CHUNK = 100_000
 DDL = "CREATE TABLE {t} (id bigint PRIMARY KEY, v bigint, s text)"
-PARTITIONS = 4
+PARTITIONS = 16  # the mock cluster keeps ~100,000 messages per partition: 1M rows need >= 10
 
 
 # ---------------------------------------------------------------------------- data
@@ -241,7 +241,10 @@ def w_raw(workload: str, cfg: dict[str, Any], out: str) -> float:
         with psycopg.connect(cfg["dsn"], autocommit=True) as conn:
             conn.execute(f"CREATE TEMP TABLE stage ON COMMIT DELETE ROWS AS SELECT id, v, s FROM {out} WITH NO DATA")
             buf: list[bytes] = []
+            deadline = time.monotonic() + 300
             while any(pos[p] < ends[p] for p in ends):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"raw kafka loop: stuck at {pos} of {ends}")
                 for m in c.consume(10000, timeout=1.0):
                     if m.error() is None:
                         buf.append(m.value())

@@ -249,7 +249,9 @@ class Source(ABC):
     def commit(self, end: Offset) -> None:
         """Everything up to ``end`` is durably processed: acknowledge upstream, clean up.
 
-        Called once per batch after the batch is committed, on the driver. May be a no-op.
+        Called once per batch after the batch is committed (its ``commits/<n>`` durable), on
+        the driver, possibly after the next batch's ``latest_offset``, ``partitions`` and reads
+        (before its sink commit), as Spark defers it. May be a no-op.
         """
 
     def metrics(self, latest: Offset) -> Mapping[str, Any]:
