@@ -406,7 +406,9 @@ def chart(results: dict[str, dict[str, float]], path: str, n: int) -> None:
         ys = [results[WORKLOADS[w]][s] / 1000 for w in xs]
         if xs:
             ax.bar([x + (i - 1.5) * width for x in xs], ys, width, label=s, color=colors[s])
-    ax.set_xticks(range(len(WORKLOADS)), [w.replace("_", " -> ") for w in WORKLOADS])
+    labels = {"json_delta": "JSON files -> Delta", "pg_upsert": "PostgreSQL upsert", "kafka_pg": "Kafka -> PostgreSQL",
+              "delta_arrow": "Delta -> Arrow"}  # fmt: skip
+    ax.set_xticks(range(len(WORKLOADS)), [labels[w] for w in WORKLOADS])
     ax.set_ylabel("thousand rows/s (higher is better)")
     ax.set_yscale("log")
     ax.set_title(f"headrace and peers, {n:,} rows, medians of interleaved runs (2 shared cores)")
@@ -424,7 +426,13 @@ def main() -> None:
     ap.add_argument("--peers-python", help="the interpreter with dlt / quixstreams (default bench/.peers-venv)")
     ap.add_argument("--install-peers", action="store_true", help="create bench/.peers-venv with dlt and quixstreams")
     ap.add_argument("--chart", help="write a PNG chart here (needs matplotlib)")
+    ap.add_argument("--json", help="also write the rates (rows/s) here, as JSON")
+    ap.add_argument("--chart-from", help="only draw --chart from a --json file of an earlier run")
     args = ap.parse_args()
+    if args.chart_from:
+        doc = json.loads(Path(args.chart_from).read_text())
+        chart(doc["rates"], args.chart or "peers.png", int(doc["rows"]))
+        return
     n = 1_000_000 if args.full else args.rows
     from tests.services import KafkaMock, Postgres
 
@@ -475,6 +483,8 @@ def main() -> None:
           "see bench/spark.py for Spark native vs the adapter on Parquet")  # fmt: skip
     for k, why in failed.items():
         print(f"failed: {k}: {why}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": n, "rates": rates}, indent=1) + "\n")
     if args.chart and rates:
         chart(rates, args.chart, n)
         print(f"chart: {args.chart}")
