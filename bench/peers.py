@@ -365,7 +365,7 @@ def has_module(python: str, module: str) -> bool:
 
 
 def run_worker(python: str, workload: str, system: str, cfg: dict[str, Any], out: str) -> float:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     r = subprocess.run([python, str(Path(__file__).resolve()), "--worker", workload, system, json.dumps(cfg), out],
                        capture_output=True, text=True, env=env, timeout=900)  # fmt: skip
     line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
