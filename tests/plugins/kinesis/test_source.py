@@ -346,7 +346,7 @@ def test_available_now_boundary_expired_reads_until_caught_up(faulty_kinesis: An
     assert src.prepare_for_available_now()
     faulty_kinesis.set(clockOffsetMs=faulty_kinesis._state["clockOffsetMs"] + 301_000)
     put_values(c, s, range(5, 8))
-    with caplog.at_level("INFO", logger="headrace.kinesis"):
+    with caplog.at_level("INFO", logger="headrace_kinesis"):
         batches, _ = drain(src, a)
     got = sorted(v for t in batches for v in values(t))
     assert got[:5] == list(range(5)) and set(got) <= set(range(8))

@@ -192,25 +192,11 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
 
 
 def _run(sql: str, batch: pa.Table | None, frames: list[tuple[str, StaticFrame]]) -> pa.Table:
-    from headrace.transforms.expressions import ExpressionError, duckdb_connection
+    """The definition's query over ``batch`` (as ``batch``) and the static frames it names,
+    through the core's SQL runner (this thread's DuckDB cursor and its registrations)."""
+    from headrace.transforms.expressions import run_sql
 
-    con = duckdb_connection()
-    names = []
-    try:
-        if batch is not None:
-            con.register("batch", batch)
-            names.append("batch")
-        for name, frame in frames:
-            con.register(name, frame.to_arrow())
-            names.append(name)
-        return con.sql(sql).to_arrow_table()
-    except HeadraceError:
-        raise
-    except Exception as e:
-        raise ExpressionError(f"SQL {sql!r} failed: {e}") from None
-    finally:
-        for n in names:
-            try:
-                con.unregister(n)
-            except Exception:
-                pass
+    extra = [(name, frame.to_arrow()) for name, frame in frames]
+    if batch is None:  # a materialized view: no stream; `batch` names an empty placeholder
+        batch = pa.table({"__no_stream": pa.array([], pa.null())})
+    return run_sql(batch, sql, what=f"SQL {sql!r}", extra=extra)

@@ -15,7 +15,6 @@ SCD type 1. Nothing here does I/O; DuckDB is imported only when ``applyAsDeletes
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -192,16 +191,12 @@ def delete_mask(table: pa.Table, condition: str) -> pa.ChunkedArray:
 
 
 def release_sql() -> None:
-    """Close this thread's DuckDB connection, if any. Sinks call it from ``close`` (the thread
+    """Close this thread's DuckDB cursor, if any. Sinks call it from ``close`` (the thread
     that ran their writes): a DuckDB connection destroyed while the interpreter exits, in a
     daemon thread, aborts the process."""
-    from headrace.transforms import expressions
+    from headrace.transforms.expressions import release_thread
 
-    con = getattr(expressions._local, "con", None)
-    if con is not None:
-        with contextlib.suppress(Exception):
-            con.close()
-        expressions._local.con = None
+    release_thread()
 
 
 def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
