@@ -138,3 +138,21 @@ elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
 else
   echo "== services: browser    -> MISSING chromium / chromedriver (apt-get install chromium chromium-driver, as root)"
 fi
+
+# --- Graphviz for `headrace pipelines graph` pictures (tests/core/pipelines) ----------------------
+# `dot` renders the pipeline graph as SVG/PNG; without it the command writes the .dot file and
+# says so. Never fails: prints what is missing.
+if command -v dot >/dev/null 2>&1; then
+  echo "== services: graphviz   -> $(dot -V 2>&1 | head -n1)"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "== services: graphviz   -> apt-get install graphviz"
+  if { apt-get install -y -qq graphviz >/dev/null 2>&1 \
+       || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq graphviz >/dev/null 2>&1; }; } \
+     && command -v dot >/dev/null 2>&1; then
+    echo "== services: graphviz   -> $(dot -V 2>&1 | head -n1)"
+  else
+    echo "== services: graphviz   -> MISSING: apt-get install graphviz failed" >&2
+  fi
+else
+  echo "== services: graphviz   -> MISSING dot (apt-get install graphviz, as root)"
+fi
