@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Packaging check (issue 12 item 13): builds every distribution of the repo as a wheel (core and
+# each plugins/*), then for each one creates a fresh virtualenv holding the core's wheel and that
+# distribution's wheel ALONE (plus what its default install pulls in, no extras), and loads each
+# of its connector classes through the registry. A plugin that imports something it does not
+# declare fails here, naming the distribution and the missing import.
+#
+# Fast: one `pip wheel` call for all builds, venvs made without pip (the dev venv's pip installs
+# into them with --python), the pip cache for third-party wheels, several venvs at once.
+# Usage: scripts/check_wheels.sh [dist-dir ...]   (default: core and every plugins/*)
+# Env: HEADRACE_VENV (the dev venv, default .venv), CHECK_WHEELS_JOBS (default 3),
+#      CHECK_WHEELS_DIR (work folder, default a temp dir, removed at the end).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${HEADRACE_VENV:-.venv}
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+PY=$(command -v python3.11 || command -v python3)
+JOBS=${CHECK_WHEELS_JOBS:-3}
+WORK=${CHECK_WHEELS_DIR:-$(mktemp -d -t headrace-wheels.XXXXXX)}
+[ -n "${CHECK_WHEELS_DIR:-}" ] || trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/wheels" "$WORK/logs"
+
+if [ $# -gt 0 ]; then dists=("$@"); else dists=(core); for d in plugins/*/; do [ -f "$d/pyproject.toml" ] && dists+=("${d%/}"); done; fi
+
+quiet() { grep -v "is ignored: it is neither a file nor a directory" || true; }
+
+echo "== wheels: building ${dists[*]}"
+if ! "${PIP[@]}" wheel -q --no-deps -w "$WORK/wheels" $(printf './%s ' core "${dists[@]}" | tr ' ' '\n' | sort -u) >"$WORK/logs/build.log" 2>&1; then
+  quiet <"$WORK/logs/build.log" >&2
+  echo "wheels: FAILED to build a wheel (see above)" >&2
+  exit 1
+fi
+
+# the wheel file of a distribution folder, from its pyproject name
+wheel_of() {
+  local name
+  name=$(sed -n 's/^name *= *"\([^"]*\)".*/\1/p' "$1/pyproject.toml" | head -n1 | tr '-' '_')
+  ls "$WORK"/wheels/"$name"-*.whl
+}
+core_whl=$(wheel_of core)
+
+check_one() {
+  local dir=$1 slug dist whl env log
+  slug=$(basename "$dir")
+  dist=$(sed -n 's/^name *= *"\([^"]*\)".*/\1/p' "$dir/pyproject.toml" | head -n1)
+  whl=$(wheel_of "$dir")
+  env="$WORK/venv-$slug"
+  log="$WORK/logs/$slug.log"
+  {
+    "$PY" -m venv --without-pip "$env" &&
+    "${PIP[@]}" --python "$env/bin/python" install -q "$core_whl" "$whl"
+  } >"$log" 2>&1 || { echo "FAIL $dist: pip install of its wheel failed:"; quiet <"$log" | tail -n 20; return 1; }
+  if ! "$env/bin/python" scripts/_check_wheel.py "$dist" >>"$log" 2>&1; then
+    echo "FAIL $dist:"; quiet <"$log" | grep -v '^ok ' | tail -n 40; return 1
+  fi
+  echo "ok   $dist ($(grep -c '^ok ' "$log") connector classes loaded)"
+}
+export -f check_one wheel_of quiet
+export WORK PY core_whl VENV
+export PIP_STR="${PIP[*]}"
+
+echo "== wheels: installing each alone in a fresh venv and loading its connectors ($JOBS at a time)"
+status=0
+printf '%s\n' "${dists[@]}" | xargs -P "$JOBS" -I{} bash -c 'PIP=($PIP_STR); check_one "$1"' _ {} || status=1
+if [ $status -ne 0 ]; then
+  echo >&2
+  echo "wheels: some distributions cannot load their connectors when installed alone (see FAIL lines above)" >&2
+fi
+exit $status
