@@ -301,6 +301,7 @@ class KafkaSource(Source):
     def prepare_for_available_now(self) -> bool:
         """Record the end offsets now; later batches never go past them. Called once."""
         self._prepared_available_now = True
+        self._available_now = {tp: hi for tp, (_, hi) in self._metadata().watermarks(set(self._partitions_now())).items()}
         return True
 
     def _data_loss(self, message: str) -> None:
