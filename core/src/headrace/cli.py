@@ -35,7 +35,9 @@ def _connectors(args: argparse.Namespace) -> int:
         print(f"! plugin '{name}' from {dist} failed to load: {error.splitlines()[0]}")
     for name, dists in reg.duplicates().items():
         print(f"! connector name '{name}' is claimed by {' and '.join(dists)}")
-    return 0
+    from headrace._cli_authors import connectors_report
+
+    return connectors_report(args, reg)
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -111,7 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="headrace", description="Streams to the lakehouse, with Spark's semantics.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("connectors", help="list installed connectors").set_defaults(fn=_connectors)
+    from headrace._cli_authors import add_commands, add_connectors_options
+
+    conn = sub.add_parser("connectors", help="list installed connectors")
+    conn.set_defaults(fn=_connectors)
+    add_connectors_options(conn)
+    add_commands(sub)
     d = sub.add_parser("describe", help="show a connector's options")
     d.add_argument("name")
     d.set_defaults(fn=_describe)

@@ -29,7 +29,10 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+if TYPE_CHECKING:
+    from headrace.protocols import ReadLimit
 
 from headrace.errors import OptionProblem, OptionsError
 
@@ -373,13 +376,24 @@ class PyObject(OptionType):
 # --------------------------------------------------------------------------- declaration
 
 
+T = TypeVar("T")
+
+_READ_LIMIT_FIELDS = ("max_files", "max_bytes", "max_rows", "min_rows", "max_trigger_delay")
+
+
 @dataclass(frozen=True)
-class Option:
+class Option(Generic[T]):
     """One option: name (the reference's spelling), type, default, documentation.
 
     ``unsupported`` marks an option of the reference that headrace does not support (e.g. one
     that only makes sense on Databricks): it is listed by ``describe`` and rejected with this
     reason if given.
+
+    A declaration is also a typed handle: ``MAX_FILES = Option[int]("maxFilesPerTrigger",
+    Integer(min=1))`` then ``options[MAX_FILES]`` is an ``int`` for the type checker (string keys
+    keep working, untyped). ``read_limit`` names the :class:`~headrace.protocols.ReadLimit` field
+    the option sets (``"max_files"``, ``"max_bytes"``, ``"max_rows"``, ``"min_rows"``,
+    ``"max_trigger_delay"``): the default ``Source.default_read_limit()`` is then derived from it.
     """
 
     name: str
@@ -390,6 +404,11 @@ class Option:
     secret: bool = False
     unsupported: str | None = None
     aliases: tuple[str, ...] = ()
+    read_limit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.read_limit is not None and self.read_limit not in _READ_LIMIT_FIELDS:
+            raise ValueError(f"option {self.name!r}: read_limit={self.read_limit!r} is not one of {', '.join(_READ_LIMIT_FIELDS)}")
 
 
 @dataclass(frozen=True)
@@ -472,11 +491,21 @@ class Options(Mapping[str, Any]):
         values: Mapping[str, Any],
         given: Iterable[str] = (),
         passthrough: Mapping[str, Mapping[str, Any]] | None = None,
+        read_limits: Mapping[str, str] | None = None,
     ) -> None:
         self._values = dict(values)
         self._lower = {k.lower(): k for k in self._values}
         self._given = {g.lower() for g in given}
         self._passthrough = {p: dict(v) for p, v in (passthrough or {}).items()}
+        self._read_limits = dict(read_limits or {})
+
+    def read_limit(self) -> ReadLimit:
+        """The :class:`~headrace.protocols.ReadLimit` set by the options declared with
+        ``read_limit=...`` (unset ones leave their field None: no limit)."""
+        from headrace.protocols import ReadLimit
+
+        fields = {f: self.reveal(name) for name, f in self._read_limits.items() if self._values.get(name) is not None}
+        return ReadLimit(**fields)
 
     def _key(self, name: str) -> str:
         try:
@@ -484,7 +513,13 @@ class Options(Mapping[str, Any]):
         except KeyError:
             raise KeyError(f"{name!r} is not a declared option; declared: {', '.join(sorted(self._values))}") from None
 
-    def __getitem__(self, name: str) -> Any:
+    @overload
+    def __getitem__(self, name: Option[T]) -> T: ...
+    @overload
+    def __getitem__(self, name: str) -> Any: ...
+    def __getitem__(self, name: str | Option[Any]) -> Any:
+        if isinstance(name, Option):
+            name = name.name
         return self._values[self._key(name)]
 
     def __iter__(self) -> Iterator[str]:
@@ -494,13 +529,19 @@ class Options(Mapping[str, Any]):
         return len(self._values)
 
     def __contains__(self, name: object) -> bool:
+        if isinstance(name, Option):
+            name = name.name
         return isinstance(name, str) and name.lower() in self._lower
 
-    def is_set(self, name: str) -> bool:
+    def is_set(self, name: str | Option[Any]) -> bool:
         """True when the user gave this option (as opposed to its default applying)."""
-        return name.lower() in self._given
+        return (name.name if isinstance(name, Option) else name).lower() in self._given
 
-    def reveal(self, name: str) -> Any:
+    @overload
+    def reveal(self, name: Option[T]) -> T: ...
+    @overload
+    def reveal(self, name: str) -> Any: ...
+    def reveal(self, name: str | Option[Any]) -> Any:
         """The plain value of an option, secret or not (for handing to a client library)."""
         v = self[name]
         return v.reveal() if isinstance(v, Secret) else v
@@ -532,7 +573,7 @@ class Options(Mapping[str, Any]):
         return f"Options({self.redacted()!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Options, (self._values, self._given, self._passthrough))
+        return (Options, (self._values, self._given, self._passthrough, self._read_limits))
 
 
 class OptionSchema:
@@ -628,7 +669,7 @@ class OptionSchema:
                 problems.append(OptionProblem(opt.name, "is required" + (f": {opt.doc}" if opt.doc else "")))
                 continue
             values[opt.name] = self._defaults.get(opt.name)
-        opts = Options(values, given, passthrough)
+        opts = Options(values, given, passthrough, {o.name: o.read_limit for o in self.options if o.read_limit})
         if not problems:
             for r in self.rules:
                 problems.extend(r.check(opts))
