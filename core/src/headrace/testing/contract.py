@@ -192,15 +192,23 @@ class SourceContract:
         c = self.read_to_end(source, b, ReadLimit.all_available())
         # each partition of [a, c) on its own: partitions must not overlap (read past their end)
         parts = list(source.partitions(a, c))
-        seen: dict[str, int] = {}
-        for k, p in enumerate(parts):
-            for key in row_keys(pa.Table.from_batches(list(source.read(p)), schema=source.schema)):
-                if key in seen:
+        got = [set(row_keys(pa.Table.from_batches(list(source.read(p)), schema=source.schema))) for p in parts]
+        for j in range(len(parts)):
+            for i in range(j):
+                both_ = got[i] & got[j]
+                if not both_:
+                    continue
+                if len(both_) == len(got[j]) or len(both_) == len(got[i]):
                     raise AssertionError(
-                        f"a partition read past its end: partitions {seen[key]} ({parts[seen[key]]!r}) and {k} "
-                        f"({p!r}) of [{a}, {c}) both returned row {key}; read() must stop at the partition's end offset"
+                        f"a partition read past its end: partition {i} ({parts[i]!r}) and partition {j} "
+                        f"({parts[j]!r}) of [{a}, {c}) both returned {len(both_)} rows (e.g. {_first(list(both_))}); "
+                        "read() must stop at the partition's end offset"
                     )
-                seen[key] = k
+                raise AssertionError(
+                    f"off-by-one at the range boundary between partition {i} ({parts[i]!r}) and partition {j} "
+                    f"({parts[j]!r}) of [{a}, {c}): {len(both_)} row(s) read by both (e.g. {_first(list(both_))}); "
+                    "a partition's end offset is exclusive, its start inclusive"
+                )
         ab, bc, ac = self.read_range(source, a, b), self.read_range(source, b, c), self.read_range(source, a, c)
         kab, kbc, kac = Counter(row_keys(ab)), Counter(row_keys(bc)), Counter(row_keys(ac))
         both = kab & kbc
