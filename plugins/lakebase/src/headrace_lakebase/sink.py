@@ -34,6 +34,7 @@ import psycopg
 import pyarrow as pa
 from psycopg.types.json import Json, Jsonb
 
+from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
@@ -236,6 +237,8 @@ class LakebaseSink(Sink):
             with conn.transaction(), conn.cursor() as cur:
                 if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
                     return False
+                # the chunk is recorded but its rows not written: a kill here must lose both
+                crash_point("lakebase_between_bookkeeping_and_data", batch_id)
                 with cur.copy(plan.copy_into(staging=bool(plan.keys))) as cp:
                     if payload is not None:
                         cp.write(payload)
