@@ -338,9 +338,12 @@ def _kills(spec: dict[str, Any], crash: str, n_random: int, timeout: float, *, b
             pytest.skip("the connector marks no crash points of its own (headrace.engine.crash.crash_point) in the "
                         "traced run; mark one between every two steps of a commit that must happen together")  # fmt: skip
         runs = [measured]
-        for k, (point, _) in enumerate(points):
-            runs.append(kill_at_point(spec, point, 1 + k, timeout=timeout,
-                                      why=f"It was passed in batch 0 of a traced run; batch {1 + k} must pass it too."))  # fmt: skip
+        for k, (point, first) in enumerate(points):
+            # the connector's own count (a batch id, or e.g. a segment number) one step on per kill
+            at = first + 1 + k
+            runs.append(kill_at_point(spec, point, at, timeout=timeout,
+                                      why=f"It was passed with {first} in batch 0 of a traced run; the run after "
+                                          f"must pass it with {at}."))  # fmt: skip
         return runs
     return [kill_at_point(spec, crash, batch, timeout=timeout)]
 
