@@ -100,9 +100,14 @@ class Secret:
 
 # --------------------------------------------------------------------------- types
 
+T = TypeVar("T", covariant=True)
 
-class OptionType(ABC):
-    """How a value is written and coerced. ``parse`` raises ValueError saying what is expected."""
+
+class OptionType(ABC, Generic[T]):
+    """How a value is written and coerced. ``parse`` raises ValueError saying what is expected.
+
+    ``T`` is the type ``parse`` returns (``Integer`` is an ``OptionType[int]``), so
+    ``Option("n", Integer())`` is an ``Option[int]`` and ``options[N]`` an ``int``."""
 
     label = "string"
 
@@ -115,7 +120,7 @@ class OptionType(ABC):
         return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
-class String(OptionType):
+class String(OptionType[str]):
     label = "string"
 
     def __init__(self, *, pattern: str | None = None, hint: str = "") -> None:
@@ -131,7 +136,7 @@ class String(OptionType):
         return text
 
 
-class Integer(OptionType):
+class Integer(OptionType[int]):
     label = "int"
 
     def __init__(self, *, min: int | None = None, max: int | None = None) -> None:
@@ -156,7 +161,7 @@ class Integer(OptionType):
         return n
 
 
-class Float(OptionType):
+class Float(OptionType[float]):
     label = "float"
 
     def __init__(self, *, min: float | None = None, max: float | None = None) -> None:
@@ -176,7 +181,7 @@ class Float(OptionType):
         return x
 
 
-class Boolean(OptionType):
+class Boolean(OptionType[bool]):
     label = "bool"
     _TRUE = {"true", "1", "yes", "on"}
     _FALSE = {"false", "0", "no", "off"}
@@ -205,7 +210,7 @@ _DURATION_UNITS = {
 }  # fmt: skip
 
 
-class Duration(OptionType):
+class Duration(OptionType[float]):
     """A duration such as ``"100 milliseconds"``, ``"5 minutes"``, ``"10s"``, ``"1.5h"``.
 
     Parsed to seconds (float). A bare number is in ``unit`` (seconds unless stated).
@@ -242,7 +247,7 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, 
                "g": 1024**3, "gb": 1024**3, "gib": 1024**3, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}  # fmt: skip
 
 
-class Size(OptionType):
+class Size(OptionType[int]):
     """A byte size such as ``"10g"``, ``"512k"``, ``"1.5 MB"`` or ``1048576`` (units are binary, as in Spark)."""
 
     label = "size"
@@ -261,7 +266,7 @@ class Size(OptionType):
         return n
 
 
-class Timestamp(OptionType):
+class Timestamp(OptionType[dt.datetime]):
     """A point in time: ISO 8601 (``2024-05-01``, ``2024-05-01T12:00:00Z``) or epoch milliseconds.
 
     Parsed to an aware ``datetime`` in UTC; a value without a zone is taken as UTC.
@@ -290,7 +295,7 @@ class Timestamp(OptionType):
         return ts.replace(tzinfo=dt.UTC) if ts.tzinfo is None else ts.astimezone(dt.UTC)
 
 
-class StringList(OptionType):
+class StringList(OptionType[list[str]]):
     """A comma-separated list (``"a, b"``) or a Python list of strings."""
 
     label = "list"
@@ -310,7 +315,7 @@ class StringList(OptionType):
         return self.sep.join(value) if isinstance(value, list) else str(value)
 
 
-class Choice(OptionType):
+class Choice(OptionType[str]):
     """One of a fixed set of words, matched case-insensitively, returned in canonical spelling."""
 
     def __init__(self, *choices: str) -> None:
@@ -327,7 +332,7 @@ class Choice(OptionType):
         raise ValueError(f"{value!r} is not one of {allowed}" + (f" (did you mean {hint!r}?)" if hint else ""))
 
 
-class Json(OptionType):
+class Json(OptionType[Any]):
     """A JSON document (string) or the equivalent Python value."""
 
     label = "json"
@@ -341,7 +346,7 @@ class Json(OptionType):
             raise ValueError(f"{value!r} is not valid JSON ({e.msg} at position {e.pos})") from None
 
 
-class OneOf(OptionType):
+class OneOf(OptionType[Any]):
     """The first of several types that accepts the value, e.g. ``OneOf(Integer(), Choice("latest"))``."""
 
     def __init__(self, *types: OptionType) -> None:
@@ -357,7 +362,7 @@ class OneOf(OptionType):
         raise ValueError(f"{value!r} is not {self.label}")
 
 
-class PyObject(OptionType):
+class PyObject(OptionType[Any]):
     """A Python object given through the API (e.g. a function); ``callable_`` requires a callable."""
 
     label = "object"
@@ -375,8 +380,6 @@ class PyObject(OptionType):
 
 # --------------------------------------------------------------------------- declaration
 
-
-T = TypeVar("T")
 
 _READ_LIMIT_FIELDS = ("max_files", "max_bytes", "max_rows", "min_rows", "max_trigger_delay")
 
@@ -397,7 +400,7 @@ class Option(Generic[T]):
     """
 
     name: str
-    type: OptionType = field(default_factory=String)
+    type: OptionType[T] = field(default_factory=String)  # type: ignore[arg-type]
     default: Any = None
     required: bool = False
     doc: str = ""
@@ -613,6 +616,14 @@ class OptionSchema:
 
     def get(self, name: str) -> Option | None:
         return self._by_lower.get(name.lower())
+
+    def __getitem__(self, name: str) -> Option[Any]:
+        """The declaration called ``name`` (or an alias of it), for a typed handle:
+        ``MAX_FILES: Option[int] = SOURCE_OPTIONS["maxFilesPerTrigger"]``."""
+        opt = self._by_lower.get(name.lower())
+        if opt is None:
+            raise KeyError(f"{name!r} is not declared; declared: {', '.join(o.name for o in self.options)}")
+        return opt
 
     def extended(self, options: Iterable[Option] = (), *, rules: Iterable[Rule] = ()) -> OptionSchema:
         """A copy with more options and rules (e.g. a connector adding to a shared set)."""
