@@ -48,6 +48,9 @@ def test_budget_for_record_streams() -> None:
     assert b.estimate(100) == 6  # ~100 bytes a record, 500 left
     assert not b.add_bytes(600, items=6)  # soft: spent once reached
     assert b.reserve(1) == 0
+    c = AdmissionBudget(ReadLimit(max_rows=10))
+    c.close()
+    assert c.closed and c.reserve(5) == 0 and not c.admit(files=1)
 
 
 def test_retry_retries_transient_errors_with_backoff() -> None:

@@ -59,6 +59,16 @@ class AdmissionBudget:
             self.rows += rows
             return True
 
+    def close(self) -> None:
+        """Spend the budget: every later :meth:`admit` and :meth:`reserve` refuses (e.g. a fetcher
+        met a record past the available-now cut and the others must stop)."""
+        self._refused = True
+
+    @property
+    def closed(self) -> bool:
+        """True once an item was refused or :meth:`close` was called."""
+        return self._refused
+
     @property
     def exhausted(self) -> bool:
         """True once an item was refused or a cap is reached: no need to look at more items."""

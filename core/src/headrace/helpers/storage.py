@@ -9,7 +9,7 @@ __all__ = ["is_not_found"]
 
 _CODES = {"NoSuchKey", "NoSuchBucket", "NotFound", "404", "ResourceNotFoundException", "BlobNotFound",
           "ContainerNotFound", "PathNotFound", "NoSuchUpload"}  # fmt: skip
-_TEXT = ("no such file or directory", "not found", "nosuchkey", "does not exist", "(404)", "status code: 404",
+_TEXT = ("no such file or directory", "not found", "notfound", "nosuchkey", "does not exist", "(404)", "status code: 404",
          "error code: 404")  # fmt: skip
 
 
