@@ -70,7 +70,8 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
     paths = [os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env.pop("HEADRACE_TEST_CRASH", None)
+    for var in ("HEADRACE_TEST_CRASH", "HEADRACE_TEST_CRASH_TRACE", "HEADRACE_TEST_KILL_AFTER"):
+        env.pop(var, None)
     env.update(extra or {})
     return env
 
