@@ -85,11 +85,12 @@ class _ClientError(Exception):
         (OSError(errno.ENOENT, "gone"), True),
         (_ClientError("NoSuchKey", 404), True),
         (_ClientError("AccessDenied", 403), False),
+        (_ClientError("NoSuchBucket", 400), False),
         (RuntimeError("Generic DeltaTable error: Object at location x not found"), True),
         (PermissionError(errno.EACCES, "denied"), False),
         (ValueError("bad value"), False),
     ],
-    ids=["FileNotFoundError", "ENOENT", "s3-NoSuchKey", "s3-AccessDenied", "delta-rs-text", "permission", "other"],
+    ids=["FileNotFoundError", "ENOENT", "s3-NoSuchKey", "s3-AccessDenied", "s3-NoSuchBucket", "delta-rs-text", "permission", "other"],
 )
 def test_not_found_detection(error: BaseException, not_found: bool) -> None:
     assert is_not_found(error) is not_found

@@ -46,10 +46,11 @@ class DataLossPolicy:
             kwargs["fix"] = fix
         return cls(**kwargs)
 
-    def lost(self, what: str, *, skip: str = "skipping it") -> None:
+    def lost(self, what: str, *, skip: str = "skipping it", cause: BaseException | None = None) -> None:
         """Report lost data: ``what`` says what is gone (and where), ``skip`` what happens instead
-        when the policy is to go on. Raises :class:`DataLossError` naming the fix, or warns."""
-        prefix = f"{self.connector}: " if self.connector else ""
+        when the policy is to go on. Raises :class:`DataLossError` naming the fix (from
+        ``cause``), or warns."""
+        prefix = f"{self.connector}: " if self.connector and not what.startswith(f"{self.connector}:") else ""
         if self.fail:
-            raise DataLossError(f"{prefix}{what}; fix: {self.fix}")
+            raise DataLossError(f"{prefix}{what}; fix: {self.fix}") from cause
         log.warning("%s%s; %s (failOnDataLoss=false)", prefix, what, skip)

@@ -7,15 +7,16 @@ import errno
 
 __all__ = ["is_not_found"]
 
-_CODES = {"NoSuchKey", "NoSuchBucket", "NotFound", "404", "ResourceNotFoundException", "BlobNotFound",
-          "ContainerNotFound", "PathNotFound", "NoSuchUpload"}  # fmt: skip
+# objects, files and tables; a missing bucket or container is a configuration error, not "not found"
+_CODES = {"NoSuchKey", "NotFound", "404", "ResourceNotFoundException", "BlobNotFound", "PathNotFound", "NoSuchUpload"}
 _TEXT = ("no such file or directory", "not found", "notfound", "nosuchkey", "does not exist", "(404)", "status code: 404",
          "error code: 404")  # fmt: skip
 
 
 def is_not_found(error: BaseException) -> bool:
-    """True when ``error`` (or an exception it was raised from) says the object, file, bucket or
-    table does not exist."""
+    """True when ``error`` (or an exception it was raised from) says the object, file or table
+    does not exist. A missing bucket (``NoSuchBucket``) is not "not found": it is a wrong
+    configuration, which callers must not mistake for a deleted file."""
     seen: set[int] = set()
     e: BaseException | None = error
     while e is not None and id(e) not in seen:
