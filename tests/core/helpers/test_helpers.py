@@ -74,7 +74,7 @@ def test_retry_retries_transient_errors_with_backoff() -> None:
 
 class _ClientError(Exception):
     def __init__(self, code: str, status: int) -> None:
-        super().__init__(f"An error occurred ({code})")
+        super().__init__(f"An error occurred ({code}) when calling the HeadObject operation: it does not exist")
         self.response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
 
 
@@ -85,7 +85,7 @@ class _ClientError(Exception):
         (OSError(errno.ENOENT, "gone"), True),
         (_ClientError("NoSuchKey", 404), True),
         (_ClientError("AccessDenied", 403), False),
-        (_ClientError("NoSuchBucket", 400), False),
+        (_ClientError("NoSuchBucket", 404), False),
         (RuntimeError("Generic DeltaTable error: Object at location x not found"), True),
         (PermissionError(errno.EACCES, "denied"), False),
         (ValueError("bad value"), False),

@@ -9,6 +9,7 @@ __all__ = ["is_not_found"]
 
 # objects, files and tables; a missing bucket or container is a configuration error, not "not found"
 _CODES = {"NoSuchKey", "NotFound", "404", "ResourceNotFoundException", "BlobNotFound", "PathNotFound", "NoSuchUpload"}
+_BUCKET_CODES = {"NoSuchBucket", "ContainerNotFound", "FileSystemNotFound"}
 _TEXT = ("no such file or directory", "not found", "notfound", "nosuchkey", "does not exist", "(404)", "status code: 404",
          "error code: 404")  # fmt: skip
 
@@ -23,12 +24,10 @@ def is_not_found(error: BaseException) -> bool:
         seen.add(id(e))
         if isinstance(e, FileNotFoundError) or (isinstance(e, OSError) and e.errno == errno.ENOENT):
             return True
-        response = getattr(e, "response", None)  # botocore ClientError
-        if isinstance(response, dict):
-            err = response.get("Error", {})
-            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if str(err.get("Code", "")) in _CODES or status == 404:
-                return True
+        response = getattr(e, "response", None)  # botocore ClientError: the code decides
+        if isinstance(response, dict) and response.get("Error", {}).get("Code"):
+            code = str(response["Error"]["Code"])
+            return code in _CODES or (code not in _BUCKET_CODES and response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404)
         code = getattr(e, "code", None) or getattr(e, "status_code", None) or getattr(e, "error_code", None)
         if code == 404 or str(code) in _CODES or type(e).__name__ in ("NotFound", "ResourceNotFoundError",
                                                                        "TableNotFoundError"):  # fmt: skip
