@@ -26,8 +26,8 @@ def is_not_found(error: BaseException) -> bool:
             return True
         response = getattr(e, "response", None)  # botocore ClientError: the code decides
         if isinstance(response, dict) and response.get("Error", {}).get("Code"):
-            code = str(response["Error"]["Code"])
-            return code in _CODES or (code not in _BUCKET_CODES and response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404)
+            aws = str(response["Error"]["Code"])
+            return aws in _CODES or (aws not in _BUCKET_CODES and response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 404)
         code = getattr(e, "code", None) or getattr(e, "status_code", None) or getattr(e, "error_code", None)
         if code == 404 or str(code) in _CODES or type(e).__name__ in ("NotFound", "ResourceNotFoundError",
                                                                        "TableNotFoundError"):  # fmt: skip
