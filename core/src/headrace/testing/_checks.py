@@ -74,12 +74,17 @@ def picklable(obj: Any, what: str, why: str) -> None:
         raise AssertionError(f"{what} cannot be pickled ({type(obj).__name__}: {type(e).__name__}: {e}); {why}") from None
 
 
-def run_kills(spec: dict[str, Any], crash: str, n_random: int, timeout: float, *, batch: int) -> list[PipelineResult]:
+def run_kills(
+    spec: dict[str, Any], crash: str, n_random: int, timeout: float, *, batch: int, ignore: tuple[str, ...] = ()
+) -> list[PipelineResult]:
+    """The kill runs of one kill test (``crash``: an engine point, ``connector-points`` or
+    ``random-kills``); crash points starting with a prefix in ``ignore`` belong to the kit's own
+    connectors and are not the connector's."""
     if crash == "random-kills":
         return random_kills(spec, n_random, timeout=timeout)
     if crash == "connector-points":
         measured, _ = measured_run(spec, timeout=timeout)
-        points = connector_points(measured)
+        points = connector_points(measured, ignore=ignore)
         if not points:
             pytest.skip("the connector marks no crash points of its own (headrace.engine.crash.crash_point) in the "
                         "traced run; mark one between every two steps of a commit that must happen together")  # fmt: skip

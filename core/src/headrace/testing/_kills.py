@@ -90,12 +90,12 @@ def random_kills(spec: Mapping[str, Any], n: int, *, timeout: float, seed: int =
     return results
 
 
-def connector_points(result: PipelineResult) -> list[tuple[str, int]]:
-    """The crash points a run passed that are not the engine's: ``(point, first batch id)``, in
-    the order first reached."""
+def connector_points(result: PipelineResult, *, ignore: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    """The crash points a run passed that are not the engine's (nor start with a prefix in
+    ``ignore``: the kit's own connectors): ``(point, first batch id)``, in the order first reached."""
     seen: dict[str, int] = {}
     for t in result.trace:
-        if t.point not in CRASH_POINTS and t.point not in seen:
+        if t.point not in CRASH_POINTS and t.point not in seen and not t.point.startswith(ignore):
             seen[t.point] = t.batch
     return list(seen.items())
 
