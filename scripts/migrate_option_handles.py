@@ -17,7 +17,6 @@ import importlib
 import pathlib
 import re
 import sys
-from typing import Any
 
 TYPES = {"Integer": "int", "Boolean": "bool", "String": "str", "Duration": "float", "Size": "int", "Float": "float",
          "Timestamp": "datetime.datetime", "StringList": "list[str]", "Choice": "str"}  # fmt: skip
@@ -49,7 +48,7 @@ def migrate(plugin: pathlib.Path) -> int:
         text = f.read_text()
         used: set[str] = set()
 
-        def repl(m: re.Match[str]) -> str:
+        def repl(m: re.Match[str], used: set[str] = used) -> str:
             var, how, key = m.groups()
             opt = next((o for s in schemas.values() if (o := s.get(key)) is not None), None)
             if opt is None:
