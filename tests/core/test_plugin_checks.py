@@ -63,9 +63,12 @@ def test_a_misspelled_hook_is_reported(dists: Install) -> None:
         def headrace_connector():
             return [ConnectorSpec(name="typo")]
     """)
-    problems = [p for n, d, p in Registry().problems() if d == "headrace-typo"]
+    reg = Registry()
+    problems = [p for n, d, p in reg.problems() if d == "headrace-typo"]
     assert any("headrace_connector() is not a headrace hook (did you mean headrace_connectors()?)" in p for p in problems), problems
     assert any("registers no connector" in p for p in problems), problems
+    with pytest.raises(PluginError, match="plugin 'typo' from headrace-typo: headrace_connector\\(\\) is not a headrace hook"):
+        reg.get("typo")
 
 
 def test_an_undecorated_hook_is_reported(dists: Install) -> None:

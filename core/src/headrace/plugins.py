@@ -322,6 +322,9 @@ class Registry:
                     f"is unavailable: {b.error.splitlines()[0]}; fix: reinstall it (pip install --force-reinstall "
                     f"{b.distribution}), or run `headrace connectors -v` for the traceback"
                 )
+        for plugin, dist, problem in self._problems:
+            if key in (plugin.lower(), dist.lower(), dist.lower().removeprefix("headrace-")):
+                raise PluginError(f"connector '{name}' is unavailable: plugin '{plugin}' from {dist}: {problem}")
         names = self.names()
         hint = suggest(name, names)
         msg = f"no connector named '{name}'"
