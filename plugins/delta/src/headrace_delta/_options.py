@@ -6,6 +6,9 @@ Names are the Delta Lake / Databricks names, matched case-insensitively. Options
 
 from __future__ import annotations
 
+import datetime
+from typing import Any
+
 from headrace.errors import OptionProblem
 from headrace.options import (
     Boolean,
@@ -198,3 +201,26 @@ SINK_OPTIONS = OptionSchema(
     rules=[all_or_none("txnAppId", "txnVersion"), at_most_one_of("mergeSchema", "overwriteSchema")],
     passthrough=[_STORAGE],
 )
+
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+EVENT_TIME_COLUMN: Option[str | None] = SOURCE_OPTIONS["eventTimeColumn"]
+EXCLUDE_REGEX: Option[str | None] = SOURCE_OPTIONS["excludeRegex"]
+FAIL_ON_DATA_LOSS: Option[bool] = SOURCE_OPTIONS["failOnDataLoss"]
+IGNORE_CHANGES: Option[bool] = SOURCE_OPTIONS["ignoreChanges"]
+IGNORE_DELETES: Option[bool] = SOURCE_OPTIONS["ignoreDeletes"]
+MAX_BYTES_PER_TRIGGER: Option[int | None] = SOURCE_OPTIONS["maxBytesPerTrigger"]
+MAX_FILES_PER_TRIGGER: Option[int] = SOURCE_OPTIONS["maxFilesPerTrigger"]
+MERGE_SCHEMA: Option[bool] = SINK_OPTIONS["mergeSchema"]
+OVERWRITE_SCHEMA: Option[bool] = SINK_OPTIONS["overwriteSchema"]
+PARTITION_BY: Option[list[str] | None] = SINK_OPTIONS["partitionBy"]
+PATH: Option[str] = SINK_OPTIONS["path"]
+READ_CHANGE_FEED: Option[bool] = SOURCE_OPTIONS["readChangeFeed"]
+SKIP_CHANGE_COMMITS: Option[bool] = SOURCE_OPTIONS["skipChangeCommits"]
+STARTING_TIMESTAMP: Option[datetime.datetime | None] = SOURCE_OPTIONS["startingTimestamp"]
+STARTING_VERSION: Option[Any] = SOURCE_OPTIONS["startingVersion"]
+TARGET_FILE_SIZE: Option[int | None] = SINK_OPTIONS["targetFileSize"]
+TXN_APP_ID: Option[str | None] = SINK_OPTIONS["txnAppId"]
+TXN_VERSION: Option[int | None] = SINK_OPTIONS["txnVersion"]
+USER_METADATA: Option[str | None] = SINK_OPTIONS["userMetadata"]
+WITH_EVENT_TIME_ORDER: Option[bool] = SOURCE_OPTIONS["withEventTimeOrder"]
+__all__ += ["EVENT_TIME_COLUMN", "EXCLUDE_REGEX", "FAIL_ON_DATA_LOSS", "IGNORE_CHANGES", "IGNORE_DELETES", "MAX_BYTES_PER_TRIGGER", "MAX_FILES_PER_TRIGGER", "MERGE_SCHEMA", "OVERWRITE_SCHEMA", "PARTITION_BY", "PATH", "READ_CHANGE_FEED", "SKIP_CHANGE_COMMITS", "STARTING_TIMESTAMP", "STARTING_VERSION", "TARGET_FILE_SIZE", "TXN_APP_ID", "TXN_VERSION", "USER_METADATA", "WITH_EVENT_TIME_ORDER"]

@@ -24,7 +24,17 @@ import pyarrow as pa
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
-from headrace_delta._options import STORAGE_PREFIX
+from headrace_delta._options import (  # typed option handles
+    MERGE_SCHEMA,
+    OVERWRITE_SCHEMA,
+    PARTITION_BY,
+    PATH,
+    STORAGE_PREFIX,
+    TARGET_FILE_SIZE,
+    TXN_APP_ID,
+    TXN_VERSION,
+    USER_METADATA,
+)
 from headrace_delta._storage import TableLocation
 
 __all__ = ["DeltaSink", "StagedBatch"]
@@ -53,14 +63,14 @@ class DeltaSink(Sink):
 
     def __init__(self, options: Options, context: SinkContext) -> None:
         super().__init__(options, context)
-        self.loc = TableLocation(str(options["path"]), options.passthrough(STORAGE_PREFIX))
-        self.partition_by: list[str] | None = options["partitionBy"] or None
-        self.merge_schema = bool(options["mergeSchema"])
-        self.overwrite_schema = bool(options["overwriteSchema"])
-        self.user_metadata: str | None = options["userMetadata"]
-        self.txn_app_id: str | None = options["txnAppId"]
-        self.txn_version: int | None = options["txnVersion"]
-        self.target_file_size: int | None = options["targetFileSize"]
+        self.loc = TableLocation(str(options[PATH]), options.passthrough(STORAGE_PREFIX))
+        self.partition_by: list[str] | None = options[PARTITION_BY] or None
+        self.merge_schema = bool(options[MERGE_SCHEMA])
+        self.overwrite_schema = bool(options[OVERWRITE_SCHEMA])
+        self.user_metadata: str | None = options[USER_METADATA]
+        self.txn_app_id: str | None = options[TXN_APP_ID]
+        self.txn_version: int | None = options[TXN_VERSION]
+        self.target_file_size: int | None = options[TARGET_FILE_SIZE]
         self.mode = context.output_mode
         if self.overwrite_schema and self.mode != "complete":
             raise UnsupportedError(

@@ -29,7 +29,22 @@ from headrace_delta._log import (
     log_versions,
     read_commit,
 )
-from headrace_delta._options import STORAGE_PREFIX
+from headrace_delta._options import (  # typed option handles
+    EVENT_TIME_COLUMN,
+    EXCLUDE_REGEX,
+    FAIL_ON_DATA_LOSS,
+    IGNORE_CHANGES,
+    IGNORE_DELETES,
+    MAX_BYTES_PER_TRIGGER,
+    MAX_FILES_PER_TRIGGER,
+    PATH,
+    READ_CHANGE_FEED,
+    SKIP_CHANGE_COMMITS,
+    STARTING_TIMESTAMP,
+    STARTING_VERSION,
+    STORAGE_PREFIX,
+    WITH_EVENT_TIME_ORDER,
+)
 from headrace_delta._read import (
     CDF_COLUMNS,
     CdfTask,
@@ -120,17 +135,17 @@ class DeltaSource(Source):
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
-        self.loc = TableLocation(str(options["path"]), options.passthrough(STORAGE_PREFIX))
-        self.max_files: int = int(options["maxFilesPerTrigger"])
-        self.max_bytes: int | None = options["maxBytesPerTrigger"]
-        self.skip_change_commits = bool(options["skipChangeCommits"])
-        self.ignore_deletes = bool(options["ignoreDeletes"])
-        self.ignore_changes = bool(options["ignoreChanges"])
-        self.fail_on_data_loss = bool(options["failOnDataLoss"])
-        self.cdf = bool(options["readChangeFeed"])
-        self.event_order = bool(options["withEventTimeOrder"])
-        self.event_column: str | None = options["eventTimeColumn"] if self.event_order else None
-        self.exclude = re.compile(options["excludeRegex"]) if options["excludeRegex"] else None
+        self.loc = TableLocation(str(options[PATH]), options.passthrough(STORAGE_PREFIX))
+        self.max_files: int = int(options[MAX_FILES_PER_TRIGGER])
+        self.max_bytes: int | None = options[MAX_BYTES_PER_TRIGGER]
+        self.skip_change_commits = bool(options[SKIP_CHANGE_COMMITS])
+        self.ignore_deletes = bool(options[IGNORE_DELETES])
+        self.ignore_changes = bool(options[IGNORE_CHANGES])
+        self.fail_on_data_loss = bool(options[FAIL_ON_DATA_LOSS])
+        self.cdf = bool(options[READ_CHANGE_FEED])
+        self.event_order = bool(options[WITH_EVENT_TIME_ORDER])
+        self.event_column: str | None = options[EVENT_TIME_COLUMN] if self.event_order else None
+        self.exclude = re.compile(rx) if (rx := options[EXCLUDE_REGEX]) else None
         self._commits: dict[int, Commit] = {}
         self._snapshots: dict[int, list[_SnapFile]] = {}
         self._new_listed = 0
@@ -225,8 +240,8 @@ class DeltaSource(Source):
         ``startingTimestamp``. Called once, only for a new checkpoint."""
         opts = self.options
         latest = self._known_latest
-        if opts.is_set("startingVersion"):
-            sv = opts["startingVersion"]
+        if opts.is_set(STARTING_VERSION):
+            sv = opts[STARTING_VERSION]
             if sv == "latest":
                 return self._offset(DeltaOffset(latest + 1, 0, False))
             v = int(sv)
@@ -242,8 +257,8 @@ class DeltaSource(Source):
                     f"(earliest available: {versions[0] if versions else 'none'}); choose a later startingVersion"
                 )
             return self._offset(DeltaOffset(v, 0, False))
-        if opts.is_set("startingTimestamp"):
-            return self._offset(DeltaOffset(self._version_at(opts["startingTimestamp"]), 0, False))
+        if opts.is_set(STARTING_TIMESTAMP):
+            return self._offset(DeltaOffset(self._version_at(opts[STARTING_TIMESTAMP]), 0, False))
         return self._offset(DeltaOffset(latest, 0, True))
 
     def _version_at(self, ts: Any) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from headrace.errors import OptionProblem
 from headrace.options import (
@@ -148,3 +149,20 @@ SINK_OPTIONS = OptionSchema(
     rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique],
 )
 """Options of the ``lakebase`` (alias ``postgresql``) sink."""
+
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+BATCHINTERVAL: Option[float] = SINK_OPTIONS["batchinterval"]
+BATCHSIZE: Option[int] = SINK_OPTIONS["batchsize"]
+CONNECT_TIMEOUT: Option[float] = SINK_OPTIONS["connectTimeout"]
+DATABASE: Option[str] = SINK_OPTIONS["database"]
+DBTABLE: Option[Any] = SINK_OPTIONS["dbtable"]
+ENDPOINT: Option[str | None] = SINK_OPTIONS["endpoint"]
+HOST: Option[str | None] = SINK_OPTIONS["host"]
+MAX_RETRIES: Option[int] = SINK_OPTIONS["maxRetries"]
+PASSWORD: Option[str | None] = SINK_OPTIONS["password"]
+PORT: Option[int | None] = SINK_OPTIONS["port"]
+SSLMODE: Option[str | None] = SINK_OPTIONS["sslmode"]
+UPSERTKEY: Option[list[str] | None] = SINK_OPTIONS["upsertkey"]
+URL: Option[Any] = SINK_OPTIONS["url"]
+USER: Option[str | None] = SINK_OPTIONS["user"]
+__all__ += ["BATCHINTERVAL", "BATCHSIZE", "CONNECT_TIMEOUT", "DATABASE", "DBTABLE", "ENDPOINT", "HOST", "MAX_RETRIES", "PASSWORD", "PORT", "SSLMODE", "UPSERTKEY", "URL", "USER"]

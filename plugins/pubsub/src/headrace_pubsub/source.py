@@ -40,6 +40,20 @@ from headrace.errors import HeadraceError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_pubsub._client import PubSubError, describe_api_error, resolve_endpoint, subscriber_client
+from headrace_pubsub._options import (  # typed option handles
+    ACK_DEADLINE_SECONDS,
+    DEDUP_WINDOW,
+    DELETE_SUBSCRIPTION_ON_STREAM_STOP,
+    ENABLE_MESSAGE_ORDERING,
+    FETCH_IDLE_TIMEOUT,
+    MAX_BYTES_PER_TRIGGER,
+    MAX_FETCH_PERIOD,
+    MAX_RECORDS_PER_FETCH,
+    NUM_FETCH_PARTITIONS,
+    PROJECT_ID,
+    SUBSCRIPTION_ID,
+    TOPIC_ID,
+)
 from headrace_pubsub._schema import SCHEMA, messages_to_batch
 from headrace_pubsub._staging import SegmentPart, SegmentStore, read_part
 
@@ -189,18 +203,18 @@ class PubSubSource(Source):
         """Called once per query run, on the driver: validates the subscription (creating it when
         missing) and recovers staged segments. Reads no messages."""
         super().__init__(options, context)
-        self.project_id: str = options["projectId"]
-        self.topic_id: str = options["topicId"]
-        self.subscription_id: str = options["subscriptionId"]
+        self.project_id: str = options[PROJECT_ID]
+        self.topic_id: str = options[TOPIC_ID]
+        self.subscription_id: str = options[SUBSCRIPTION_ID]
         self.topic_path = f"projects/{self.project_id}/topics/{self.topic_id}"
         self.subscription_path = f"projects/{self.project_id}/subscriptions/{self.subscription_id}"
-        self.max_records: int = options["maxRecordsPerFetch"]
-        self.max_fetch_period = _seconds(options["maxFetchPeriod"])
-        self.fetch_idle = _seconds(options["fetchIdleTimeout"])
-        self.num_fetch_partitions: int = options["numFetchPartitions"]
-        self.max_bytes: int | None = options["maxBytesPerTrigger"]
-        self.dedup_window = _seconds(options["dedupWindow"])
-        self.delete_on_stop: bool = options["deleteSubscriptionOnStreamStop"]
+        self.max_records: int = options[MAX_RECORDS_PER_FETCH]
+        self.max_fetch_period = _seconds(options[MAX_FETCH_PERIOD])
+        self.fetch_idle = _seconds(options[FETCH_IDLE_TIMEOUT])
+        self.num_fetch_partitions: int = options[NUM_FETCH_PARTITIONS]
+        self.max_bytes: int | None = options[MAX_BYTES_PER_TRIGGER]
+        self.dedup_window = _seconds(options[DEDUP_WINDOW])
+        self.delete_on_stop: bool = options[DELETE_SUBSCRIPTION_ON_STREAM_STOP]
         self.endpoint = resolve_endpoint(options)
         self._temp_state: str | None = None
         state = context.state_path
@@ -244,8 +258,8 @@ class PubSubSource(Source):
         request = {
             "name": self.subscription_path,
             "topic": self.topic_path,
-            "ack_deadline_seconds": options["ackDeadlineSeconds"],
-            "enable_message_ordering": bool(options["enableMessageOrdering"]),
+            "ack_deadline_seconds": options[ACK_DEADLINE_SECONDS],
+            "enable_message_ordering": bool(options[ENABLE_MESSAGE_ORDERING]),
         }
         try:
             sub = self._client.create_subscription(request=request, timeout=_RPC_TIMEOUT)
