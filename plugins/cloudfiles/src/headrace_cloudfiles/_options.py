@@ -103,9 +103,9 @@ SOURCE_OPTIONS = OptionSchema(
         Option("ignoreMissingFiles", Boolean(), default=False,
                doc="Skip a file deleted between listing and reading instead of failing the batch."),
         # ---------------------------------------------------------------- rate limits
-        Option("cloudFiles.maxFilesPerTrigger", Integer(min=1), default=1000, aliases=("maxFilesPerTrigger",),
+        Option("cloudFiles.maxFilesPerTrigger", Integer(min=1), default=1000, aliases=("maxFilesPerTrigger",), read_limit="max_files",
                doc="At most this many new files per micro-batch."),
-        Option("cloudFiles.maxBytesPerTrigger", Size(), aliases=("maxBytesPerTrigger",),
+        Option("cloudFiles.maxBytesPerTrigger", Size(), aliases=("maxBytesPerTrigger",), read_limit="max_bytes",
                doc="Soft cap on the bytes of new files per micro-batch (a batch always takes at least one file)."),
         # ---------------------------------------------------------------- discovery
         Option("cloudFiles.useIncrementalListing", Choice("auto", "true", "false"), default="auto",

@@ -410,10 +410,6 @@ class CloudFilesSource(Source):
             idx.set("baseline", str(len(files)))
         return {"seq": 0}
 
-    def default_read_limit(self) -> ReadLimit:
-        """``maxFilesPerTrigger`` (default 1000) and ``maxBytesPerTrigger``. Called once per run."""
-        return ReadLimit(max_files=self.max_files, max_bytes=self.max_bytes)
-
     def prepare_for_available_now(self) -> bool:
         """Discover the files present now and never go beyond them. Called once per run with
         ``trigger(available_now=True)``."""

@@ -71,11 +71,13 @@ SOURCE_OPTIONS = OptionSchema(
             "maxFilesPerTrigger",
             Integer(min=1),
             default=1000,
+            read_limit="max_files",
             doc="At most this many new files per micro-batch.",
         ),
         Option(
             "maxBytesPerTrigger",
             Size(),
+            read_limit="max_bytes",
             doc="About this many bytes of new files per micro-batch (soft: a batch always takes at least "
             "one file). With maxFilesPerTrigger, the first limit reached ends the batch.",
         ),

@@ -282,10 +282,6 @@ class DeltaSource(Source):
                 hi = mid
         return versions[lo] if lo < len(versions) else self._known_latest + 1
 
-    def default_read_limit(self) -> ReadLimit:
-        """maxFilesPerTrigger / maxBytesPerTrigger. Called once per run."""
-        return ReadLimit(max_files=self.max_files, max_bytes=self.max_bytes)
-
     def prepare_for_available_now(self) -> bool:
         """Record the end of the commits present now; never read beyond it. Called once per run
         with ``trigger(available_now=True)``."""

@@ -161,11 +161,11 @@ SOURCE_OPTIONS = OptionSchema(
         ),
         Option("endingOffsetsByTimestamp", Json(), doc='Bounded run, like endingOffsets, by JSON {"topic": {"0": epochMs}}.'),
         Option("endingTimestamp", OneOf(Integer(min=0), Timestamp()), doc="Bounded run: stop every partition at this time."),
-        Option("maxOffsetsPerTrigger", Integer(min=1), doc="At most this many offsets per batch, split across "
+        Option("maxOffsetsPerTrigger", Integer(min=1), read_limit="max_rows", doc="At most this many offsets per batch, split across "
                                                            "topic-partitions in proportion to their lag."),
-        Option("minOffsetsPerTrigger", Integer(min=1), doc="Wait until this many new offsets are available "
+        Option("minOffsetsPerTrigger", Integer(min=1), read_limit="min_rows", doc="Wait until this many new offsets are available "
                                                            "(or maxTriggerDelay has passed) before a batch."),
-        Option("maxTriggerDelay", Duration(), default=900.0, doc="Longest wait for minOffsetsPerTrigger (default 15m)."),
+        Option("maxTriggerDelay", Duration(), default=900.0, read_limit="max_trigger_delay", doc="Longest wait for minOffsetsPerTrigger (default 15m)."),
         Option(
             "failOnDataLoss",
             Boolean(),

@@ -38,10 +38,7 @@ from headrace_kafka._options import (  # typed option handles
     INCLUDE_HEADERS,
     KAFKA_BOOTSTRAP_SERVERS,
     KAFKA_CONSUMER_POLL_TIMEOUT_MS,
-    MAX_OFFSETS_PER_TRIGGER,
     MAX_RECORDS_PER_PARTITION,
-    MAX_TRIGGER_DELAY,
-    MIN_OFFSETS_PER_TRIGGER,
     MIN_PARTITIONS,
     STARTING_OFFSETS,
     STARTING_OFFSETS_BY_TIMESTAMP,
@@ -311,15 +308,6 @@ class KafkaSource(Source):
         else:
             self._ending = self._resolve_specific("endingOffsets", o[ENDING_OFFSETS], tps, wm, ending=True)
         return self._ending
-
-    def default_read_limit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger / minOffsetsPerTrigger + maxTriggerDelay. Called once per run."""
-        o = self.options
-        return ReadLimit(
-            max_rows=o[MAX_OFFSETS_PER_TRIGGER],
-            min_rows=o[MIN_OFFSETS_PER_TRIGGER],
-            max_trigger_delay=o[MAX_TRIGGER_DELAY] if o[MIN_OFFSETS_PER_TRIGGER] is not None else None,
-        )
 
     def prepare_for_available_now(self) -> bool:
         """Record the end offsets now; later batches never go past them. Called once."""

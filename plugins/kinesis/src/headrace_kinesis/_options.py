@@ -92,7 +92,7 @@ SOURCE_OPTIONS = OptionSchema(
                doc="Shortest time between two GetRecords calls on one shard (AWS allows 5 per second per shard)."),
         Option("maxFetchDuration", Duration(min=0.001), default=10.0,
                doc="Longest time one trigger spends fetching new records before the batch is cut."),
-        Option("fetchBufferSize", Size(), default=20 * 1024**3,
+        Option("fetchBufferSize", Size(), default=20 * 1024**3, read_limit="max_bytes",
                doc="Bytes fetched for one batch, at most (soft: a batch always advances)."),
         Option("shardFetchInterval", Duration(), default=1.0, doc="How often the shard list is polled for resharding."),
         Option("failOnDataLoss", Boolean(), default=True,

@@ -194,10 +194,6 @@ class KinesisSource(Source):
             self._iters[sid] = (("at", str(now_ms)), it, time.monotonic())
         return offset
 
-    def default_read_limit(self) -> ReadLimit:
-        """``fetchBufferSize`` as a soft byte limit per batch. Called once per run."""
-        return ReadLimit(max_bytes=self.buffer_bytes)
-
     def prepare_for_available_now(self) -> bool:
         """Called once for ``trigger(available_now=True)``: records that arrive after now are
         left for a later query (cut by their arrival time)."""

@@ -60,7 +60,7 @@ SOURCE_OPTIONS = OptionSchema(
         *CONNECTION_OPTIONS,
         Option("deleteSubscriptionOnStreamStop", Boolean(), default=False,
                doc="Delete the subscription when the query stops (not when it is killed)."),
-        Option("maxBytesPerTrigger", Size(),
+        Option("maxBytesPerTrigger", Size(), read_limit="max_bytes",
                doc="Soft limit of payload bytes per micro-batch (a batch may go over it by one pull)."),
         Option("maxRecordsPerFetch", Integer(min=1), default=1000,
                doc="Messages each fetch partition pulls per micro-batch, at most."),

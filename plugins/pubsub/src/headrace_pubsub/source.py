@@ -289,10 +289,6 @@ class PubSubSource(Source):
         """``{"seq": 0}``: no segment yet. Called once, for a new checkpoint only."""
         return {"seq": 0}
 
-    def default_read_limit(self) -> ReadLimit:
-        """``maxBytesPerTrigger`` as a soft byte limit. Called once per run."""
-        return ReadLimit(max_bytes=self.max_bytes) if self.max_bytes else ReadLimit.all_available()
-
     def prepare_for_available_now(self) -> bool:
         """Called once for ``trigger(available_now=True)``: messages published after this moment
         (by their publish time) are handed back (nacked) for a later run; the query stops once a
