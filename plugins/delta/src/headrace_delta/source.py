@@ -19,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import DataLossError, HeadraceError, SchemaChangedError, UnsupportedError
+from headrace.helpers.admission import AdmissionBudget
+from headrace.helpers.dataloss import DataLossPolicy
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_delta._log import (
@@ -85,35 +87,6 @@ class DeltaOffset:
         if event_order and self.snapshot:
             out["eventTimeStart"] = self.event_time
         return out
-
-
-class _Budget:
-    """Admission control of one batch: maxFiles is strict, maxBytes soft (at least one file)."""
-
-    def __init__(self, limit: ReadLimit) -> None:
-        self.max_files = limit.max_files
-        self.max_bytes = limit.max_bytes
-        self.files = 0
-        self.bytes = 0
-
-    @property
-    def exhausted(self) -> bool:
-        if self.max_files is not None and self.files >= self.max_files:
-            return True
-        return self.max_bytes is not None and self.bytes >= self.max_bytes
-
-    def admit(self, n_files: int, n_bytes: int) -> bool:
-        """Admit a unit of ``n_files`` files; the first unit of a batch is always admitted."""
-        if self.files == 0:
-            ok = True
-        elif self.max_files is not None and self.files + n_files > self.max_files:
-            ok = False
-        else:
-            ok = not (self.max_bytes is not None and self.bytes + n_bytes > self.max_bytes)
-        if ok:
-            self.files += n_files
-            self.bytes += n_bytes
-        return ok
 
 
 @dataclass(frozen=True)
@@ -326,15 +299,12 @@ class DeltaSource(Source):
             f"DELTA_FILE_NOT_FOUND_DETAILED: the log entry of version {version} of Delta table {self.loc.uri} "
             f"is gone (log retention/cleanup)"
         )
-        if self.fail_on_data_loss:
-            raise DataLossError(
-                f"{msg}; the stream cannot continue without losing data. Fix: start from a new checkpoint, or set "
-                "failOnDataLoss=false to skip to the earliest version still in the log"
-                + (f" ({later[0]})" if later else "")
-            )
-        if not later:
+        if not later and not self.fail_on_data_loss:
             raise DataLossError(f"{msg} and no later version is left in the log; start from a new checkpoint")
-        log.warning("%s; skipping to version %d (failOnDataLoss=false)", msg, later[0])
+        fix = "start from a new checkpoint, or set failOnDataLoss=false to skip to the earliest version still in the log"
+        DataLossPolicy(self.fail_on_data_loss, "delta", fix=fix + (f" ({later[0]})" if later else "")).lost(
+            f"{msg}; the stream cannot continue without losing data", skip=f"skipping to version {later[0] if later else '?'}"
+        )
         return later[0]
 
     def _commit_files(self, c: Commit) -> list[AddFile] | None:
@@ -445,17 +415,17 @@ class DeltaSource(Source):
         ``limit``. Called once per trigger on the driver; reads only log entries not seen yet."""
         self._new_listed = 0
         pos = self._parse(start)
-        end = self._advance(pos, _Budget(limit))
+        end = self._advance(pos, AdmissionBudget(limit))
         self._scan_to_end(end.version)
         return self._offset(end)
 
-    def _advance(self, pos: DeltaOffset, budget: _Budget) -> DeltaOffset:
+    def _advance(self, pos: DeltaOffset, budget: AdmissionBudget) -> DeltaOffset:
         v, idx = pos.version, pos.index
         if pos.snapshot:
             if self.event_order:
                 return self._advance_event_time(pos, budget)
             snap = self._snapshot(v)
-            while idx < len(snap) and budget.admit(1, snap[idx].add.size):
+            while idx < len(snap) and budget.admit(files=1, bytes=snap[idx].add.size):
                 idx += 1
             if idx < len(snap):
                 return DeltaOffset(v, idx, True)
@@ -477,18 +447,18 @@ class DeltaSource(Source):
                 break
             if self.cdf:
                 n = len(files)
-                if n and not budget.admit(n, sum(f.size for f in files)):
+                if n and not budget.admit(files=n, bytes=sum(f.size for f in files)):
                     break
                 v, idx = v + 1, 0
                 continue
-            while idx < len(files) and budget.admit(1, files[idx].size):
+            while idx < len(files) and budget.admit(files=1, bytes=files[idx].size):
                 idx += 1
             if idx < len(files):
                 break
             v, idx = v + 1, 0
         return DeltaOffset(v, idx, False)
 
-    def _advance_event_time(self, pos: DeltaOffset, budget: _Budget) -> DeltaOffset:
+    def _advance_event_time(self, pos: DeltaOffset, budget: AdmissionBudget) -> DeltaOffset:
         lo = pos.event_time
         files = self._snapshot(pos.version)
         cands = [f for f in files if lo is None or f.ev_max is None or f.ev_max >= lo]
@@ -501,7 +471,7 @@ class DeltaSource(Source):
 
         cands.sort(key=lambda f: (key(f), f.add.modification_time, f.add.path))
         i = 0
-        while i < len(cands) and budget.admit(1, cands[i].add.size):
+        while i < len(cands) and budget.admit(files=1, bytes=cands[i].add.size):
             i += 1
         if i == len(cands):
             return DeltaOffset(pos.version + 1, 0, False)

@@ -22,7 +22,8 @@ from typing import Any, cast
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from headrace.errors import DataLossError, HeadraceError
+from headrace.errors import HeadraceError
+from headrace.helpers.dataloss import DataLossPolicy
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, RealTimeChunk, Source, SourceContext
 from headrace_kafka._arrow import convert, schema, to_record_batch
@@ -316,9 +317,7 @@ class KafkaSource(Source):
         return True
 
     def _data_loss(self, message: str) -> None:
-        if self.fail_on_data_loss:
-            raise DataLossError(f"{message}; {_DATA_LOSS_FIX}")
-        log.warning("%s; skipping it (failOnDataLoss=false)", message)
+        DataLossPolicy(self.fail_on_data_loss, fix=_DATA_LOSS_FIX).lost(message)
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end of the next batch. Called once per trigger, on the driver.

@@ -24,7 +24,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.errors import DataLossError, HeadraceError
+from headrace.errors import HeadraceError
+from headrace.helpers.dataloss import DataLossPolicy
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_kinesis._client import StreamRef, error_code, make_client, stream_ref, with_backoff
@@ -224,10 +225,8 @@ class KinesisSource(Source):
     def _data_loss(self, sid: str, what: str) -> None:
         msg = (f"kinesis: records of stream {self.ref} shard {sid} are gone ({what}); they were probably trimmed by the "
                "stream's retention period while the query was stopped or behind")  # fmt: skip
-        if self.fail_on_data_loss:
-            raise DataLossError(msg + "; fix: set failOnDataLoss=false to skip them and continue from the oldest retained "
-                                "record, or start a new checkpoint")  # fmt: skip
-        log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+        DataLossPolicy(self.fail_on_data_loss, "kinesis", fix="set failOnDataLoss=false to skip them and continue from "
+                       "the oldest retained record, or start a new checkpoint").lost(msg, skip="skipping them")  # fmt: skip
 
     def _get_records(self, f: _Fetch, limit: int) -> tuple[list[dict[str, Any]], int]:
         """One GetRecords for ``f`` (renewing an expired iterator); returns (records, bytes)."""

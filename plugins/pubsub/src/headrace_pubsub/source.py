@@ -36,7 +36,9 @@ import pyarrow as pa
 from google.api_core import exceptions as gexc
 from google.pubsub_v1 import PullResponse
 
+from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError
+from headrace.helpers.admission import AdmissionBudget
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_pubsub._client import PubSubError, describe_api_error, resolve_endpoint, subscriber_client
@@ -67,21 +69,6 @@ _IDLE_POLL = 0.02  # seconds between pulls while the subscription has nothing to
 _RPC_TIMEOUT = 60.0
 
 
-def _crash_point() -> tuple[str, int]:
-    """Test hook, like the engine's: ``HEADRACE_TEST_CRASH=pubsub_after_pull:<seq>`` (messages pulled
-    and leased, nothing staged) or ``pubsub_after_stage:<seq>`` (staged, not acked) SIGKILLs the
-    process while the source prepares segment ``seq``."""
-    point, _, seq = os.environ.get("HEADRACE_TEST_CRASH", "").partition(":")
-    return (point, int(seq)) if point.startswith("pubsub_") and seq.isdigit() else ("", -1)
-
-
-def _maybe_crash(point: str, seq: int) -> None:
-    if _crash_point() == (point, seq):
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _seconds(value: Any) -> float:
     """Durations are parsed to seconds by the option schema (defaults included)."""
     return float(value)
@@ -90,51 +77,6 @@ def _seconds(value: Any) -> float:
 @dataclass(frozen=True)
 class PubSubPartition(SegmentPart, Partition):
     """One staged part file of one segment: what ``read`` reads. Picklable."""
-
-
-class _Budget:
-    """Rows and bytes a micro-batch may still take, shared by the fetch threads."""
-
-    def __init__(self, rows: int | None, max_bytes: int | None) -> None:
-        self._lock = threading.Lock()
-        self.rows = rows
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.messages = 0
-        self.stop = False
-
-    def reserve(self, n: int) -> int:
-        with self._lock:
-            if self.stop or (self.max_bytes is not None and self.bytes >= self.max_bytes):
-                return 0
-            if self.rows is None:
-                return n
-            got = min(n, self.rows)
-            self.rows -= got
-            return got
-
-    def estimate(self, n: int) -> int:
-        """With a byte limit, ask for about as many messages as fit in the bytes left (by the mean
-        size seen so far; 10 before any), so the soft limit is overshot by little."""
-        if self.max_bytes is None:
-            return n
-        with self._lock:
-            if self.messages == 0:
-                return min(n, 10)
-            mean = max(1.0, self.bytes / self.messages)
-            return max(1, min(n, int((self.max_bytes - self.bytes) / mean) + 1))
-
-    def give_back(self, n: int) -> None:
-        if n > 0 and self.rows is not None:
-            with self._lock:
-                self.rows += n
-
-    def add_bytes(self, n: int, messages: int) -> bool:
-        """Count ``n`` payload bytes of ``messages`` messages; False once the byte limit is reached."""
-        with self._lock:
-            self.bytes += n
-            self.messages += messages
-            return self.max_bytes is None or self.bytes < self.max_bytes
 
 
 class _Lease:
@@ -319,7 +261,7 @@ class PubSubSource(Source):
                 self._settle(duplicates, late, stats)
                 return dict(start)
             seq = s + 1
-            _maybe_crash("pubsub_after_pull", seq)
+            crash_point("pubsub_after_pull", seq)  # HEADRACE_TEST_CRASH=pubsub_after_pull:<seq>
             t = time.monotonic()
             batches = [messages_to_batch(f.messages) if f.messages else None for f in fetched]
             ids = [m.message.message_id for m in messages]
@@ -330,7 +272,7 @@ class PubSubSource(Source):
             lease.stop()  # nothing acked: Pub/Sub redelivers after the deadline
             raise
         lease.stop()
-        _maybe_crash("pubsub_after_stage", seq)
+        crash_point("pubsub_after_stage", seq)
         with self._seen_lock:
             for mid in ids:
                 self._seen[mid] = manifest["stagedAtMs"]
@@ -411,7 +353,7 @@ class PubSubSource(Source):
     # ------------------------------------------------------------------ fetching
     def _fetch(self, limit: ReadLimit) -> tuple[list[_Fetched], dict[str, Any]]:
         max_bytes = min(b for b in (limit.max_bytes, self.max_bytes) if b) if (limit.max_bytes or self.max_bytes) else None
-        budget = _Budget(limit.max_rows, max_bytes)
+        budget = AdmissionBudget(ReadLimit(max_rows=limit.max_rows, max_bytes=max_bytes))
         t0 = time.monotonic()
         deadline = t0 + self.max_fetch_period
         lease = _Lease(self)
@@ -457,11 +399,11 @@ class PubSubSource(Source):
             ) from e
         return PullResponse.pb(resp).received_messages
 
-    def _fetch_partition(self, budget: _Budget, deadline: float, lease: _Lease) -> _Fetched:
+    def _fetch_partition(self, budget: AdmissionBudget, deadline: float, lease: _Lease) -> _Fetched:
         out = _Fetched()
         idle_until = time.monotonic() + self.fetch_idle
         cutoff = self._cutoff_ms
-        while len(out.messages) < self.max_records and not budget.stop:
+        while len(out.messages) < self.max_records and not budget.closed:
             now = time.monotonic()
             if now >= deadline:
                 break
@@ -485,7 +427,7 @@ class PubSubSource(Source):
                     m = r.message
                     if cutoff is not None and m.publish_time.seconds * 1000 + m.publish_time.nanos // 1_000_000 > cutoff:
                         out.late.append(r.ack_id)
-                        budget.stop = True
+                        budget.close()
                         continue
                     mid = m.message_id
                     if mid in self._seen or mid in self._pending_fetch_ids:
