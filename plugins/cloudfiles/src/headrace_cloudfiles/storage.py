@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError
+from headrace.helpers.storage import is_not_found
 from headrace_cloudfiles._options import (  # typed option handles
     CLOUD_FILES_REGION,
     S3_ADDRESSING_STYLE,
@@ -239,7 +240,7 @@ class S3Store(Store):
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self._key(rel))
         except self.client.exceptions.ClientError as e:
-            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
+            if is_not_found(e):
                 return None
             raise
         return FileInfo(rel, int(head["ContentLength"]), int(head["LastModified"].timestamp() * 1000))
@@ -271,7 +272,7 @@ class S3Store(Store):
         try:
             self.client.copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": self._key(rel)})
         except self.client.exceptions.ClientError as e:
-            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey"):
+            if is_not_found(e):
                 return
             raise
         self.delete(rel)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
 
 from headrace.errors import HeadraceError
+from headrace.helpers.retry import backoff
 from headrace.options import Options
 from headrace_kinesis._options import (  # typed option handles
     AWS_ACCESS_KEY,
@@ -169,5 +169,5 @@ def with_backoff(
                 raise
             if on_retry is not None:
                 on_retry("connection")
-        sleep(random.uniform(0, min(cap, base * (2**attempt))))
+        sleep(backoff(attempt + 1, base=base, cap=cap))
     raise AssertionError("unreachable")

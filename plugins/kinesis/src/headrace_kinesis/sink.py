@@ -11,7 +11,6 @@ possible (at-least-once, as Spark's Kinesis sink); Kinesis has no transactional 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError
+from headrace.helpers.retry import backoff
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace_kinesis._client import StreamRef, make_client, stream_ref, with_backoff
@@ -173,7 +173,7 @@ class KinesisSink(Sink):
             log.debug("kinesis sink: %d records rejected (%s); retrying them", len(failed), ", ".join(codes))
             retried += len(failed)
             todo = failed
-            time.sleep(random.uniform(0, min(5.0, self.backoff * (2**attempt))))
+            time.sleep(backoff(attempt + 1, base=self.backoff))
         raise AssertionError("unreachable")
 
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
