@@ -22,5 +22,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             "exactly-once sink with app transactions.",
             requires=("deltalake",),
             install_hint="pip install headrace-delta",
+            api_version="1",  # the headrace plugin API it is written for
         )
     ]

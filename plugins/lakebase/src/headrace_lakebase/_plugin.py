@@ -24,6 +24,7 @@ def headrace_connectors() -> list[ConnectorSpec]:
             description="Batched, exactly-once upserts (or inserts) into PostgreSQL / Databricks Lakebase.",
             requires=("psycopg",),
             install_hint="pip install headrace-lakebase",
+            api_version="1",  # the headrace plugin API it is written for
         )
     ]
 
