@@ -17,7 +17,7 @@
 #      CHECK_WHEELS_DIR (work folder, default a temp dir, removed at the end).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${HEADRACE_VENV:-.venv}
+VENV=$(cd "${HEADRACE_VENV:-.venv}" && pwd)
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 PY=$(command -v python3.11 || command -v python3)
 JOBS=${CHECK_WHEELS_JOBS:-3}
@@ -33,7 +33,13 @@ fi
 quiet() { grep -v "is ignored: it is neither a file nor a directory" || true; }
 
 echo "== wheels: building ${dists[*]}"
-if ! "${PIP[@]}" wheel -q --no-deps -w "$WORK/wheels" $(printf './%s ' core "${dists[@]}" | tr ' ' '\n' | sort -u) >"$WORK/logs/build.log" 2>&1; then
+# from clean copies: setuptools leaves build/ in the folder it builds, whose stale files would
+# end up in the next wheel (and the work tree stays as it was)
+for d in $(printf '%s\n' core "${dists[@]}" | sort -u); do
+  mkdir -p "$WORK/src/$d"
+  tar -C "$d" --exclude=build --exclude='*.egg-info' --exclude=__pycache__ -cf - . | tar -C "$WORK/src/$d" -xf -
+done
+if ! (cd "$WORK/src" && "${PIP[@]}" wheel -q --no-deps -w "$WORK/wheels" $(printf './%s ' core "${dists[@]}" | tr ' ' '\n' | sort -u)) >"$WORK/logs/build.log" 2>&1; then
   quiet <"$WORK/logs/build.log" >&2
   echo "wheels: FAILED to build a wheel (see above)" >&2
   exit 1
