@@ -14,6 +14,10 @@ for d in plugins/*/; do
   # a plugin's optional client libraries (extra "all") are needed by its tests
   if grep -qE '^all *=' "$d/pyproject.toml"; then pkgs+=(-e "$d[all]"); else pkgs+=(-e "$d"); fi
 done
+# example plugins (their own distributions, e.g. examples/headrace-sqlite) are tested like plugins
+for d in examples/*/; do
+  [ -f "$d/pyproject.toml" ] && pkgs+=(-e "${d%/}")
+done
 echo "== installing ${pkgs[*]} -r requirements-dev.txt"
 pip_log=$(mktemp)
 if ! "$VENV/bin/python" -m pip install -q "${pkgs[@]}" -r requirements-dev.txt >"$pip_log" 2>&1; then

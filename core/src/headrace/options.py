@@ -32,7 +32,10 @@ import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+
+if TYPE_CHECKING:
+    from headrace.protocols import ReadLimit
 
 from headrace.errors import OptionProblem, OptionsError, register_secret
 
@@ -111,9 +114,14 @@ class Secret:
 
 # --------------------------------------------------------------------------- types
 
+T = TypeVar("T", covariant=True)
 
-class OptionType(ABC):
-    """How a value is written and coerced. ``parse`` raises ValueError saying what is expected."""
+
+class OptionType(ABC, Generic[T]):
+    """How a value is written and coerced. ``parse`` raises ValueError saying what is expected.
+
+    ``T`` is the type ``parse`` returns (``Integer`` is an ``OptionType[int]``), so
+    ``Option("n", Integer())`` is an ``Option[int]`` and ``options[N]`` an ``int``."""
 
     label = "string"
 
@@ -126,7 +134,7 @@ class OptionType(ABC):
         return json.dumps(value) if isinstance(value, list | dict) else str(value)
 
 
-class String(OptionType):
+class String(OptionType[str]):
     label = "string"
 
     def __init__(self, *, pattern: str | None = None, hint: str = "") -> None:
@@ -170,7 +178,7 @@ class Regex(String):
         return text
 
 
-class Integer(OptionType):
+class Integer(OptionType[int]):
     label = "int"
 
     def __init__(self, *, min: int | None = None, max: int | None = None) -> None:
@@ -196,7 +204,7 @@ class Integer(OptionType):
         return n
 
 
-class Float(OptionType):
+class Float(OptionType[float]):
     label = "float"
 
     def __init__(self, *, min: float | None = None, max: float | None = None) -> None:
@@ -218,7 +226,7 @@ class Float(OptionType):
         return x
 
 
-class Boolean(OptionType):
+class Boolean(OptionType[bool]):
     label = "bool"
     _TRUE = {"true", "1", "yes", "on"}
     _FALSE = {"false", "0", "no", "off"}
@@ -247,7 +255,7 @@ _DURATION_UNITS = {
 }  # fmt: skip
 
 
-class Duration(OptionType):
+class Duration(OptionType[float]):
     """A duration such as ``"100 milliseconds"``, ``"5 minutes"``, ``"10s"``, ``"1.5h"``.
 
     Parsed to seconds (float). A bare number is in ``unit`` (seconds unless stated).
@@ -288,7 +296,7 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1024, "kib": 1024, "m": 1024**2, 
                "g": 1024**3, "gb": 1024**3, "gib": 1024**3, "t": 1024**4, "tb": 1024**4, "tib": 1024**4}  # fmt: skip
 
 
-class Size(OptionType):
+class Size(OptionType[int]):
     """A byte size such as ``"10g"``, ``"512k"``, ``"1.5 MB"`` or ``1048576`` (units are binary, as in Spark)."""
 
     label = "size"
@@ -309,7 +317,7 @@ class Size(OptionType):
         return n
 
 
-class Timestamp(OptionType):
+class Timestamp(OptionType[dt.datetime]):
     """A point in time: ISO 8601 (``2024-05-01``, ``2024-05-01T12:00:00Z``) or epoch milliseconds.
 
     Parsed to an aware ``datetime`` in UTC; a value without a zone is taken as UTC.
@@ -341,7 +349,7 @@ class Timestamp(OptionType):
             raise ValueError(f"{_short(value)} is out of the range of timestamps ({e})") from None
 
 
-class StringList(OptionType):
+class StringList(OptionType[list[str]]):
     """A comma-separated list (``"a, b"``) or a Python list of strings."""
 
     label = "list"
@@ -361,7 +369,7 @@ class StringList(OptionType):
         return self.sep.join(value) if isinstance(value, list) else str(value)
 
 
-class Choice(OptionType):
+class Choice(OptionType[str]):
     """One of a fixed set of words, matched case-insensitively, returned in canonical spelling."""
 
     def __init__(self, *choices: str) -> None:
@@ -378,7 +386,7 @@ class Choice(OptionType):
         raise ValueError(f"{_short(value)} is not one of {allowed}" + (f" (did you mean {hint!r}?)" if hint else ""))
 
 
-class Json(OptionType):
+class Json(OptionType[Any]):
     """A JSON document (string) or the equivalent Python value."""
 
     label = "json"
@@ -396,7 +404,7 @@ class Json(OptionType):
             raise ValueError(f"{_short(value)} is not usable JSON ({e})") from None
 
 
-class OneOf(OptionType):
+class OneOf(OptionType[Any]):
     """The first of several types that accepts the value, e.g. ``OneOf(Integer(), Choice("latest"))``."""
 
     def __init__(self, *types: OptionType) -> None:
@@ -412,7 +420,7 @@ class OneOf(OptionType):
         raise ValueError(f"{_short(value)} is not {self.label}")
 
 
-class PyObject(OptionType):
+class PyObject(OptionType[Any]):
     """A Python object given through the API (e.g. a function); ``callable_`` requires a callable."""
 
     label = "object"
@@ -431,23 +439,37 @@ class PyObject(OptionType):
 # --------------------------------------------------------------------------- declaration
 
 
+_READ_LIMIT_FIELDS = ("max_files", "max_bytes", "max_rows", "min_rows", "max_trigger_delay")
+
+
 @dataclass(frozen=True)
-class Option:
+class Option(Generic[T]):
     """One option: name (the reference's spelling), type, default, documentation.
 
     ``unsupported`` marks an option of the reference that headrace does not support (e.g. one
     that only makes sense on Databricks): it is listed by ``describe`` and rejected with this
     reason if given.
+
+    A declaration is also a typed handle: ``MAX_FILES = Option[int]("maxFilesPerTrigger",
+    Integer(min=1))`` then ``options[MAX_FILES]`` is an ``int`` for the type checker (string keys
+    keep working, untyped). ``read_limit`` names the :class:`~headrace.protocols.ReadLimit` field
+    the option sets (``"max_files"``, ``"max_bytes"``, ``"max_rows"``, ``"min_rows"``,
+    ``"max_trigger_delay"``): the default ``Source.default_read_limit()`` is then derived from it.
     """
 
     name: str
-    type: OptionType = field(default_factory=String)
+    type: OptionType[T] = field(default_factory=String)  # type: ignore[arg-type]
     default: Any = None
     required: bool = False
     doc: str = ""
     secret: bool = False
     unsupported: str | None = None
     aliases: tuple[str, ...] = ()
+    read_limit: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.read_limit is not None and self.read_limit not in _READ_LIMIT_FIELDS:
+            raise ValueError(f"option {self.name!r}: read_limit={self.read_limit!r} is not one of {', '.join(_READ_LIMIT_FIELDS)}")
 
 
 @dataclass(frozen=True)
@@ -531,11 +553,21 @@ class Options(Mapping[str, Any]):
         values: Mapping[str, Any],
         given: Iterable[str] = (),
         passthrough: Mapping[str, Mapping[str, Any]] | None = None,
+        read_limits: Mapping[str, str] | None = None,
     ) -> None:
         self._values = dict(values)
         self._lower = {k.lower(): k for k in self._values}
         self._given = {g.lower() for g in given}
         self._passthrough = {p: dict(v) for p, v in (passthrough or {}).items()}
+        self._read_limits = dict(read_limits or {})
+
+    def read_limit(self) -> ReadLimit:
+        """The :class:`~headrace.protocols.ReadLimit` set by the options declared with
+        ``read_limit=...`` (unset ones leave their field None: no limit)."""
+        from headrace.protocols import ReadLimit
+
+        fields = {f: self.reveal(name) for name, f in self._read_limits.items() if self._values.get(name) is not None}
+        return ReadLimit(**fields)
 
     def _key(self, name: str) -> str:
         try:
@@ -543,7 +575,13 @@ class Options(Mapping[str, Any]):
         except KeyError:
             raise KeyError(f"{name!r} is not a declared option; declared: {', '.join(sorted(self._values))}") from None
 
-    def __getitem__(self, name: str) -> Any:
+    @overload
+    def __getitem__(self, name: Option[T]) -> T: ...
+    @overload
+    def __getitem__(self, name: str) -> Any: ...
+    def __getitem__(self, name: str | Option[Any]) -> Any:
+        if isinstance(name, Option):
+            name = name.name
         return self._values[self._key(name)]
 
     def __iter__(self) -> Iterator[str]:
@@ -553,13 +591,19 @@ class Options(Mapping[str, Any]):
         return len(self._values)
 
     def __contains__(self, name: object) -> bool:
+        if isinstance(name, Option):
+            name = name.name
         return isinstance(name, str) and name.lower() in self._lower
 
-    def is_set(self, name: str) -> bool:
+    def is_set(self, name: str | Option[Any]) -> bool:
         """True when the user gave this option (as opposed to its default applying)."""
-        return name.lower() in self._given
+        return (name.name if isinstance(name, Option) else name).lower() in self._given
 
-    def reveal(self, name: str) -> Any:
+    @overload
+    def reveal(self, name: Option[T]) -> T: ...
+    @overload
+    def reveal(self, name: str) -> Any: ...
+    def reveal(self, name: str | Option[Any]) -> Any:
         """The plain value of an option, secret or not (for handing to a client library)."""
         v = self[name]
         return v.reveal() if isinstance(v, Secret) else v
@@ -591,7 +635,7 @@ class Options(Mapping[str, Any]):
         return f"Options({self.redacted()!r})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (Options, (self._values, self._given, self._passthrough))
+        return (Options, (self._values, self._given, self._passthrough, self._read_limits))
 
 
 class OptionSchema:
@@ -631,6 +675,14 @@ class OptionSchema:
 
     def get(self, name: str) -> Option | None:
         return self._by_lower.get(name.lower())
+
+    def __getitem__(self, name: str) -> Option[Any]:
+        """The declaration called ``name`` (or an alias of it), for a typed handle:
+        ``MAX_FILES: Option[int] = SOURCE_OPTIONS["maxFilesPerTrigger"]``."""
+        opt = self._by_lower.get(name.lower())
+        if opt is None:
+            raise KeyError(f"{name!r} is not declared; declared: {', '.join(o.name for o in self.options)}")
+        return opt
 
     def extended(self, options: Iterable[Option] = (), *, rules: Iterable[Rule] = ()) -> OptionSchema:
         """A copy with more options and rules (e.g. a connector adding to a shared set)."""
@@ -688,7 +740,7 @@ class OptionSchema:
                 problems.append(OptionProblem(opt.name, "is required" + (f": {opt.doc}" if opt.doc else "")))
                 continue
             values[opt.name] = self._defaults.get(opt.name)
-        opts = Options(values, given, passthrough)
+        opts = Options(values, given, passthrough, {o.name: o.read_limit for o in self.options if o.read_limit})
         if not problems:
             for r in self.rules:
                 try:

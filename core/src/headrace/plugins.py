@@ -20,8 +20,16 @@ small module of hook implementations::
 The registry loads entry points lazily, on the first lookup, and imports a connector's class
 (and so its client library) only when the connector is used. A plugin module that fails to
 import is remembered and reported when one of its connectors (or its entry-point name) is
-asked for; other plugins keep working. Two plugins claiming one connector name is an error
-naming both distributions, raised when that name is asked for.
+asked for (matched by its entry-point name or distribution, never by text inside its error);
+other plugins keep working. Two plugins claiming one connector name is an error naming both
+distributions, raised when that name is asked for.
+
+Plugin API version: :data:`PLUGIN_API_VERSION` is the version of this interface (hookspecs,
+:class:`ConnectorSpec`, the Source/Sink protocols) the core implements. A plugin says which one
+it was written for in ``ConnectorSpec(api_version="1")``; one for another major version is
+refused, naming the plugin, both versions and the fix. A misspelled or undecorated hook
+(``def headrace_connector()``) and a plugin that registers no connector are reported by
+:meth:`Registry.problems` and ``headrace connectors``.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import os
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -42,6 +51,8 @@ from headrace.options import OptionSchema, suggest
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PLUGIN_API_VERSION",
+    "PLUGINS_ENV",
     "ConnectorSpec",
     "HeadraceHookSpecs",
     "Registry",
@@ -61,6 +72,11 @@ FIRST_PARTY = {
     "lakebase": "headrace-lakebase",
     "pubsub": "headrace-pubsub",
 }
+PLUGIN_API_VERSION = "1.0"
+"""The plugin interface this core implements: a plugin whose ``api_version`` has another major
+version is refused. The minor version grows with backwards-compatible additions."""
+PLUGINS_ENV = "HEADRACE_PLUGINS"
+"""Comma-separated plugin modules registered in addition to the entry points (not packaged yet)."""
 hookspec = pluggy.HookspecMarker("headrace")
 hookimpl = pluggy.HookimplMarker("headrace")
 
@@ -79,7 +95,8 @@ class ConnectorSpec:
 
     ``source`` / ``sink`` are lazy ``"module:Class"`` paths. ``requires`` lists the import
     names of the client libraries the classes need; when one is missing the error says
-    ``install_hint``.
+    ``install_hint``. ``api_version`` is the plugin API (:data:`PLUGIN_API_VERSION`) the plugin
+    was written for, e.g. ``"1"``; empty means unstated (taken as compatible).
     """
 
     name: str
@@ -92,6 +109,7 @@ class ConnectorSpec:
     install_hint: str = ""
     requires: tuple[str, ...] = ()
     distribution: str = ""
+    api_version: str = ""
 
     def missing_requirements(self) -> list[str]:
         """Import names in ``requires`` that are not installed (checked without importing them;
@@ -175,6 +193,15 @@ class _Broken:
     name: str
     distribution: str
     error: str
+    trace: str = ""
+
+
+def _major(version: str) -> str:
+    return version.strip().split(".", 1)[0]
+
+
+_HOOK_NAMES = ("headrace_connectors", "headrace_addhooks", "headrace_query_started", "headrace_query_progress",
+               "headrace_query_terminated")  # fmt: skip
 
 
 class Registry:
@@ -194,6 +221,8 @@ class Registry:
         self._connectors: dict[str, _Entry] = {}
         self._duplicates: dict[str, list[str]] = {}
         self._broken: list[_Broken] = []
+        self._problems: list[tuple[str, str, str]] = []
+        self._refused: dict[str, _Broken] = {}
 
     # ------------------------------------------------------------------ loading
     def _ensure_loaded(self) -> None:
@@ -207,9 +236,21 @@ class Registry:
                     try:
                         module = ep.load()
                     except Exception as e:
-                        self._broken.append(_Broken(ep.name, dist, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+                        self._broken.append(_Broken(ep.name, dist, f"{type(e).__name__}: {e}", traceback.format_exc()))
                         continue
                     self._register(module, dist, ep.name)
+                    if dist == "headrace":
+                        continue
+                    self._check_hooks(module, dist, ep.name)
+                # plugin modules named by the environment (a plugin tried before it is packaged,
+                # or one test's connectors in the pipelines it runs in subprocesses)
+                for mod_name in filter(None, (m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(","))):
+                    try:
+                        module = importlib.import_module(mod_name)
+                    except Exception as e:
+                        self._broken.append(_Broken(mod_name, PLUGINS_ENV, f"{type(e).__name__}: {e}", traceback.format_exc()))
+                        continue
+                    self._register(module, f"{PLUGINS_ENV}={mod_name}", mod_name)
 
     def register_module(self, module: ModuleType | object, distribution: str = "(registered by hand)") -> None:
         """Register a plugin module or object with ``@hookimpl`` functions."""
@@ -223,13 +264,48 @@ class Registry:
             hook = getattr(module, "headrace_connectors", None)
             specs = list(hook() or ()) if hook is not None else []
         except Exception as e:
-            self._broken.append(_Broken(name, dist, f"{type(e).__name__}: {e}"))
+            self._broken.append(_Broken(name, dist, f"{type(e).__name__}: {e}", traceback.format_exc()))
             return
         for spec in specs:
-            self._add(spec, dist)
+            if not isinstance(spec, ConnectorSpec):
+                self._broken.append(_Broken(name, dist, f"headrace_connectors() returned {type(spec).__name__}, "
+                                                        "not a ConnectorSpec"))  # fmt: skip
+                continue
+            self._add(spec, dist, name)
 
-    def _add(self, spec: ConnectorSpec, dist: str) -> None:
+    def _check_hooks(self, module: object, dist: str, name: str) -> None:
+        """Report misspelled or undecorated hooks, and a plugin that provides no connector."""
+        from headrace.options import suggest as _suggest
+
+        for attr in dir(module):
+            fn = getattr(module, attr, None)
+            if not attr.startswith("headrace_") or not callable(fn) or isinstance(fn, type):
+                continue
+            if attr not in _HOOK_NAMES:
+                hint = _suggest(attr, _HOOK_NAMES)
+                self._problems.append((name, dist, f"{attr}() is not a headrace hook" + (f" (did you mean {hint}()?)" if hint else "")
+                                       + f"; the hooks are {', '.join(_HOOK_NAMES)}"))  # fmt: skip
+            elif self.pm.parse_hookimpl_opts(module, attr) is None:
+                self._problems.append((name, dist, f"{attr}() is not decorated with @hookimpl "
+                                                   "(from headrace.plugins import hookimpl), so headrace never calls it"))  # fmt: skip
+        if not any(e.distribution == dist for e in self._connectors.values()) and not any(
+            b.distribution == dist for b in self._broken
+        ):
+            self._problems.append((name, dist, "registers no connector: its module has no @hookimpl "
+                                               "headrace_connectors() returning ConnectorSpec(...) objects"))  # fmt: skip
+
+    def _add(self, spec: ConnectorSpec, dist: str, plugin: str = "") -> None:
         spec = ConnectorSpec(**{**spec.__dict__, "distribution": spec.distribution or dist})
+        if spec.api_version and _major(spec.api_version) != _major(PLUGIN_API_VERSION):
+            self._broken.append(_Broken(
+                plugin or spec.name, spec.distribution,
+                f"connector '{spec.name}' of {spec.distribution} is written for headrace plugin API "
+                f"{spec.api_version}, but this headrace implements plugin API {PLUGIN_API_VERSION}; fix: install a "
+                f"version of {spec.distribution} made for this headrace, or a headrace for plugin API "
+                f"{_major(spec.api_version)}.x",
+            ))  # fmt: skip
+            self._refused[spec.name.lower()] = self._broken[-1]
+            return
         for key in {spec.name.lower(), *(a.lower() for a in spec.aliases)}:
             other = self._connectors.get(key)
             if other is not None and other.spec is not spec and other.distribution != dist:
@@ -255,12 +331,20 @@ class Registry:
         entry = self._connectors.get(key)
         if entry is not None:
             return entry.spec
+        if key in self._refused:
+            raise PluginError(self._refused[key].error)
         for b in self._broken:
-            if b.name.lower() == key or key in b.error.lower().split("\n", 1)[0]:
+            # blamed by identity only: its entry-point name or its distribution's name
+            if key in (b.name.lower(), b.distribution.lower(), b.distribution.lower().removeprefix("headrace-"),
+                       b.distribution.lower().removeprefix("headrace_")):  # fmt: skip
                 raise PluginError(
                     f"the plugin '{b.name}' from {b.distribution} failed to load, so connector '{name}' "
-                    f"is unavailable: {b.error.splitlines()[0]}; fix: reinstall it (pip install --force-reinstall {b.distribution})"
+                    f"is unavailable: {b.error.splitlines()[0]}; fix: reinstall it (pip install --force-reinstall "
+                    f"{b.distribution}), or run `headrace connectors -v` for the traceback"
                 )
+        for plugin, dist, problem in self._problems:
+            if key in (plugin.lower(), dist.lower(), dist.lower().removeprefix("headrace-")):
+                raise PluginError(f"connector '{name}' is unavailable: plugin '{plugin}' from {dist}: {problem}")
         names = self.names()
         hint = suggest(name, names)
         msg = f"no connector named '{name}'"
@@ -269,9 +353,9 @@ class Registry:
         msg += f"; installed: {', '.join(names) or 'none'}"
         if self._broken:
             msg += f"; plugins that failed to load: {', '.join(f'{b.name} ({b.distribution})' for b in self._broken)}"
-        dist = FIRST_PARTY.get(name.lower())
-        if dist is not None:
-            msg += f". The '{name}' connector comes with a plugin: pip install {dist}"
+        first_party = FIRST_PARTY.get(name.lower())
+        if first_party is not None:
+            msg += f". The '{name}' connector comes with a plugin: pip install {first_party}"
         elif not hint:
             msg += ". Connectors are plugins: install the one that provides it, then `headrace connectors` lists it"
         raise ConnectorNotFoundError(msg)
@@ -292,6 +376,17 @@ class Registry:
         """Plugins that failed to load: (entry-point name, distribution, error)."""
         self._ensure_loaded()
         return [(b.name, b.distribution, b.error) for b in self._broken]
+
+    def tracebacks(self) -> dict[tuple[str, str], str]:
+        """The traceback of each plugin that failed to load, by (entry-point name, distribution)."""
+        self._ensure_loaded()
+        return {(b.name, b.distribution): b.trace for b in self._broken if b.trace}
+
+    def problems(self) -> list[tuple[str, str, str]]:
+        """Plugins that loaded but look wrong: (entry-point name, distribution, problem), e.g. a
+        misspelled hook (``headrace_connector``) or no connector registered."""
+        self._ensure_loaded()
+        return list(self._problems)
 
     def duplicates(self) -> dict[str, list[str]]:
         self._ensure_loaded()

@@ -200,8 +200,12 @@ class Source(ABC):
         """Where a new stream starts. Called once, only when the checkpoint has no batch yet."""
 
     def default_read_limit(self) -> ReadLimit:
-        """The limit from the source's rate options (``maxFilesPerTrigger``, ...). Called once per run."""
-        return ReadLimit.all_available()
+        """The limit from the source's rate options (``maxFilesPerTrigger``, ...). Called once per run.
+
+        The default derives it from the options declared with ``Option(..., read_limit="max_files")``
+        (see :class:`headrace.options.Option`); override it for anything else."""
+        read_limit = getattr(self.options, "read_limit", None)
+        return read_limit() if callable(read_limit) else ReadLimit.all_available()
 
     @abstractmethod
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:

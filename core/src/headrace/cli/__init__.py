@@ -1,6 +1,7 @@
 """The ``headrace`` command: one module per command group, registered on one parser.
 
 - :mod:`headrace.cli.connectors`: ``connectors``, ``describe``
+- :mod:`headrace.cli.plugins`: ``new-plugin`` (and ``connectors --check`` / ``-v``)
 - :mod:`headrace.cli.run`: ``run``, ``validate`` (single-flow TOML pipelines)
 - :mod:`headrace.cli.ui`: ``ui`` (the dashboard)
 - :mod:`headrace.pipelines.cli`: ``pipelines ...`` (declarative pipelines)
@@ -32,6 +33,7 @@ __all__ = ["build_parser", "main", "say"]
 
 _GROUPS = (
     "headrace.cli.connectors",
+    "headrace.cli.plugins",
     "headrace.cli.run",
     "headrace.cli.ui",
     "headrace.cli.checkpoint",

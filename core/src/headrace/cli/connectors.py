@@ -28,7 +28,9 @@ def _connectors(args: argparse.Namespace) -> int:
         print(f"! plugin '{name}' from {dist} failed to load: {error.splitlines()[0]}")
     for name, dists in reg.duplicates().items():
         print(f"! connector name '{name}' is claimed by {' and '.join(dists)}")
-    return 0
+    from headrace.cli.plugins import connectors_report
+
+    return connectors_report(args, reg)
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -48,7 +50,11 @@ def _describe(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """Add ``connectors`` and ``describe`` to the ``headrace`` parser's subcommands."""
-    sub.add_parser("connectors", help="list installed connectors").set_defaults(fn=_connectors)
+    from headrace.cli.plugins import add_connectors_options
+
+    conn = sub.add_parser("connectors", help="list installed connectors")
+    conn.set_defaults(fn=_connectors)
+    add_connectors_options(conn)
     d = sub.add_parser("describe", help="show a connector's options")
     d.add_argument("name")
     d.set_defaults(fn=_describe)

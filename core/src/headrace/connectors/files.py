@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from headrace.checkpoint import atomic_write
+from headrace.engine.crash import crash_point
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 
@@ -102,6 +103,8 @@ class FilesSink(Sink):
                     os.makedirs(final_dir, exist_ok=True)
                     os.replace(os.path.join(root, name),
                                os.path.join(final_dir, f"part-{batch_id:010d}-{k:05d}-{n}.{self.ext}"))  # fmt: skip
+        # the files are in place but the batch is not marked: a replay must not duplicate them
+        crash_point("files_between_data_and_marker", batch_id)
         os.makedirs(marker_dir, exist_ok=True)
         atomic_write(marker, str(sum(m.num_rows for m in staged)).encode())
         for m in staged:

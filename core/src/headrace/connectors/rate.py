@@ -90,6 +90,8 @@ class RateMicroBatchSource(Source):
 
     def prepare_for_available_now(self) -> bool:
         self._available_now = True
+        if self.total is not None:  # what is there now; without totalRows, one batch from the start
+            self._target = self.total
         return True
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:

@@ -8,7 +8,8 @@
      "sink": {"format": "files", "options": {...}},
      "checkpoint": "/tmp/chk", "name": "q",
      "trigger": {"available_now": true},              # any DataStreamWriter.trigger kwargs
-     "run_for": 5.0}                                  # for unbounded triggers: stop after N s
+     "run_for": 5.0,                                  # for unbounded triggers: stop after N s
+     "read_limit": {"max_rows": 10}}                  # optional: replaces the source's default_read_limit()
 
 and exits 0 when the query ends, 1 (printing the error) when it fails.
 """
@@ -22,12 +23,22 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PipelineResult", "run_pipeline", "run_until_done"]
+__all__ = ["PipelineResult", "TracePoint", "run_pipeline", "run_until_done", "split_rows"]
+
+
+@dataclass(frozen=True)
+class TracePoint:
+    """A crash point the pipeline passed: its name, the batch id, seconds after the process started."""
+
+    point: str
+    batch: int
+    at: float
 
 
 @dataclass(frozen=True)
@@ -35,10 +46,19 @@ class PipelineResult:
     returncode: int
     stdout: str
     stderr: str
+    trace: tuple[TracePoint, ...] = ()
+    elapsed: float = 0.0
 
     @property
     def killed(self) -> bool:
         return self.returncode == -signal.SIGKILL
+
+    def last_point(self) -> str:
+        """Where the run was when it ended, for messages: ``"mid_write of batch 2"``."""
+        if not self.trace:
+            return "before its first batch"
+        t = self.trace[-1]
+        return f"just after {t.point} of batch {t.batch} ({t.at:.2f} s after it started)"
 
     def check(self) -> PipelineResult:
         """Raise with the subprocess's output unless it exited 0."""
@@ -51,7 +71,8 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = dict(os.environ)
     paths = [os.getcwd(), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env.pop("HEADRACE_TEST_CRASH", None)
+    for var in ("HEADRACE_TEST_CRASH", "HEADRACE_TEST_CRASH_TRACE", "HEADRACE_TEST_KILL_AFTER"):
+        env.pop(var, None)
     env.update(extra or {})
     return env
 
@@ -63,17 +84,46 @@ def run_pipeline(
     kill_after: float | None = None,
     timeout: float = 120.0,
     env: Mapping[str, str] | None = None,
+    trace: bool = False,
+    kill_at: tuple[str, float] | None = None,
 ) -> PipelineResult:
     """Run ``spec`` in a fresh Python process.
 
     ``crash="point:batch"`` makes the engine SIGKILL itself at that point (see
     ``headrace.engine.crash``); ``kill_after`` SIGKILLs it from outside after that many
-    seconds. Returns the exit status and output; ``result.killed`` tells whether it died by
-    SIGKILL.
+    seconds. With ``trace`` the result lists every crash point passed, with its time
+    (``HEADRACE_TEST_CRASH_TRACE``). Returns the exit status and output; ``result.killed``
+    tells whether it died by SIGKILL. ``kill_at=(point, delay)`` makes it SIGKILL itself
+    ``delay`` seconds after it first passes crash point ``point`` (``HEADRACE_TEST_KILL_AFTER``;
+    implies ``trace``).
     """
+    trace = trace or kill_at is not None
     extra = dict(env or {})
+    if kill_at is not None:
+        extra["HEADRACE_TEST_KILL_AFTER"] = f"{kill_at[0]}:{kill_at[1]:.6f}"
     if crash:
         extra["HEADRACE_TEST_CRASH"] = crash
+    trace_file = None
+    if trace:
+        fd, trace_file = tempfile.mkstemp(prefix="headrace-trace-")
+        os.close(fd)
+        extra["HEADRACE_TEST_CRASH_TRACE"] = trace_file
+    started = time.time()
+    try:
+        rc, out, err = _run(spec, extra, kill_after, timeout)
+        elapsed = time.time() - started
+        points: tuple[TracePoint, ...] = ()
+        if trace_file is not None:
+            with open(trace_file) as f:
+                rows = [line.split() for line in f if line.strip()]
+            points = tuple(TracePoint(r[0], int(r[1]), float(r[2]) - started) for r in rows if len(r) == 3)
+    finally:
+        if trace_file is not None:
+            os.unlink(trace_file)
+    return PipelineResult(rc, out, err, points, elapsed)
+
+
+def _run(spec: Mapping[str, Any], extra: dict[str, str], kill_after: float | None, timeout: float) -> tuple[int, str, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "headrace.testing._pipeline", json.dumps(spec)],
         stdout=subprocess.PIPE,
@@ -90,7 +140,15 @@ def run_pipeline(
             raise AssertionError(f"pipeline did not finish within {timeout} s\nstdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}") from None
         proc.send_signal(signal.SIGKILL)
         out, err = proc.communicate()
-    return PipelineResult(proc.returncode, out, err)
+    return proc.returncode, out, err
+
+
+def split_rows(table: Any) -> Any:
+    """A transform that hands each row to the sink as its own record batch, so every batch of
+    two rows or more passes the engine's ``mid_write`` crash point (the source suite uses it)."""
+    import pyarrow as pa
+
+    return pa.Table.from_batches(table.combine_chunks().to_batches(max_chunksize=1), schema=table.schema)
 
 
 def run_until_done(
@@ -123,6 +181,13 @@ def main(argv: list[str]) -> int:
 
     spec = json.loads(argv[0])
     src = spec["source"]
+    if spec.get("read_limit"):
+        from headrace.plugins import registry
+        from headrace.protocols import ReadLimit
+
+        limit = ReadLimit(**spec["read_limit"])
+        cls = registry().get(src["format"]).load_source()
+        cls.default_read_limit = lambda self: limit  # type: ignore[attr-defined]
     reader = hr.read_stream.format(src["format"]).options(src.get("options", {}))
     if src.get("schema"):
         reader = reader.schema(src["schema"])

@@ -6,6 +6,7 @@ at start-up to validate options and to render ``headrace describe cloudFiles``.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from headrace.badrecords import BAD_RECORD_OPTIONS
@@ -123,9 +124,9 @@ SOURCE_OPTIONS = OptionSchema(
         Option("ignoreMissingFiles", Boolean(), default=False,
                doc="Skip a file deleted between listing and reading instead of failing the batch."),
         # ---------------------------------------------------------------- rate limits
-        Option("cloudFiles.maxFilesPerTrigger", Integer(min=1), default=1000, aliases=("maxFilesPerTrigger",),
+        Option("cloudFiles.maxFilesPerTrigger", Integer(min=1), default=1000, aliases=("maxFilesPerTrigger",), read_limit="max_files",
                doc="At most this many new files per micro-batch."),
-        Option("cloudFiles.maxBytesPerTrigger", Size(), aliases=("maxBytesPerTrigger",),
+        Option("cloudFiles.maxBytesPerTrigger", Size(), aliases=("maxBytesPerTrigger",), read_limit="max_bytes",
                doc="Soft cap on the bytes of new files per micro-batch (a batch always takes at least one file)."),
         # ---------------------------------------------------------------- discovery
         Option("cloudFiles.useIncrementalListing", Choice("auto", "true", "false"), default="auto",
@@ -231,3 +232,43 @@ SOURCE_OPTIONS = OptionSchema(
 
 # one bad-record policy for every parsing source (headrace.badrecords)
 SOURCE_OPTIONS = SOURCE_OPTIONS.extended(BAD_RECORD_OPTIONS.options, rules=BAD_RECORD_OPTIONS.rules)
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+CLOUD_FILES_ALLOW_OVERWRITES: Option[bool] = SOURCE_OPTIONS["cloudFiles.allowOverwrites"]
+CLOUD_FILES_BACKFILL_INTERVAL: Option[float | None] = SOURCE_OPTIONS["cloudFiles.backfillInterval"]
+CLOUD_FILES_CLEAN_SOURCE: Option[str] = SOURCE_OPTIONS["cloudFiles.cleanSource"]
+CLOUD_FILES_CLEAN_SOURCE_MOVE_DESTINATION: Option[str | None] = SOURCE_OPTIONS["cloudFiles.cleanSource.moveDestination"]
+CLOUD_FILES_CLEAN_SOURCE_RETENTION_DURATION: Option[float] = SOURCE_OPTIONS["cloudFiles.cleanSource.retentionDuration"]
+CLOUD_FILES_FORMAT: Option[str] = SOURCE_OPTIONS["cloudFiles.format"]
+CLOUD_FILES_INCLUDE_EXISTING_FILES: Option[bool] = SOURCE_OPTIONS["cloudFiles.includeExistingFiles"]
+CLOUD_FILES_INFER_COLUMN_TYPES: Option[bool] = SOURCE_OPTIONS["cloudFiles.inferColumnTypes"]
+CLOUD_FILES_MAX_BYTES_PER_TRIGGER: Option[int | None] = SOURCE_OPTIONS["cloudFiles.maxBytesPerTrigger"]
+CLOUD_FILES_MAX_FILES_PER_TRIGGER: Option[int] = SOURCE_OPTIONS["cloudFiles.maxFilesPerTrigger"]
+CLOUD_FILES_MAX_FILE_AGE: Option[float | None] = SOURCE_OPTIONS["cloudFiles.maxFileAge"]
+CLOUD_FILES_PARTITION_COLUMNS: Option[list[str] | None] = SOURCE_OPTIONS["cloudFiles.partitionColumns"]
+CLOUD_FILES_REGION: Option[str | None] = SOURCE_OPTIONS["cloudFiles.region"]
+CLOUD_FILES_SCHEMA_EVOLUTION_MODE: Option[str | None] = SOURCE_OPTIONS["cloudFiles.schemaEvolutionMode"]
+CLOUD_FILES_SCHEMA_HINTS: Option[str | None] = SOURCE_OPTIONS["cloudFiles.schemaHints"]
+CLOUD_FILES_SCHEMA_INFERENCE_BYTES_PER_FILE: Option[int] = SOURCE_OPTIONS["cloudFiles.schemaInference.bytesPerFile"]
+CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_BYTES: Option[int] = SOURCE_OPTIONS["cloudFiles.schemaInference.sampleSize.numBytes"]
+CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_FILES: Option[int] = SOURCE_OPTIONS["cloudFiles.schemaInference.sampleSize.numFiles"]
+CLOUD_FILES_SCHEMA_LOCATION: Option[str | None] = SOURCE_OPTIONS["cloudFiles.schemaLocation"]
+CLOUD_FILES_USE_INCREMENTAL_LISTING: Option[str] = SOURCE_OPTIONS["cloudFiles.useIncrementalListing"]
+CLOUD_FILES_USE_NOTIFICATIONS: Option[bool] = SOURCE_OPTIONS["cloudFiles.useNotifications"]
+ESCAPE: Option[str] = SOURCE_OPTIONS["escape"]
+HEADER: Option[bool] = SOURCE_OPTIONS["header"]
+IGNORE_CORRUPT_FILES: Option[bool] = SOURCE_OPTIONS["ignoreCorruptFiles"]
+IGNORE_MISSING_FILES: Option[bool] = SOURCE_OPTIONS["ignoreMissingFiles"]
+MODIFIED_AFTER: Option[datetime.datetime | None] = SOURCE_OPTIONS["modifiedAfter"]
+MODIFIED_BEFORE: Option[datetime.datetime | None] = SOURCE_OPTIONS["modifiedBefore"]
+MULTI_LINE: Option[bool] = SOURCE_OPTIONS["multiLine"]
+NULL_VALUE: Option[str] = SOURCE_OPTIONS["nullValue"]
+PATH: Option[str] = SOURCE_OPTIONS["path"]
+PATH_GLOB_FILTER: Option[str | None] = SOURCE_OPTIONS["pathGlobFilter"]
+QUOTE: Option[str] = SOURCE_OPTIONS["quote"]
+RECURSIVE_FILE_LOOKUP: Option[bool] = SOURCE_OPTIONS["recursiveFileLookup"]
+RESCUED_DATA_COLUMN: Option[str] = SOURCE_OPTIONS["rescuedDataColumn"]
+S3_ADDRESSING_STYLE: Option[str] = SOURCE_OPTIONS["s3.addressingStyle"]
+S3_ENDPOINT_URL: Option[str | None] = SOURCE_OPTIONS["s3.endpointUrl"]
+SEP: Option[str] = SOURCE_OPTIONS["sep"]
+WHOLE_TEXT: Option[bool] = SOURCE_OPTIONS["wholeText"]
+__all__ += ["CLOUD_FILES_ALLOW_OVERWRITES", "CLOUD_FILES_BACKFILL_INTERVAL", "CLOUD_FILES_CLEAN_SOURCE", "CLOUD_FILES_CLEAN_SOURCE_MOVE_DESTINATION", "CLOUD_FILES_CLEAN_SOURCE_RETENTION_DURATION", "CLOUD_FILES_FORMAT", "CLOUD_FILES_INCLUDE_EXISTING_FILES", "CLOUD_FILES_INFER_COLUMN_TYPES", "CLOUD_FILES_MAX_BYTES_PER_TRIGGER", "CLOUD_FILES_MAX_FILES_PER_TRIGGER", "CLOUD_FILES_MAX_FILE_AGE", "CLOUD_FILES_PARTITION_COLUMNS", "CLOUD_FILES_REGION", "CLOUD_FILES_SCHEMA_EVOLUTION_MODE", "CLOUD_FILES_SCHEMA_HINTS", "CLOUD_FILES_SCHEMA_INFERENCE_BYTES_PER_FILE", "CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_BYTES", "CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_FILES", "CLOUD_FILES_SCHEMA_LOCATION", "CLOUD_FILES_USE_INCREMENTAL_LISTING", "CLOUD_FILES_USE_NOTIFICATIONS", "ESCAPE", "HEADER", "IGNORE_CORRUPT_FILES", "IGNORE_MISSING_FILES", "MODIFIED_AFTER", "MODIFIED_BEFORE", "MULTI_LINE", "NULL_VALUE", "PATH", "PATH_GLOB_FILTER", "QUOTE", "RECURSIVE_FILE_LOOKUP", "RESCUED_DATA_COLUMN", "S3_ADDRESSING_STYLE", "S3_ENDPOINT_URL", "SEP", "WHOLE_TEXT"]

@@ -25,5 +25,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             "from a local folder or s3://, each file exactly once",
             requires=("pyarrow",),
             install_hint="pip install 'pyarrow>=14' (a dependency of headrace-cloudfiles)",
+            api_version="1",  # the headrace plugin API it is written for
         )
     ]

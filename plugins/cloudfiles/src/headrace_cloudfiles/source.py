@@ -26,6 +26,43 @@ from headrace.badrecords import BadRecords
 from headrace.errors import CheckpointError, HeadraceError, OptionProblem, OptionsError
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
+from headrace_cloudfiles._options import (
+    CLOUD_FILES_ALLOW_OVERWRITES,
+    CLOUD_FILES_BACKFILL_INTERVAL,
+    CLOUD_FILES_CLEAN_SOURCE,
+    CLOUD_FILES_CLEAN_SOURCE_MOVE_DESTINATION,
+    CLOUD_FILES_CLEAN_SOURCE_RETENTION_DURATION,
+    CLOUD_FILES_FORMAT,
+    CLOUD_FILES_INCLUDE_EXISTING_FILES,
+    CLOUD_FILES_INFER_COLUMN_TYPES,
+    CLOUD_FILES_MAX_BYTES_PER_TRIGGER,
+    CLOUD_FILES_MAX_FILE_AGE,
+    CLOUD_FILES_MAX_FILES_PER_TRIGGER,
+    CLOUD_FILES_PARTITION_COLUMNS,
+    CLOUD_FILES_SCHEMA_EVOLUTION_MODE,
+    CLOUD_FILES_SCHEMA_HINTS,
+    CLOUD_FILES_SCHEMA_INFERENCE_BYTES_PER_FILE,
+    CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_BYTES,
+    CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_FILES,
+    CLOUD_FILES_SCHEMA_LOCATION,
+    CLOUD_FILES_USE_INCREMENTAL_LISTING,
+    CLOUD_FILES_USE_NOTIFICATIONS,
+    ESCAPE,
+    HEADER,
+    IGNORE_CORRUPT_FILES,
+    IGNORE_MISSING_FILES,
+    MODIFIED_AFTER,
+    MODIFIED_BEFORE,
+    MULTI_LINE,
+    NULL_VALUE,
+    PATH,
+    PATH_GLOB_FILTER,
+    QUOTE,
+    RECURSIVE_FILE_LOOKUP,
+    RESCUED_DATA_COLUMN,
+    SEP,
+    WHOLE_TEXT,
+)
 from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_schema, inference_bytes
 from headrace_cloudfiles.index import FileIndex
 from headrace_cloudfiles.local import LocalStore, NotARegularFileError
@@ -84,7 +121,7 @@ class CloudFilesSource(Source):
         """Under Spark without ``headraceStatePath``: ``<cloudFiles.schemaLocation>/_headrace_state``
         (Auto Loader users set schemaLocation anyway; one per stream, like the schema). None
         without a local schemaLocation. Pure."""
-        loc = options["cloudFiles.schemaLocation"]
+        loc = options[CLOUD_FILES_SCHEMA_LOCATION]
         if not loc or ("://" in str(loc) and not str(loc).startswith("file://")):
             return None
         return os.path.join(str(loc).removeprefix("file://"), "_headrace_state")
@@ -92,50 +129,51 @@ class CloudFilesSource(Source):
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
         o = options
-        self.path: str = str(o["path"])
-        self.fmt: str = o["cloudFiles.format"]
+        self.path: str = str(o[PATH])
+        self.fmt: str = o[CLOUD_FILES_FORMAT]
         self.store: Store = open_store(self.path, o)
         self.config = ReaderConfig(
             fmt=self.fmt,
-            typed=bool(o["cloudFiles.inferColumnTypes"]),
-            multiline=bool(o["multiLine"]),
-            header=bool(o["header"]),
-            sep=str(o["sep"]),
-            quote=str(o["quote"] or ""),
-            escape=str(o["escape"] or ""),
-            null_value=str(o["nullValue"] or ""),
-            whole_text=bool(o["wholeText"]),
+            typed=bool(o[CLOUD_FILES_INFER_COLUMN_TYPES]),
+            multiline=bool(o[MULTI_LINE]),
+            header=bool(o[HEADER]),
+            sep=str(o[SEP]),
+            quote=str(o[QUOTE] or ""),
+            escape=str(o[ESCAPE] or ""),
+            null_value=str(o[NULL_VALUE] or ""),
+            whole_text=bool(o[WHOLE_TEXT]),
         )
         self.fixed = fixed_schema(self.fmt)
         self.user_schema = context.user_schema
-        self.schema_location: str | None = o["cloudFiles.schemaLocation"]
-        self.hints: str | None = o["cloudFiles.schemaHints"]
-        mode = o["cloudFiles.schemaEvolutionMode"]
+        self.schema_location: str | None = o[CLOUD_FILES_SCHEMA_LOCATION]
+        self.hints: str | None = o[CLOUD_FILES_SCHEMA_HINTS]
+        mode = o[CLOUD_FILES_SCHEMA_EVOLUTION_MODE]
         self.evolution_mode: str = mode or ("none" if self.user_schema is not None or self.fixed is not None else "addNewColumns")
         self.rescue_column: str | None = None
-        if self.fixed is None and (self.evolution_mode != "none" or o.is_set("rescuedDataColumn")):
-            self.rescue_column = str(o["rescuedDataColumn"])
-        self.max_files: int = int(o["cloudFiles.maxFilesPerTrigger"])
-        self.max_bytes: int | None = o["cloudFiles.maxBytesPerTrigger"]
-        self.allow_overwrites: bool = bool(o["cloudFiles.allowOverwrites"])
-        self.include_existing: bool = bool(o["cloudFiles.includeExistingFiles"])
-        self.listing: str = o["cloudFiles.useIncrementalListing"]
-        self.notifications: bool = bool(o["cloudFiles.useNotifications"])
-        self.backfill: float | None = o["cloudFiles.backfillInterval"]
-        self.max_age: float | None = o["cloudFiles.maxFileAge"]
-        self.glob = glob_regex(o["pathGlobFilter"]) if o["pathGlobFilter"] else None
-        self.after_ms = int(o["modifiedAfter"].timestamp() * 1000) if o["modifiedAfter"] is not None else None
-        self.before_ms = int(o["modifiedBefore"].timestamp() * 1000) if o["modifiedBefore"] is not None else None
-        self.clean: str = o["cloudFiles.cleanSource"]
-        self.retention_ms = int(float(o["cloudFiles.cleanSource.retentionDuration"]) * 1000)
-        self.move_to: str | None = o["cloudFiles.cleanSource.moveDestination"]
-        self.partition_option: list[str] | None = o["cloudFiles.partitionColumns"]
-        self.no_partition_inference = bool(o["recursiveFileLookup"])
-        self.sample_files = int(o["cloudFiles.schemaInference.sampleSize.numFiles"])
-        self.sample_bytes = int(o["cloudFiles.schemaInference.sampleSize.numBytes"])
-        self.prefix_bytes = max(1, int(o["cloudFiles.schemaInference.bytesPerFile"]))
-        self.ignore_missing = bool(o["ignoreMissingFiles"])
-        self.ignore_corrupt = bool(o["ignoreCorruptFiles"])
+        if self.fixed is None and (self.evolution_mode != "none" or o.is_set(RESCUED_DATA_COLUMN)):
+            self.rescue_column = str(o[RESCUED_DATA_COLUMN])
+        self.max_files: int = int(o[CLOUD_FILES_MAX_FILES_PER_TRIGGER])
+        self.max_bytes: int | None = o[CLOUD_FILES_MAX_BYTES_PER_TRIGGER]
+        self.allow_overwrites: bool = bool(o[CLOUD_FILES_ALLOW_OVERWRITES])
+        self.include_existing: bool = bool(o[CLOUD_FILES_INCLUDE_EXISTING_FILES])
+        self.listing: str = o[CLOUD_FILES_USE_INCREMENTAL_LISTING]
+        self.notifications: bool = bool(o[CLOUD_FILES_USE_NOTIFICATIONS])
+        self.backfill: float | None = o[CLOUD_FILES_BACKFILL_INTERVAL]
+        self.max_age: float | None = o[CLOUD_FILES_MAX_FILE_AGE]
+        glob, after, before = o[PATH_GLOB_FILTER], o[MODIFIED_AFTER], o[MODIFIED_BEFORE]
+        self.glob = glob_regex(glob) if glob else None
+        self.after_ms = int(after.timestamp() * 1000) if after is not None else None
+        self.before_ms = int(before.timestamp() * 1000) if before is not None else None
+        self.clean: str = o[CLOUD_FILES_CLEAN_SOURCE]
+        self.retention_ms = int(float(o[CLOUD_FILES_CLEAN_SOURCE_RETENTION_DURATION]) * 1000)
+        self.move_to: str | None = o[CLOUD_FILES_CLEAN_SOURCE_MOVE_DESTINATION]
+        self.partition_option: list[str] | None = o[CLOUD_FILES_PARTITION_COLUMNS]
+        self.no_partition_inference = bool(o[RECURSIVE_FILE_LOOKUP])
+        self.sample_files = int(o[CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_FILES])
+        self.sample_bytes = int(o[CLOUD_FILES_SCHEMA_INFERENCE_SAMPLE_SIZE_NUM_BYTES])
+        self.prefix_bytes = max(1, int(o[CLOUD_FILES_SCHEMA_INFERENCE_BYTES_PER_FILE]))
+        self.ignore_missing = bool(o[IGNORE_MISSING_FILES])
+        self.ignore_corrupt = bool(o[IGNORE_CORRUPT_FILES])
         self.bad_records = BadRecords.from_options(o, what=f"cloudFiles {self.path}")
         self._check(o)
         self._plan: ReadPlan | None = None

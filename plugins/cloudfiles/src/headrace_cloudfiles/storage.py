@@ -17,6 +17,12 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError
+from headrace.helpers.storage import is_not_found
+from headrace_cloudfiles._options import (  # typed option handles
+    CLOUD_FILES_REGION,
+    S3_ADDRESSING_STYLE,
+    S3_ENDPOINT_URL,
+)
 
 __all__ = ["FileInfo", "S3Store", "Store", "codec_of", "hidden", "maybe_decompress", "open_store", "split_s3"]
 
@@ -157,7 +163,7 @@ class S3Store(Store):
         try:
             head = self.client.head_object(Bucket=self.bucket, Key=self._key(rel))
         except self.client.exceptions.ClientError as e:
-            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey", "NotFound"):
+            if is_not_found(e):
                 return None
             raise
         return FileInfo(rel, int(head["ContentLength"]), int(head["LastModified"].timestamp() * 1000))
@@ -189,7 +195,7 @@ class S3Store(Store):
         try:
             self.client.copy_object(Bucket=bucket, Key=key, CopySource={"Bucket": self.bucket, "Key": self._key(rel)})
         except self.client.exceptions.ClientError as e:
-            if str(e.response.get("Error", {}).get("Code")) in ("404", "NoSuchKey"):
+            if is_not_found(e):
                 return
             raise
         self.delete(rel)
@@ -208,16 +214,16 @@ def open_store(path: str, options: Any) -> Store:
     scheme = path.split("://", 1)[0].lower() if "://" in path else "file"
     if scheme in ("s3", "s3a", "s3n"):
         kwargs: dict[str, Any] = {}
-        endpoint = options["s3.endpointUrl"] or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = options[S3_ENDPOINT_URL] or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
             kwargs["endpoint_url"] = endpoint
-        if options["cloudFiles.region"]:
-            kwargs["region_name"] = options["cloudFiles.region"]
+        if options[CLOUD_FILES_REGION]:
+            kwargs["region_name"] = options[CLOUD_FILES_REGION]
         for opt, arg in (("s3.accessKeyId", "aws_access_key_id"), ("s3.secretAccessKey", "aws_secret_access_key"),
                          ("s3.sessionToken", "aws_session_token")):  # fmt: skip
             if options[opt] is not None:
                 kwargs[arg] = options.reveal(opt)
-        return S3Store("s3://" + path.split("://", 1)[1], kwargs, options["s3.addressingStyle"])
+        return S3Store("s3://" + path.split("://", 1)[1], kwargs, options[S3_ADDRESSING_STYLE])
     if scheme != "file":
         raise HeadraceError(
             f"path {path!r}: scheme {scheme!r} is not supported; use a local folder, file:// or s3://bucket/prefix"

@@ -6,6 +6,9 @@ Names are the Delta Lake / Databricks names, matched case-insensitively. Options
 
 from __future__ import annotations
 
+import datetime
+from typing import Any
+
 from headrace.errors import OptionProblem
 from headrace.options import (
     Boolean,
@@ -70,11 +73,13 @@ SOURCE_OPTIONS = OptionSchema(
             "maxFilesPerTrigger",
             Integer(min=1),
             default=1000,
+            read_limit="max_files",
             doc="At most this many new files per micro-batch.",
         ),
         Option(
             "maxBytesPerTrigger",
             Size(),
+            read_limit="max_bytes",
             doc="About this many bytes of new files per micro-batch (soft: a batch always takes at least "
             "one file). With maxFilesPerTrigger, the first limit reached ends the batch.",
         ),
@@ -219,3 +224,31 @@ SINK_OPTIONS = OptionSchema(
            _cdc_keys],
     passthrough=[_STORAGE],
 )
+
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+EVENT_TIME_COLUMN: Option[str | None] = SOURCE_OPTIONS["eventTimeColumn"]
+EXCLUDE_REGEX: Option[str | None] = SOURCE_OPTIONS["excludeRegex"]
+FAIL_ON_DATA_LOSS: Option[bool] = SOURCE_OPTIONS["failOnDataLoss"]
+IGNORE_CHANGES: Option[bool] = SOURCE_OPTIONS["ignoreChanges"]
+IGNORE_DELETES: Option[bool] = SOURCE_OPTIONS["ignoreDeletes"]
+MAX_BYTES_PER_TRIGGER: Option[int | None] = SOURCE_OPTIONS["maxBytesPerTrigger"]
+MAX_FILES_PER_TRIGGER: Option[int] = SOURCE_OPTIONS["maxFilesPerTrigger"]
+MERGE_SCHEMA: Option[bool] = SINK_OPTIONS["mergeSchema"]
+OVERWRITE_SCHEMA: Option[bool] = SINK_OPTIONS["overwriteSchema"]
+PARTITION_BY: Option[list[str] | None] = SINK_OPTIONS["partitionBy"]
+PATH: Option[str] = SINK_OPTIONS["path"]
+READ_CHANGE_FEED: Option[bool] = SOURCE_OPTIONS["readChangeFeed"]
+SKIP_CHANGE_COMMITS: Option[bool] = SOURCE_OPTIONS["skipChangeCommits"]
+STARTING_TIMESTAMP: Option[datetime.datetime | None] = SOURCE_OPTIONS["startingTimestamp"]
+STARTING_VERSION: Option[Any] = SOURCE_OPTIONS["startingVersion"]
+TARGET_FILE_SIZE: Option[int | None] = SINK_OPTIONS["targetFileSize"]
+TXN_APP_ID: Option[str | None] = SINK_OPTIONS["txnAppId"]
+TXN_VERSION: Option[int | None] = SINK_OPTIONS["txnVersion"]
+USER_METADATA: Option[str | None] = SINK_OPTIONS["userMetadata"]
+WITH_EVENT_TIME_ORDER: Option[bool] = SOURCE_OPTIONS["withEventTimeOrder"]
+__all__ += ["EVENT_TIME_COLUMN", "EXCLUDE_REGEX", "FAIL_ON_DATA_LOSS", "IGNORE_CHANGES", "IGNORE_DELETES", "MAX_BYTES_PER_TRIGGER", "MAX_FILES_PER_TRIGGER", "MERGE_SCHEMA", "OVERWRITE_SCHEMA", "PARTITION_BY", "PATH", "READ_CHANGE_FEED", "SKIP_CHANGE_COMMITS", "STARTING_TIMESTAMP", "STARTING_VERSION", "TARGET_FILE_SIZE", "TXN_APP_ID", "TXN_VERSION", "USER_METADATA", "WITH_EVENT_TIME_ORDER"]
+
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+KEYS: Option[list[str] | None] = SINK_OPTIONS["keys"]
+STORED_AS_SCD_TYPE: Option[str] = SINK_OPTIONS["storedAsScdType"]
+__all__ += ["KEYS", "STORED_AS_SCD_TYPE"]

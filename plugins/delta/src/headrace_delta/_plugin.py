@@ -22,5 +22,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             "exactly-once sink with app transactions.",
             requires=("deltalake",),
             install_hint="pip install 'deltalake>=1.0' (a dependency of headrace-delta)",
+            api_version="1",  # the headrace plugin API it is written for
         )
     ]

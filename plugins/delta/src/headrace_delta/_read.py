@@ -18,7 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from headrace.errors import DataLossError
+from headrace.helpers.dataloss import DataLossPolicy
+from headrace.helpers.storage import is_not_found
 from headrace.protocols import Partition
 from headrace_delta._schema import PHYSICAL_NAME
 from headrace_delta._storage import TableLocation
@@ -214,13 +215,12 @@ def _filter_event_range(t: pa.Table, column: str, lo: Any, hi: Any) -> pa.Table:
 
 
 def _lost(loc: TableLocation, task: FileTask, fail: bool, e: BaseException) -> None:
-    if fail:
-        raise DataLossError(
-            f"DELTA_FILE_NOT_FOUND_DETAILED: data file {task.path} of Delta table {loc.uri} (added in version "
-            f"{task.version}) is missing; it was probably removed by VACUUM or by hand. Fix: restart from a new "
-            f"checkpoint (optionally with startingVersion), or set failOnDataLoss=false to skip missing files. ({e})"
-        ) from e
-    log.warning("delta: skipping missing data file %s of %s (failOnDataLoss=false)", task.path, loc.uri)
+    DataLossPolicy(fail, "delta", fix="restart from a new checkpoint (optionally with startingVersion), or set "
+                   "failOnDataLoss=false to skip missing files").lost(
+        f"DELTA_FILE_NOT_FOUND_DETAILED: data file {task.path} of Delta table {loc.uri} (added in version "
+        f"{task.version}) is missing; it was probably removed by VACUUM or by hand ({e})",
+        skip="skipping it", cause=e,
+    )  # fmt: skip
 
 
 def read_cdf_version(
@@ -233,14 +233,12 @@ def read_cdf_version(
         dt = DeltaTable(loc.uri, version=version, storage_options=loc.storage_options)
         table = pa.table(dt.load_cdf(starting_version=version, ending_version=version))
     except Exception as e:
-        text = str(e).lower()
-        if "not found" in text or "no such file" in text:
-            if fail_on_data_loss:
-                raise DataLossError(
-                    f"DELTA_FILE_NOT_FOUND_DETAILED: the change data of version {version} of Delta table {loc.uri} "
-                    f"is missing ({e}). Fix: restart from a new checkpoint, or set failOnDataLoss=false to skip it."
-                ) from e
-            log.warning("delta: skipping change data of version %d of %s: %s", version, loc.uri, e)
+        if is_not_found(e):
+            DataLossPolicy(fail_on_data_loss, "delta", fix="restart from a new checkpoint, or set failOnDataLoss=false "
+                           "to skip it").lost(
+                f"DELTA_FILE_NOT_FOUND_DETAILED: the change data of version {version} of Delta table {loc.uri} is "
+                f"missing ({e})", skip="skipping it", cause=e,
+            )  # fmt: skip
             return
         raise
     if table.num_rows == 0:

@@ -9,6 +9,8 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from headrace.helpers.storage import is_not_found
+
 __all__ = ["TableLocation", "normalize_uri"]
 
 
@@ -89,7 +91,7 @@ class TableLocation:
         except FileNotFoundError:
             return None
         except OSError as e:  # object stores report a missing key as a generic error
-            if _not_found(e):
+            if is_not_found(e):
                 return None
             raise
 
@@ -105,7 +107,3 @@ class TableLocation:
         """Open a data file for random access (``path`` from :meth:`data_path`)."""
         return self.fs().open_input_file(path)
 
-
-def _not_found(e: BaseException) -> bool:
-    text = str(e).lower()
-    return "not found" in text or "no such file" in text or "notfound" in text or "404" in text

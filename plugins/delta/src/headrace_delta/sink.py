@@ -25,7 +25,19 @@ from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace.transforms.auto_cdc import AutoCdcSpec
-from headrace_delta._options import STORAGE_PREFIX
+from headrace_delta._options import (
+    KEYS,
+    MERGE_SCHEMA,
+    OVERWRITE_SCHEMA,
+    PARTITION_BY,
+    PATH,
+    STORAGE_PREFIX,
+    STORED_AS_SCD_TYPE,
+    TARGET_FILE_SIZE,
+    TXN_APP_ID,
+    TXN_VERSION,
+    USER_METADATA,
+)
 from headrace_delta._storage import TableLocation
 
 __all__ = ["DeltaSink", "StagedBatch"]
@@ -54,17 +66,17 @@ class DeltaSink(Sink):
 
     def __init__(self, options: Options, context: SinkContext) -> None:
         super().__init__(options, context)
-        self.loc = TableLocation(str(options["path"]), options.passthrough(STORAGE_PREFIX))
-        self.partition_by: list[str] | None = options["partitionBy"] or None
-        self.merge_schema = bool(options["mergeSchema"])
-        self.overwrite_schema = bool(options["overwriteSchema"])
-        self.user_metadata: str | None = options["userMetadata"]
-        self.txn_app_id: str | None = options["txnAppId"]
-        self.txn_version: int | None = options["txnVersion"]
-        self.target_file_size: int | None = options["targetFileSize"]
+        self.loc = TableLocation(str(options[PATH]), options.passthrough(STORAGE_PREFIX))
+        self.partition_by: list[str] | None = options[PARTITION_BY] or None
+        self.merge_schema = bool(options[MERGE_SCHEMA])
+        self.overwrite_schema = bool(options[OVERWRITE_SCHEMA])
+        self.user_metadata: str | None = options[USER_METADATA]
+        self.txn_app_id: str | None = options[TXN_APP_ID]
+        self.txn_version: int | None = options[TXN_VERSION]
+        self.target_file_size: int | None = options[TARGET_FILE_SIZE]
         self.mode = context.output_mode
-        self.cdc = AutoCdcSpec.from_options(options, options["keys"])
-        self.scd_type = int(options["storedAsScdType"])
+        self.cdc = AutoCdcSpec.from_options(options, options[KEYS])
+        self.scd_type = int(options[STORED_AS_SCD_TYPE])
         if self.cdc.enabled and self.mode != "append":
             raise UnsupportedError("delta: AUTO CDC (sequenceBy / applyAsDeletes) needs output mode 'append'")
         if self.overwrite_schema and self.mode != "complete":

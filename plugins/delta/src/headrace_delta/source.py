@@ -19,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import DataLossError, HeadraceError, SchemaChangedError, UnsupportedError
+from headrace.helpers.admission import AdmissionBudget
+from headrace.helpers.dataloss import DataLossPolicy
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_delta._log import (
@@ -29,7 +31,22 @@ from headrace_delta._log import (
     log_versions,
     read_commit,
 )
-from headrace_delta._options import STORAGE_PREFIX
+from headrace_delta._options import (  # typed option handles
+    EVENT_TIME_COLUMN,
+    EXCLUDE_REGEX,
+    FAIL_ON_DATA_LOSS,
+    IGNORE_CHANGES,
+    IGNORE_DELETES,
+    MAX_BYTES_PER_TRIGGER,
+    MAX_FILES_PER_TRIGGER,
+    PATH,
+    READ_CHANGE_FEED,
+    SKIP_CHANGE_COMMITS,
+    STARTING_TIMESTAMP,
+    STARTING_VERSION,
+    STORAGE_PREFIX,
+    WITH_EVENT_TIME_ORDER,
+)
 from headrace_delta._read import (
     CDF_COLUMNS,
     CdfTask,
@@ -72,35 +89,6 @@ class DeltaOffset:
         return out
 
 
-class _Budget:
-    """Admission control of one batch: maxFiles is strict, maxBytes soft (at least one file)."""
-
-    def __init__(self, limit: ReadLimit) -> None:
-        self.max_files = limit.max_files
-        self.max_bytes = limit.max_bytes
-        self.files = 0
-        self.bytes = 0
-
-    @property
-    def exhausted(self) -> bool:
-        if self.max_files is not None and self.files >= self.max_files:
-            return True
-        return self.max_bytes is not None and self.bytes >= self.max_bytes
-
-    def admit(self, n_files: int, n_bytes: int) -> bool:
-        """Admit a unit of ``n_files`` files; the first unit of a batch is always admitted."""
-        if self.files == 0:
-            ok = True
-        elif self.max_files is not None and self.files + n_files > self.max_files:
-            ok = False
-        else:
-            ok = not (self.max_bytes is not None and self.bytes + n_bytes > self.max_bytes)
-        if ok:
-            self.files += n_files
-            self.bytes += n_bytes
-        return ok
-
-
 @dataclass(frozen=True)
 class _SnapFile:
     add: AddFile
@@ -120,17 +108,17 @@ class DeltaSource(Source):
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
-        self.loc = TableLocation(str(options["path"]), options.passthrough(STORAGE_PREFIX))
-        self.max_files: int = int(options["maxFilesPerTrigger"])
-        self.max_bytes: int | None = options["maxBytesPerTrigger"]
-        self.skip_change_commits = bool(options["skipChangeCommits"])
-        self.ignore_deletes = bool(options["ignoreDeletes"])
-        self.ignore_changes = bool(options["ignoreChanges"])
-        self.fail_on_data_loss = bool(options["failOnDataLoss"])
-        self.cdf = bool(options["readChangeFeed"])
-        self.event_order = bool(options["withEventTimeOrder"])
-        self.event_column: str | None = options["eventTimeColumn"] if self.event_order else None
-        self.exclude = re.compile(options["excludeRegex"]) if options["excludeRegex"] else None
+        self.loc = TableLocation(str(options[PATH]), options.passthrough(STORAGE_PREFIX))
+        self.max_files: int = int(options[MAX_FILES_PER_TRIGGER])
+        self.max_bytes: int | None = options[MAX_BYTES_PER_TRIGGER]
+        self.skip_change_commits = bool(options[SKIP_CHANGE_COMMITS])
+        self.ignore_deletes = bool(options[IGNORE_DELETES])
+        self.ignore_changes = bool(options[IGNORE_CHANGES])
+        self.fail_on_data_loss = bool(options[FAIL_ON_DATA_LOSS])
+        self.cdf = bool(options[READ_CHANGE_FEED])
+        self.event_order = bool(options[WITH_EVENT_TIME_ORDER])
+        self.event_column: str | None = options[EVENT_TIME_COLUMN] if self.event_order else None
+        self.exclude = re.compile(rx) if (rx := options[EXCLUDE_REGEX]) else None
         self._commits: dict[int, Commit] = {}
         self._snapshots: dict[int, list[_SnapFile]] = {}
         self._new_listed = 0
@@ -230,8 +218,8 @@ class DeltaSource(Source):
         ``startingTimestamp``. Called once, only for a new checkpoint."""
         opts = self.options
         latest = self._known_latest
-        if opts.is_set("startingVersion"):
-            sv = opts["startingVersion"]
+        if opts.is_set(STARTING_VERSION):
+            sv = opts[STARTING_VERSION]
             if sv == "latest":
                 return self._offset(DeltaOffset(latest + 1, 0, False))
             v = int(sv)
@@ -247,8 +235,8 @@ class DeltaSource(Source):
                     f"(earliest available: {versions[0] if versions else 'none'}); choose a later startingVersion"
                 )
             return self._offset(DeltaOffset(v, 0, False))
-        if opts.is_set("startingTimestamp"):
-            return self._offset(DeltaOffset(self._version_at(opts["startingTimestamp"]), 0, False))
+        if opts.is_set(STARTING_TIMESTAMP):
+            return self._offset(DeltaOffset(self._version_at(opts[STARTING_TIMESTAMP]), 0, False))
         return self._offset(DeltaOffset(latest, 0, True))
 
     def _version_at(self, ts: Any) -> int:
@@ -271,10 +259,6 @@ class DeltaSource(Source):
             else:
                 hi = mid
         return versions[lo] if lo < len(versions) else self._known_latest + 1
-
-    def default_read_limit(self) -> ReadLimit:
-        """maxFilesPerTrigger / maxBytesPerTrigger. Called once per run."""
-        return ReadLimit(max_files=self.max_files, max_bytes=self.max_bytes)
 
     def prepare_for_available_now(self) -> bool:
         """Record the end of the commits present now; never read beyond it. Called once per run
@@ -320,15 +304,12 @@ class DeltaSource(Source):
             f"DELTA_FILE_NOT_FOUND_DETAILED: the log entry of version {version} of Delta table {self.loc.uri} "
             f"is gone (log retention/cleanup)"
         )
-        if self.fail_on_data_loss:
-            raise DataLossError(
-                f"{msg}; the stream cannot continue without losing data. Fix: start from a new checkpoint, or set "
-                "failOnDataLoss=false to skip to the earliest version still in the log"
-                + (f" ({later[0]})" if later else "")
-            )
-        if not later:
+        if not later and not self.fail_on_data_loss:
             raise DataLossError(f"{msg} and no later version is left in the log; start from a new checkpoint")
-        log.warning("%s; skipping to version %d (failOnDataLoss=false)", msg, later[0])
+        fix = "start from a new checkpoint, or set failOnDataLoss=false to skip to the earliest version still in the log"
+        DataLossPolicy(self.fail_on_data_loss, "delta", fix=fix + (f" ({later[0]})" if later else "")).lost(
+            f"{msg}; the stream cannot continue without losing data", skip=f"skipping to version {later[0] if later else '?'}"
+        )
         return later[0]
 
     def _commit_files(self, c: Commit) -> list[AddFile] | None:
@@ -439,17 +420,17 @@ class DeltaSource(Source):
         ``limit``. Called once per trigger on the driver; reads only log entries not seen yet."""
         self._new_listed = 0
         pos = self._parse(start)
-        end = self._advance(pos, _Budget(limit))
+        end = self._advance(pos, AdmissionBudget(limit))
         self._scan_to_end(end.version)
         return self._offset(end)
 
-    def _advance(self, pos: DeltaOffset, budget: _Budget) -> DeltaOffset:
+    def _advance(self, pos: DeltaOffset, budget: AdmissionBudget) -> DeltaOffset:
         v, idx = pos.version, pos.index
         if pos.snapshot:
             if self.event_order:
                 return self._advance_event_time(pos, budget)
             snap = self._snapshot(v)
-            while idx < len(snap) and budget.admit(1, snap[idx].add.size):
+            while idx < len(snap) and budget.admit(files=1, bytes=snap[idx].add.size):
                 idx += 1
             if idx < len(snap):
                 return DeltaOffset(v, idx, True)
@@ -471,18 +452,18 @@ class DeltaSource(Source):
                 break
             if self.cdf:
                 n = len(files)
-                if n and not budget.admit(n, sum(f.size for f in files)):
+                if n and not budget.admit(files=n, bytes=sum(f.size for f in files)):
                     break
                 v, idx = v + 1, 0
                 continue
-            while idx < len(files) and budget.admit(1, files[idx].size):
+            while idx < len(files) and budget.admit(files=1, bytes=files[idx].size):
                 idx += 1
             if idx < len(files):
                 break
             v, idx = v + 1, 0
         return DeltaOffset(v, idx, False)
 
-    def _advance_event_time(self, pos: DeltaOffset, budget: _Budget) -> DeltaOffset:
+    def _advance_event_time(self, pos: DeltaOffset, budget: AdmissionBudget) -> DeltaOffset:
         lo = pos.event_time
         files = self._snapshot(pos.version)
         cands = [f for f in files if lo is None or f.ev_max is None or f.ev_max >= lo]
@@ -495,7 +476,7 @@ class DeltaSource(Source):
 
         cands.sort(key=lambda f: (key(f), f.add.modification_time, f.add.path))
         i = 0
-        while i < len(cands) and budget.admit(1, cands[i].add.size):
+        while i < len(cands) and budget.admit(files=1, bytes=cands[i].add.size):
             i += 1
         if i == len(cands):
             return DeltaOffset(pos.version + 1, 0, False)

@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from headrace.errors import HeadraceError
 from headrace.options import Options
+from headrace_kafka._options import KAFKA_BOOTSTRAP_SERVERS  # typed option handles
 
 __all__ = ["TP", "KafkaClientError", "Metadata", "client_logger", "consumer_config", "producer_config", "redact_servers"]
 
@@ -27,7 +28,7 @@ class KafkaClientError(HeadraceError):
 
 
 def _servers(options: Options) -> str:
-    return str(options.reveal("kafka.bootstrap.servers"))
+    return str(options.reveal(KAFKA_BOOTSTRAP_SERVERS))
 
 
 def consumer_config(options: Options, group_id: str) -> dict[str, Any]:

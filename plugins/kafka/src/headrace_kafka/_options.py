@@ -198,11 +198,11 @@ SOURCE_OPTIONS = OptionSchema(
         ),
         Option("endingOffsetsByTimestamp", Json(), doc='Bounded run, like endingOffsets, by JSON {"topic": {"0": epochMs}}.'),
         Option("endingTimestamp", OneOf(Integer(min=0), Timestamp()), doc="Bounded run: stop every partition at this time."),
-        Option("maxOffsetsPerTrigger", Integer(min=1), doc="At most this many offsets per batch, split across "
+        Option("maxOffsetsPerTrigger", Integer(min=1), read_limit="max_rows", doc="At most this many offsets per batch, split across "
                                                            "topic-partitions in proportion to their lag."),
-        Option("minOffsetsPerTrigger", Integer(min=1), doc="Wait until this many new offsets are available "
+        Option("minOffsetsPerTrigger", Integer(min=1), read_limit="min_rows", doc="Wait until this many new offsets are available "
                                                            "(or maxTriggerDelay has passed) before a batch."),
-        Option("maxTriggerDelay", Duration(), default=900.0, doc="Longest wait for minOffsetsPerTrigger (default 15m)."),
+        Option("maxTriggerDelay", Duration(), default=900.0, read_limit="max_trigger_delay", doc="Longest wait for minOffsetsPerTrigger (default 15m)."),
         Option(
             "failOnDataLoss",
             Boolean(),
@@ -258,3 +258,30 @@ SINK_OPTIONS = OptionSchema(
     passthrough=[PassThrough("kafka.", doc="Any other librdkafka producer setting (kafka.acks, kafka.linger.ms, "
                                            "kafka.compression.type, ...); secrets are redacted.")],
 )
+
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+ASSIGN: Option[Any] = SOURCE_OPTIONS["assign"]
+ENDING_OFFSETS: Option[Any] = SOURCE_OPTIONS["endingOffsets"]
+ENDING_OFFSETS_BY_TIMESTAMP: Option[Any] = SOURCE_OPTIONS["endingOffsetsByTimestamp"]
+ENDING_TIMESTAMP: Option[Any] = SOURCE_OPTIONS["endingTimestamp"]
+FAIL_ON_DATA_LOSS: Option[bool] = SOURCE_OPTIONS["failOnDataLoss"]
+FETCH_OFFSET_NUM_RETRIES: Option[int] = SOURCE_OPTIONS["fetchOffset.numRetries"]
+FETCH_OFFSET_RETRY_INTERVAL_MS: Option[int] = SOURCE_OPTIONS["fetchOffset.retryIntervalMs"]
+FLUSH_TIMEOUT: Option[float] = SINK_OPTIONS["flushTimeout"]
+INCLUDE_HEADERS: Option[bool] = SOURCE_OPTIONS["includeHeaders"]
+KAFKA_BOOTSTRAP_SERVERS: Option[str] = SINK_OPTIONS["kafka.bootstrap.servers"]
+KAFKA_CONSUMER_POLL_TIMEOUT_MS: Option[int] = SOURCE_OPTIONS["kafkaConsumer.pollTimeoutMs"]
+MAX_OFFSETS_PER_TRIGGER: Option[int | None] = SOURCE_OPTIONS["maxOffsetsPerTrigger"]
+MAX_RECORDS_PER_PARTITION: Option[int | None] = SOURCE_OPTIONS["maxRecordsPerPartition"]
+MAX_TRIGGER_DELAY: Option[float] = SOURCE_OPTIONS["maxTriggerDelay"]
+MIN_OFFSETS_PER_TRIGGER: Option[int | None] = SOURCE_OPTIONS["minOffsetsPerTrigger"]
+MIN_PARTITIONS: Option[int | None] = SOURCE_OPTIONS["minPartitions"]
+STARTING_OFFSETS: Option[Any] = SOURCE_OPTIONS["startingOffsets"]
+STARTING_OFFSETS_BY_TIMESTAMP: Option[Any] = SOURCE_OPTIONS["startingOffsetsByTimestamp"]
+STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY: Option[str] = SOURCE_OPTIONS["startingOffsetsByTimestampStrategy"]
+STARTING_TIMESTAMP: Option[Any] = SOURCE_OPTIONS["startingTimestamp"]
+SUBSCRIBE: Option[list[str] | None] = SOURCE_OPTIONS["subscribe"]
+SUBSCRIBE_PATTERN: Option[str | None] = SOURCE_OPTIONS["subscribePattern"]
+TOPIC: Option[str | None] = SINK_OPTIONS["topic"]
+TRANSACTIONAL: Option[bool] = SINK_OPTIONS["transactional"]
+__all__ += ["ASSIGN", "ENDING_OFFSETS", "ENDING_OFFSETS_BY_TIMESTAMP", "ENDING_TIMESTAMP", "FAIL_ON_DATA_LOSS", "FETCH_OFFSET_NUM_RETRIES", "FETCH_OFFSET_RETRY_INTERVAL_MS", "FLUSH_TIMEOUT", "INCLUDE_HEADERS", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_CONSUMER_POLL_TIMEOUT_MS", "MAX_OFFSETS_PER_TRIGGER", "MAX_RECORDS_PER_PARTITION", "MAX_TRIGGER_DELAY", "MIN_OFFSETS_PER_TRIGGER", "MIN_PARTITIONS", "STARTING_OFFSETS", "STARTING_OFFSETS_BY_TIMESTAMP", "STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY", "STARTING_TIMESTAMP", "SUBSCRIBE", "SUBSCRIBE_PATTERN", "TOPIC", "TRANSACTIONAL"]

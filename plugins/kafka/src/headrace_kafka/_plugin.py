@@ -24,6 +24,7 @@ def headrace_connectors() -> list[ConnectorSpec]:
             description="Apache Kafka topics (confluent-kafka): offsets in the checkpoint, at-least-once or "
             "transactional exactly-once sink, real-time trigger.",
             install_hint="pip install 'confluent-kafka>=2.3' (a dependency of headrace-kafka)",
+            api_version="1",  # the headrace plugin API it is written for
             requires=("confluent_kafka",),
         )
     ]

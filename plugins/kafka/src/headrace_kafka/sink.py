@@ -38,6 +38,12 @@ from headrace.errors import HeadraceError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace_kafka._client import KafkaClientError, client_logger, producer_config, redact_servers
+from headrace_kafka._options import (  # typed option handles
+    FLUSH_TIMEOUT,
+    KAFKA_BOOTSTRAP_SERVERS,
+    TOPIC,
+    TRANSACTIONAL,
+)
 
 __all__ = ["KafkaCommitMessage", "KafkaSink"]
 
@@ -78,10 +84,10 @@ class KafkaSink(Sink):
 
     def __init__(self, options: Options, context: SinkContext) -> None:
         super().__init__(options, context)
-        self.topic: str | None = options["topic"]
-        self.transactional: bool = options["transactional"]
-        self.flush_timeout: float = options["flushTimeout"]
-        self._servers = redact_servers(str(options.reveal("kafka.bootstrap.servers")))
+        self.topic: str | None = options[TOPIC]
+        self.transactional: bool = options[TRANSACTIONAL]
+        self.flush_timeout: float = options[FLUSH_TIMEOUT]
+        self._servers = redact_servers(str(options.reveal(KAFKA_BOOTSTRAP_SERVERS)))
         suffix = context.query_id or context.query_name or "headrace"
         self.transactional_id = f"{options['transactionalIdPrefix']}{suffix}"
         self._producer: Producer | None = None

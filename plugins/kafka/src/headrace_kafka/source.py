@@ -22,11 +22,32 @@ from typing import Any, cast
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from headrace.errors import DataLossError, HeadraceError
+from headrace.errors import HeadraceError
+from headrace.helpers.dataloss import DataLossPolicy
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, RealTimeChunk, Source, SourceContext
 from headrace_kafka._arrow import convert, schema, to_record_batch
 from headrace_kafka._client import TP, KafkaClientError, Metadata, consumer_config, redact_servers
+from headrace_kafka._options import (  # typed option handles
+    ASSIGN,
+    ENDING_OFFSETS,
+    ENDING_OFFSETS_BY_TIMESTAMP,
+    ENDING_TIMESTAMP,
+    FAIL_ON_DATA_LOSS,
+    FETCH_OFFSET_NUM_RETRIES,
+    FETCH_OFFSET_RETRY_INTERVAL_MS,
+    INCLUDE_HEADERS,
+    KAFKA_BOOTSTRAP_SERVERS,
+    KAFKA_CONSUMER_POLL_TIMEOUT_MS,
+    MAX_RECORDS_PER_PARTITION,
+    MIN_PARTITIONS,
+    STARTING_OFFSETS,
+    STARTING_OFFSETS_BY_TIMESTAMP,
+    STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY,
+    STARTING_TIMESTAMP,
+    SUBSCRIBE,
+    SUBSCRIBE_PATTERN,
+)
 
 __all__ = ["KafkaPartition", "KafkaSource"]
 
@@ -125,25 +146,25 @@ class KafkaSource(Source):
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
-        self.include_headers: bool = options["includeHeaders"]
-        self.fail_on_data_loss: bool = options["failOnDataLoss"]
-        self.min_partitions: int | None = options["minPartitions"]
-        self.max_records_per_partition: int | None = options["maxRecordsPerPartition"]
-        self.poll_timeout_s: float = options["kafkaConsumer.pollTimeoutMs"] / 1000
-        self._subscribe: list[str] | None = options["subscribe"]
-        pattern = options["subscribePattern"]
+        self.include_headers: bool = options[INCLUDE_HEADERS]
+        self.fail_on_data_loss: bool = options[FAIL_ON_DATA_LOSS]
+        self.min_partitions: int | None = options[MIN_PARTITIONS]
+        self.max_records_per_partition: int | None = options[MAX_RECORDS_PER_PARTITION]
+        self.poll_timeout_s: float = options[KAFKA_CONSUMER_POLL_TIMEOUT_MS] / 1000
+        self._subscribe: list[str] | None = options[SUBSCRIBE]
+        pattern = options[SUBSCRIBE_PATTERN]
         try:
             self._pattern = re.compile(pattern) if pattern is not None else None
         except re.error as e:
             raise HeadraceError(f"subscribePattern {pattern!r} is not a valid regular expression ({e}); fix the pattern") from None
-        assign = options["assign"]
+        assign = options[ASSIGN]
         self._assign: list[TP] | None = (
             sorted((t, int(p)) for t, ps in assign.items() for p in ps) if assign is not None else None
         )
         user_group = options.passthrough("kafka.").get("group.id")
         suffix = context.query_id or uuid.uuid4().hex
         self.group_id: str = user_group or f"{options['groupIdPrefix']}-{suffix}"
-        self._servers = redact_servers(str(options.reveal("kafka.bootstrap.servers")))
+        self._servers = redact_servers(str(options.reveal(KAFKA_BOOTSTRAP_SERVERS)))
         self._meta: Metadata | None = None
         self._ending: dict[TP, int] | None = None
         self._ending_resolved = False
@@ -183,8 +204,8 @@ class KafkaSource(Source):
         if self._meta is None:
             self._meta = Metadata(
                 consumer_config(self.options, self.group_id),
-                retries=self.options["fetchOffset.numRetries"],
-                retry_interval_s=self.options["fetchOffset.retryIntervalMs"] / 1000,
+                retries=self.options[FETCH_OFFSET_NUM_RETRIES],
+                retry_interval_s=self.options[FETCH_OFFSET_RETRY_INTERVAL_MS] / 1000,
             )
         return self._meta
 
@@ -222,7 +243,7 @@ class KafkaSource(Source):
     def _resolve_by_time(self, name: str, wanted: dict[TP, int], wm: Mapping[TP, tuple[int, int]]) -> dict[TP, int]:
         found = self._metadata().offsets_for_times(wanted)
         out: dict[TP, int] = {}
-        strategy = self.options["startingOffsetsByTimestampStrategy"]
+        strategy = self.options[STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY]
         for tp, ts in wanted.items():
             off = found.get(tp, -1)
             if off < 0:
@@ -246,18 +267,18 @@ class KafkaSource(Source):
         meta = self._metadata()
         wm = meta.watermarks(tps)
         o = self.options
-        if o["startingTimestamp"] is not None:
-            ts = _ms(o["startingTimestamp"])
+        if o[STARTING_TIMESTAMP] is not None:
+            ts = _ms(o[STARTING_TIMESTAMP])
             start = self._resolve_by_time("startingTimestamp", {tp: ts for tp in wm}, wm)
-        elif o["startingOffsetsByTimestamp"] is not None:
-            spec = o["startingOffsetsByTimestamp"]
+        elif o[STARTING_OFFSETS_BY_TIMESTAMP] is not None:
+            spec = o[STARTING_OFFSETS_BY_TIMESTAMP]
             wanted = {(t, int(p)): int(ts) for t, ps in spec.items() for p, ts in ps.items()}
             missing = [f"{t}-{p}" for t, p in tps if (t, p) not in wanted]
             if missing:
                 raise HeadraceError(f"startingOffsetsByTimestamp does not list {', '.join(missing)}; list every topic-partition")
             start = self._resolve_by_time("startingOffsetsByTimestamp", wanted, wm)
         else:
-            so = o["startingOffsets"]
+            so = o[STARTING_OFFSETS]
             if so == "earliest":
                 start = {tp: lo for tp, (lo, _) in wm.items()}
             elif so == "latest":
@@ -272,41 +293,31 @@ class KafkaSource(Source):
             return self._ending
         self._ending_resolved = True
         o = self.options
-        if o["endingOffsets"] is None and o["endingOffsetsByTimestamp"] is None and o["endingTimestamp"] is None:
+        if o[ENDING_OFFSETS] is None and o[ENDING_OFFSETS_BY_TIMESTAMP] is None and o[ENDING_TIMESTAMP] is None:
             return None
         tps = self._partitions_now()
         wm = self._metadata().watermarks(tps)
-        if o["endingTimestamp"] is not None:
-            ts = _ms(o["endingTimestamp"])
+        if o[ENDING_TIMESTAMP] is not None:
+            ts = _ms(o[ENDING_TIMESTAMP])
             self._ending = self._resolve_by_time("endingTimestamp", {tp: ts for tp in wm}, wm)
-        elif o["endingOffsetsByTimestamp"] is not None:
-            spec = o["endingOffsetsByTimestamp"]
+        elif o[ENDING_OFFSETS_BY_TIMESTAMP] is not None:
+            spec = o[ENDING_OFFSETS_BY_TIMESTAMP]
             wanted = {(t, int(p)): int(ts) for t, ps in spec.items() for p, ts in ps.items()}
             self._ending = self._resolve_by_time("endingOffsetsByTimestamp", wanted, wm)
-        elif o["endingOffsets"] == "latest":
+        elif o[ENDING_OFFSETS] == "latest":
             self._ending = {tp: hi for tp, (_, hi) in wm.items()}
         else:
-            self._ending = self._resolve_specific("endingOffsets", o["endingOffsets"], tps, wm, ending=True)
+            self._ending = self._resolve_specific("endingOffsets", o[ENDING_OFFSETS], tps, wm, ending=True)
         return self._ending
-
-    def default_read_limit(self) -> ReadLimit:
-        """maxOffsetsPerTrigger / minOffsetsPerTrigger + maxTriggerDelay. Called once per run."""
-        o = self.options
-        return ReadLimit(
-            max_rows=o["maxOffsetsPerTrigger"],
-            min_rows=o["minOffsetsPerTrigger"],
-            max_trigger_delay=o["maxTriggerDelay"] if o["minOffsetsPerTrigger"] is not None else None,
-        )
 
     def prepare_for_available_now(self) -> bool:
         """Record the end offsets now; later batches never go past them. Called once."""
         self._prepared_available_now = True
+        self._available_now = {tp: hi for tp, (_, hi) in self._metadata().watermarks(set(self._partitions_now())).items()}
         return True
 
     def _data_loss(self, message: str) -> None:
-        if self.fail_on_data_loss:
-            raise DataLossError(f"{message}; {_DATA_LOSS_FIX}")
-        log.warning("%s; skipping it (failOnDataLoss=false)", message)
+        DataLossPolicy(self.fail_on_data_loss, fix=_DATA_LOSS_FIX).lost(message)
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end of the next batch. Called once per trigger, on the driver.

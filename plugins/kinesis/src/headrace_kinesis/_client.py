@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +15,21 @@ from botocore.credentials import RefreshableCredentials
 from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
 
 from headrace.errors import HeadraceError
+from headrace.helpers.retry import backoff
 from headrace.options import Options
+from headrace_kinesis._options import (  # typed option handles
+    AWS_ACCESS_KEY,
+    AWS_SECRET_KEY,
+    AWS_SESSION_TOKEN,
+    ENDPOINT,
+    REGION,
+    ROLE_ARN,
+    ROLE_EXTERNAL_ID,
+    ROLE_SESSION_NAME,
+    STREAM_ARN,
+    STREAM_NAME,
+    STS_ENDPOINT,
+)
 
 __all__ = ["RETRYABLE_CODES", "StreamRef", "error_code", "make_client", "stream_ref", "with_backoff"]
 
@@ -42,27 +55,27 @@ class StreamRef:
 
 def stream_ref(options: Options) -> StreamRef:
     """The stream the options name. ``streamARN`` gives the name and (unless ``region``) the region."""
-    region = options["region"]
-    arn = options["streamARN"]
+    region = options[REGION]
+    arn = options[STREAM_ARN]
     if arn:
         parts = arn.split(":")
         return StreamRef(parts[5].split("/", 1)[1], region or parts[3], arn)
-    return StreamRef(options["streamName"], region)
+    return StreamRef(options[STREAM_NAME] or "", region)  # a rule makes one of streamName / streamARN set
 
 
 def _session(options: Options, region: str | None) -> boto3.Session:
-    key, secret = options.reveal("awsAccessKey"), options.reveal("awsSecretKey")
+    key, secret = options.reveal(AWS_ACCESS_KEY), options.reveal(AWS_SECRET_KEY)
     base = boto3.Session(
         aws_access_key_id=key, aws_secret_access_key=secret,
-        aws_session_token=options.reveal("awsSessionToken"), region_name=region,
+        aws_session_token=options.reveal(AWS_SESSION_TOKEN), region_name=region,
     )  # fmt: skip
-    role = options["roleArn"]
+    role = options[ROLE_ARN]
     if not role:
         return base
-    sts = base.client("sts", endpoint_url=options["stsEndpoint"], region_name=region or base.region_name or "us-east-1")
-    kwargs: dict[str, Any] = {"RoleArn": role, "RoleSessionName": options["roleSessionName"]}
-    if options["roleExternalId"]:
-        kwargs["ExternalId"] = options.reveal("roleExternalId")
+    sts = base.client("sts", endpoint_url=options[STS_ENDPOINT], region_name=region or base.region_name or "us-east-1")
+    kwargs: dict[str, Any] = {"RoleArn": role, "RoleSessionName": options[ROLE_SESSION_NAME]}
+    if options[ROLE_EXTERNAL_ID]:
+        kwargs["ExternalId"] = options.reveal(ROLE_EXTERNAL_ID)
 
     def refresh() -> dict[str, str]:
         try:
@@ -106,13 +119,13 @@ def _new_client(options: Options, read_timeout: float) -> Any:
     ref = stream_ref(options)
     session = _session(options, ref.region)
     region = ref.region or session.region_name
-    if region is None and not options["endpoint"]:
+    if region is None and not options[ENDPOINT]:
         raise HeadraceError(
             f"kinesis: no AWS region for stream {ref}; fix: set the region option, use streamARN, or set AWS_REGION"
         )
     config = Config(retries={"max_attempts": 2, "mode": "standard"}, connect_timeout=10, read_timeout=read_timeout,
                     max_pool_connections=32)  # fmt: skip
-    return session.client("kinesis", region_name=region or "us-east-1", endpoint_url=options["endpoint"], config=config)
+    return session.client("kinesis", region_name=region or "us-east-1", endpoint_url=options[ENDPOINT], config=config)
 
 
 def error_code(e: BaseException) -> str:
@@ -156,5 +169,5 @@ def with_backoff(
                 raise
             if on_retry is not None:
                 on_retry("connection")
-        sleep(random.uniform(0, min(cap, base * (2**attempt))))
+        sleep(backoff(attempt + 1, base=base, cap=cap))
     raise AssertionError("unreachable")

@@ -6,6 +6,8 @@ Names are the Databricks Kinesis connector's, matched case-insensitively. Option
 
 from __future__ import annotations
 
+import datetime
+
 from headrace.options import (
     Boolean,
     Choice,
@@ -90,7 +92,7 @@ SOURCE_OPTIONS = OptionSchema(
                doc="Shortest time between two GetRecords calls on one shard (AWS allows 5 per second per shard)."),
         Option("maxFetchDuration", Duration(min=0.001), default=10.0,
                doc="Longest time one trigger spends fetching new records before the batch is cut."),
-        Option("fetchBufferSize", Size(), default=20 * 1024**3,
+        Option("fetchBufferSize", Size(), default=20 * 1024**3, read_limit="max_bytes",
                doc="Bytes fetched for one batch, at most (soft: a batch always advances)."),
         Option("shardFetchInterval", Duration(), default=1.0, doc="How often the shard list is polled for resharding."),
         Option("failOnDataLoss", Boolean(), default=True,
@@ -129,3 +131,33 @@ SINK_OPTIONS = OptionSchema(
     ],
     rules=[*_STREAM_RULES],
 )
+
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+AWS_ACCESS_KEY: Option[str | None] = COMMON_OPTIONS["awsAccessKey"]
+AWS_SECRET_KEY: Option[str | None] = COMMON_OPTIONS["awsSecretKey"]
+AWS_SESSION_TOKEN: Option[str | None] = COMMON_OPTIONS["awsSessionToken"]
+DATA_COLUMN: Option[str] = SINK_OPTIONS["dataColumn"]
+ENDPOINT: Option[str | None] = COMMON_OPTIONS["endpoint"]
+EXPLICIT_HASH_KEY_COLUMN: Option[str | None] = SINK_OPTIONS["explicitHashKeyColumn"]
+FAIL_ON_DATA_LOSS: Option[bool] = SOURCE_OPTIONS["failOnDataLoss"]
+FETCH_BUFFER_SIZE: Option[int] = SOURCE_OPTIONS["fetchBufferSize"]
+INITIAL_POSITION: Option[str] = SOURCE_OPTIONS["initialPosition"]
+INITIAL_TIMESTAMP: Option[datetime.datetime | None] = SOURCE_OPTIONS["initialTimestamp"]
+MAX_FETCH_DURATION: Option[float] = SOURCE_OPTIONS["maxFetchDuration"]
+MAX_FETCH_RATE: Option[float] = SOURCE_OPTIONS["maxFetchRate"]
+MAX_RECORDS_PER_FETCH: Option[int] = SOURCE_OPTIONS["maxRecordsPerFetch"]
+MAX_RECORDS_PER_REQUEST: Option[int] = SINK_OPTIONS["maxRecordsPerRequest"]
+MAX_RETRIES: Option[int] = SINK_OPTIONS["maxRetries"]
+MIN_FETCH_PERIOD: Option[float] = SOURCE_OPTIONS["minFetchPeriod"]
+PARTITION_KEY_COLUMN: Option[str] = SINK_OPTIONS["partitionKeyColumn"]
+REGION: Option[str | None] = COMMON_OPTIONS["region"]
+RETRY_BACKOFF: Option[float] = SINK_OPTIONS["retryBackoff"]
+ROLE_ARN: Option[str | None] = COMMON_OPTIONS["roleArn"]
+ROLE_EXTERNAL_ID: Option[str | None] = COMMON_OPTIONS["roleExternalId"]
+ROLE_SESSION_NAME: Option[str] = COMMON_OPTIONS["roleSessionName"]
+SHARDS_PER_TASK: Option[int] = SOURCE_OPTIONS["shardsPerTask"]
+SHARD_FETCH_INTERVAL: Option[float] = SOURCE_OPTIONS["shardFetchInterval"]
+STREAM_ARN: Option[str | None] = COMMON_OPTIONS["streamARN"]
+STREAM_NAME: Option[str | None] = COMMON_OPTIONS["streamName"]
+STS_ENDPOINT: Option[str | None] = COMMON_OPTIONS["stsEndpoint"]
+__all__ += ["AWS_ACCESS_KEY", "AWS_SECRET_KEY", "AWS_SESSION_TOKEN", "DATA_COLUMN", "ENDPOINT", "EXPLICIT_HASH_KEY_COLUMN", "FAIL_ON_DATA_LOSS", "FETCH_BUFFER_SIZE", "INITIAL_POSITION", "INITIAL_TIMESTAMP", "MAX_FETCH_DURATION", "MAX_FETCH_RATE", "MAX_RECORDS_PER_FETCH", "MAX_RECORDS_PER_REQUEST", "MAX_RETRIES", "MIN_FETCH_PERIOD", "PARTITION_KEY_COLUMN", "REGION", "RETRY_BACKOFF", "ROLE_ARN", "ROLE_EXTERNAL_ID", "ROLE_SESSION_NAME", "SHARDS_PER_TASK", "SHARD_FETCH_INTERVAL", "STREAM_ARN", "STREAM_NAME", "STS_ENDPOINT"]

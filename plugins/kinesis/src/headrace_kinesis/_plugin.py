@@ -21,5 +21,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             description="AWS Kinesis Data Streams: replayable per-shard source with resharding; put_records sink (at-least-once).",
             requires=("boto3",),
             install_hint="pip install 'boto3>=1.28' (a dependency of headrace-kinesis)",
+            api_version="1",  # the headrace plugin API it is written for
         )
     ]

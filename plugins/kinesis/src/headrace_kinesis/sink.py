@@ -11,7 +11,6 @@ possible (at-least-once, as Spark's Kinesis sink); Kinesis has no transactional 
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -20,9 +19,18 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError
+from headrace.helpers.retry import backoff
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace_kinesis._client import StreamRef, make_client, stream_ref, with_backoff
+from headrace_kinesis._options import (  # typed option handles
+    DATA_COLUMN,
+    EXPLICIT_HASH_KEY_COLUMN,
+    MAX_RECORDS_PER_REQUEST,
+    MAX_RETRIES,
+    PARTITION_KEY_COLUMN,
+    RETRY_BACKOFF,
+)
 
 __all__ = ["KinesisSink", "Written"]
 
@@ -53,12 +61,12 @@ class KinesisSink(Sink):
         """Called once per query run (and per Spark task); cheap, no I/O."""
         super().__init__(options, context)
         self.ref: StreamRef = stream_ref(options)
-        self.key_col: str = options["partitionKeyColumn"]
-        self.data_col: str = options["dataColumn"]
-        self.hash_col: str | None = options["explicitHashKeyColumn"]
-        self.per_request: int = options["maxRecordsPerRequest"]
-        self.max_retries: int = options["maxRetries"]
-        self.backoff: float = options["retryBackoff"]
+        self.key_col: str = options[PARTITION_KEY_COLUMN]
+        self.data_col: str = options[DATA_COLUMN]
+        self.hash_col: str | None = options[EXPLICIT_HASH_KEY_COLUMN]
+        self.per_request: int = options[MAX_RECORDS_PER_REQUEST]
+        self.max_retries: int = options[MAX_RETRIES]
+        self.backoff: float = options[RETRY_BACKOFF]
         self._client: Any = None
         self._stats = {"records": 0, "requests": 0, "retriedRecords": 0}
 
@@ -165,7 +173,7 @@ class KinesisSink(Sink):
             log.debug("kinesis sink: %d records rejected (%s); retrying them", len(failed), ", ".join(codes))
             retried += len(failed)
             todo = failed
-            time.sleep(random.uniform(0, min(5.0, self.backoff * (2**attempt))))
+            time.sleep(backoff(attempt + 1, base=self.backoff))
         raise AssertionError("unreachable")
 
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:

@@ -31,10 +31,23 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.errors import DataLossError, HeadraceError
+from headrace.errors import HeadraceError
+from headrace.helpers.dataloss import DataLossPolicy
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_kinesis._client import StreamRef, error_code, make_client, stream_ref, with_backoff
+from headrace_kinesis._options import (  # typed option handles
+    FAIL_ON_DATA_LOSS,
+    FETCH_BUFFER_SIZE,
+    INITIAL_POSITION,
+    INITIAL_TIMESTAMP,
+    MAX_FETCH_DURATION,
+    MAX_FETCH_RATE,
+    MAX_RECORDS_PER_FETCH,
+    MIN_FETCH_PERIOD,
+    SHARD_FETCH_INTERVAL,
+    SHARDS_PER_TASK,
+)
 from headrace_kinesis._schema import SCHEMA, records_to_batch
 from headrace_kinesis._shards import (
     Position,
@@ -116,14 +129,14 @@ class KinesisSource(Source):
         (the client is created on first use)."""
         super().__init__(options, context)
         self.ref: StreamRef = stream_ref(options)
-        self.max_per_fetch: int = options["maxRecordsPerFetch"]
-        self.max_rate: float = options["maxFetchRate"] * 1_000_000  # bytes/s per shard
-        self.min_period: float = options["minFetchPeriod"]
-        self.max_duration: float = options["maxFetchDuration"]
-        self.buffer_bytes: int = options["fetchBufferSize"]
-        self.list_interval: float = options["shardFetchInterval"]
-        self.fail_on_data_loss: bool = options["failOnDataLoss"]
-        self.shards_per_task: int = options["shardsPerTask"]
+        self.max_per_fetch: int = options[MAX_RECORDS_PER_FETCH]
+        self.max_rate: float = options[MAX_FETCH_RATE] * 1_000_000  # bytes/s per shard
+        self.min_period: float = options[MIN_FETCH_PERIOD]
+        self.max_duration: float = options[MAX_FETCH_DURATION]
+        self.buffer_bytes: int = options[FETCH_BUFFER_SIZE]
+        self.list_interval: float = options[SHARD_FETCH_INTERVAL]
+        self.fail_on_data_loss: bool = options[FAIL_ON_DATA_LOSS]
+        self.shards_per_task: int = options[SHARDS_PER_TASK]
         self._client: Any = None
         self._lock = threading.Lock()
         self._cache: dict[tuple[str, str, str], list[pa.RecordBatch]] = {}
@@ -200,12 +213,14 @@ class KinesisSource(Source):
     # ------------------------------------------------------------------ offsets
     def initial_offset(self) -> Offset:
         """Called once for a new checkpoint: lists the shards and fixes the start of each."""
-        pos = self.options["initialPosition"]
+        pos = self.options[INITIAL_POSITION]
         start = new_offset(self.ref.name)
         if pos in ("trim_horizon", "earliest"):
             return self._list(start)
         if pos == "at_timestamp":
-            return self._list(start, initial={"at": int(self.options["initialTimestamp"].timestamp() * 1000)})
+            at = self.options[INITIAL_TIMESTAMP]  # a rule makes it set with at_timestamp
+            assert at is not None
+            return self._list(start, initial={"at": int(at.timestamp() * 1000)})
         # latest: LATEST iterators now (kept in memory), AT_TIMESTAMP(now) after a restart.
         now_ms = int(time.time() * 1000)
         offset = self._list(start, initial={"at": now_ms}, closed_done=True)
@@ -214,10 +229,6 @@ class KinesisSource(Source):
                             ShardId=sid, ShardIteratorType="LATEST")["ShardIterator"]  # fmt: skip
             self._iters[sid] = (("at", str(now_ms)), it, time.monotonic())
         return offset
-
-    def default_read_limit(self) -> ReadLimit:
-        """``fetchBufferSize`` as a soft byte limit per batch. Called once per run."""
-        return ReadLimit(max_bytes=self.buffer_bytes)
 
     def prepare_for_available_now(self) -> bool:
         """Called once for ``trigger(available_now=True)``, on the driver: lists the shards and
@@ -295,10 +306,8 @@ class KinesisSource(Source):
     def _data_loss(self, sid: str, what: str) -> None:
         msg = (f"kinesis: records of stream {self.ref} shard {sid} are gone ({what}); they were probably trimmed by the "
                "stream's retention period while the query was stopped or behind")  # fmt: skip
-        if self.fail_on_data_loss:
-            raise DataLossError(msg + "; fix: set failOnDataLoss=false to skip them and continue from the oldest retained "
-                                "record, or start a new checkpoint")  # fmt: skip
-        log.warning("%s; skipping them (failOnDataLoss=false)", msg)
+        DataLossPolicy(self.fail_on_data_loss, "kinesis", fix="set failOnDataLoss=false to skip them and continue from "
+                       "the oldest retained record, or start a new checkpoint").lost(msg, skip="skipping them")  # fmt: skip
 
     def _get_records(self, f: _Fetch, limit: int) -> tuple[list[dict[str, Any]], int]:
         """One GetRecords for ``f`` (renewing an expired iterator); returns (records, bytes)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from headrace.badrecords import BAD_RECORD_OPTIONS
 from headrace.errors import OptionProblem
@@ -222,3 +223,19 @@ SINK_OPTIONS = OptionSchema(
 
 # one bad-record policy for every sink that can reject a row (headrace.badrecords)
 SINK_OPTIONS = SINK_OPTIONS.extended(BAD_RECORD_OPTIONS.options, rules=BAD_RECORD_OPTIONS.rules)
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+BATCHINTERVAL: Option[float] = SINK_OPTIONS["batchinterval"]
+BATCHSIZE: Option[int] = SINK_OPTIONS["batchsize"]
+CONNECT_TIMEOUT: Option[float] = SINK_OPTIONS["connectTimeout"]
+DATABASE: Option[str] = SINK_OPTIONS["database"]
+DBTABLE: Option[Any] = SINK_OPTIONS["dbtable"]
+ENDPOINT: Option[str | None] = SINK_OPTIONS["endpoint"]
+HOST: Option[str | None] = SINK_OPTIONS["host"]
+MAX_RETRIES: Option[int] = SINK_OPTIONS["maxRetries"]
+PASSWORD: Option[str | None] = SINK_OPTIONS["password"]
+PORT: Option[int | None] = SINK_OPTIONS["port"]
+SSLMODE: Option[str | None] = SINK_OPTIONS["sslmode"]
+UPSERTKEY: Option[list[str] | None] = SINK_OPTIONS["upsertkey"]
+URL: Option[Any] = SINK_OPTIONS["url"]
+USER: Option[str | None] = SINK_OPTIONS["user"]
+__all__ += ["BATCHINTERVAL", "BATCHSIZE", "CONNECT_TIMEOUT", "DATABASE", "DBTABLE", "ENDPOINT", "HOST", "MAX_RETRIES", "PASSWORD", "PORT", "SSLMODE", "UPSERTKEY", "URL", "USER"]

@@ -28,6 +28,7 @@ def headrace_connectors() -> list[ConnectorSpec]:
             "and a change source (logical replication, pgoutput).",
             requires=("psycopg", "numpy"),
             install_hint="pip install 'psycopg[binary]>=3.2' 'numpy>=1.25' (dependencies of headrace-lakebase)",
+            api_version="1",  # the headrace plugin API it is written for
         )
     ]
 

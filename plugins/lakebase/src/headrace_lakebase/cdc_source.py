@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, RealTimeChunk, Source, SourceContext
+from headrace_lakebase._options import CONNECT_TIMEOUT, DBTABLE, MAX_RETRIES
 from headrace_lakebase.cdc_decode import ChangeDecoder, Snapshot, change_schema
 from headrace_lakebase.cdc_setup import (
     TableInfo,
@@ -95,7 +96,7 @@ class LakebaseChangeSource(Source):
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
-        self.table = options["dbtable"]
+        self.table = options[DBTABLE]
         self.slot: str = options["slotName"] or _default_name(self.table)
         self.publication: str = options["publicationName"] or _default_name(self.table)
         self.snapshot_mode: str = options["snapshotMode"]
@@ -120,8 +121,8 @@ class LakebaseChangeSource(Source):
         options = self.options
         return Connector(
             lambda: params_from_options(options),
-            max_retries=options["maxRetries"],
-            connect_timeout=options["connectTimeout"],
+            max_retries=options[MAX_RETRIES],
+            connect_timeout=options[CONNECT_TIMEOUT],
             what=f"reading changes of {self.table}",
         )
 

@@ -12,6 +12,16 @@ import psycopg
 
 from headrace.errors import HeadraceError, redact, scrub_exception
 from headrace.options import Options
+from headrace_lakebase._options import (  # typed option handles
+    DATABASE,
+    ENDPOINT,
+    HOST,
+    PASSWORD,
+    PORT,
+    SSLMODE,
+    URL,
+    USER,
+)
 from headrace_lakebase.params import ConnectionParams
 from headrace_lakebase.retry import backoff, is_transient
 
@@ -29,11 +39,11 @@ class RetriesExhaustedError(HeadraceError):
 def params_from_options(options: Options) -> ConnectionParams:
     """Connection parameters from the sink's options; ``endpoint`` is resolved through the
     ``headrace_lakebase_resolve_endpoint`` hook. Called once per sink instance, on first connect."""
-    database = options["database"] if (options.is_set("database") or not options.is_set("url")) else None
-    if options.is_set("endpoint"):
+    database = options[DATABASE] if (options.is_set(DATABASE) or not options.is_set(URL)) else None
+    if options.is_set(ENDPOINT):
         from headrace.plugins import registry
 
-        endpoint = str(options["endpoint"])
+        endpoint = str(options[ENDPOINT])
         resolved = registry().hook.headrace_lakebase_resolve_endpoint(endpoint=endpoint, options=options.redacted())
         if resolved is None:
             raise HeadraceError(
@@ -52,21 +62,21 @@ def params_from_options(options: Options) -> ConnectionParams:
         for name in ("user", "sslmode", "port"):
             if options.is_set(name) and getattr(resolved, name) is None:
                 overrides[name] = options[name]
-        if options.is_set("password") and resolved.password is None and resolved.password_provider is None:
-            overrides["password"] = options.reveal("password")
+        if options.is_set(PASSWORD) and resolved.password is None and resolved.password_provider is None:
+            overrides["password"] = options.reveal(PASSWORD)
         if overrides:
             from dataclasses import replace
 
             resolved = replace(resolved, **overrides)
         return resolved
     return ConnectionParams(
-        host=options["host"],
-        port=options["port"],
-        user=options["user"],
+        host=options[HOST],
+        port=options[PORT],
+        user=options[USER],
         database=database,
-        sslmode=options["sslmode"],
-        password=options.reveal("password") if options.is_set("password") else None,
-        url=options.reveal("url") if options.is_set("url") else None,
+        sslmode=options[SSLMODE],
+        password=options.reveal(PASSWORD) if options.is_set(PASSWORD) else None,
+        url=options.reveal(URL) if options.is_set(URL) else None,
     )
 
 

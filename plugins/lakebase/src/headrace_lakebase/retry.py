@@ -1,10 +1,11 @@
-"""Which PostgreSQL errors are transient, and the backoff between retries."""
+"""Which PostgreSQL errors are transient; the backoff between retries is the core's
+(:func:`headrace.helpers.retry.backoff`)."""
 
 from __future__ import annotations
 
-import random
-
 import psycopg
+
+from headrace.helpers.retry import backoff
 
 __all__ = ["TRANSIENT_SQLSTATES", "backoff", "is_transient"]
 
@@ -53,11 +54,3 @@ def is_transient(error: BaseException) -> bool:
             return False
         return isinstance(error, psycopg.OperationalError | psycopg.InterfaceError)
     return isinstance(error, ConnectionError | TimeoutError)
-
-
-def backoff(attempt: int, *, base: float = 0.05, cap: float = 5.0, rng: random.Random | None = None) -> float:
-    """Seconds to wait before retry ``attempt`` (1, 2, ...): exponential with full jitter,
-    at least ``base / 2``, at most ``cap``."""
-    r = rng or random
-    ceiling = min(cap, base * (2 ** (attempt - 1)))
-    return max(base / 2, r.uniform(0, ceiling))

@@ -35,11 +35,20 @@ import pyarrow as pa
 from psycopg import sql
 
 from headrace.badrecords import BadRecords
+from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec
 from headrace_lakebase import autocdc
+from headrace_lakebase._options import (
+    BATCHINTERVAL,
+    BATCHSIZE,
+    CONNECT_TIMEOUT,
+    DBTABLE,
+    MAX_RETRIES,
+    UPSERTKEY,
+)
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
@@ -85,15 +94,15 @@ class LakebaseSink(Sink):
                 f"lakebase: output mode {context.output_mode!r} is not supported (the table would have to be "
                 "replaced every batch); use output_mode('append') or output_mode('update'), which both upsert"
             )
-        self.table = options["dbtable"]
-        self.batch_size: int = options["batchsize"]
-        self.interval: float = options["batchinterval"]
-        self.upsert_key: list[str] | None = options["upsertkey"]
+        self.table = options[DBTABLE]
+        self.batch_size: int = options[BATCHSIZE]
+        self.interval: float = options[BATCHINTERVAL]
+        self.upsert_key: list[str] | None = options[UPSERTKEY]
         self.cdc = AutoCdcSpec.from_options(options, self.upsert_key)
         self._connector = Connector(
             lambda: params_from_options(options),
-            max_retries=options["maxRetries"],
-            connect_timeout=options["connectTimeout"],
+            max_retries=options[MAX_RETRIES],
+            connect_timeout=options[CONNECT_TIMEOUT],
             what=f"writing to {self.table}",
         )
         self._bk = Bookkeeping(self.table.schema, str(self.table), context.query_id or context.run_id)
@@ -277,6 +286,8 @@ class LakebaseSink(Sink):
             with conn.transaction(), conn.cursor() as cur:
                 if not self._bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
                     return False
+                # the chunk is recorded but its rows not written: a kill here must lose both
+                crash_point("lakebase_between_bookkeeping_and_data", batch_id)
                 if not checked:
                     copy(cur, payload, rows)
                     return True

@@ -17,6 +17,15 @@ from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransp
 
 from headrace.errors import HeadraceError
 from headrace.options import Options
+from headrace_pubsub._options import (  # typed option handles
+    CLIENT_EMAIL,
+    CLIENT_ID,
+    CREDENTIALS_FILE,
+    ENDPOINT,
+    PRIVATE_KEY,
+    PRIVATE_KEY_ID,
+    PROJECT_ID,
+)
 
 __all__ = ["Endpoint", "PubSubError", "credentials_from", "describe_api_error", "publisher_client", "resolve_endpoint",
            "subscriber_client"]  # fmt: skip
@@ -49,7 +58,7 @@ def resolve_endpoint(options: Options) -> Endpoint:
     Called once per source/sink construction. A bare ``host:port`` (or ``http://host:port``) is an
     emulator (plaintext, anonymous); ``https://host[:port]`` is a TLS endpoint with credentials.
     """
-    raw = options["endpoint"] or os.environ.get("PUBSUB_EMULATOR_HOST") or None
+    raw = options[ENDPOINT] or os.environ.get("PUBSUB_EMULATOR_HOST") or None
     if raw is None:
         return Endpoint(None, False)
     text = str(raw).strip()
@@ -63,14 +72,14 @@ def credentials_from(options: Options) -> Any:
     (application default credentials, resolved by the client library). Never logs a secret."""
     from google.oauth2 import service_account
 
-    if options.is_set("privateKey"):
+    if options.is_set(PRIVATE_KEY):
         info = {
             "type": "service_account",
-            "project_id": options["projectId"],
-            "client_email": options.reveal("clientEmail"),
-            "client_id": options.reveal("clientId"),
-            "private_key": str(options.reveal("privateKey")).replace("\\n", "\n"),
-            "private_key_id": options.reveal("privateKeyId"),
+            "project_id": options[PROJECT_ID],
+            "client_email": options.reveal(CLIENT_EMAIL),
+            "client_id": options.reveal(CLIENT_ID),
+            "private_key": str(options.reveal(PRIVATE_KEY)).replace("\\n", "\n"),
+            "private_key_id": options.reveal(PRIVATE_KEY_ID),
             "token_uri": _TOKEN_URI,
         }
         try:
@@ -82,8 +91,8 @@ def credentials_from(options: Options) -> Any:
                 f"invalid ({type(e).__name__}); fix: pass the private_key of the JSON key file exactly, "
                 "including the BEGIN/END PRIVATE KEY lines"
             ) from None
-    if options["credentialsFile"]:
-        path = str(options["credentialsFile"])
+    if options[CREDENTIALS_FILE]:
+        path = str(options[CREDENTIALS_FILE])
         if not os.path.isfile(path):
             raise PubSubError(f"pubsub: credentialsFile {path!r} does not exist; fix: give the path of a service-account JSON key")
         try:

@@ -60,7 +60,7 @@ SOURCE_OPTIONS = OptionSchema(
         *CONNECTION_OPTIONS,
         Option("deleteSubscriptionOnStreamStop", Boolean(), default=False,
                doc="Delete the subscription when the query stops (not when it is killed)."),
-        Option("maxBytesPerTrigger", Size(),
+        Option("maxBytesPerTrigger", Size(), read_limit="max_bytes",
                doc="Soft limit of payload bytes per micro-batch (a batch may go over it by one pull)."),
         Option("maxRecordsPerFetch", Integer(min=1), default=1000,
                doc="Messages each fetch partition pulls per micro-batch, at most."),
@@ -102,3 +102,30 @@ SINK_OPTIONS = OptionSchema(
     ],
     rules=_AUTH_RULES,
 )  # fmt: skip
+
+# Typed handles: options[HANDLE] is typed (string keys keep working).
+ACK_DEADLINE_SECONDS: Option[int] = SOURCE_OPTIONS["ackDeadlineSeconds"]
+BATCH_MAX_BYTES: Option[int] = SINK_OPTIONS["batchMaxBytes"]
+BATCH_MAX_LATENCY: Option[float] = SINK_OPTIONS["batchMaxLatency"]
+BATCH_MAX_MESSAGES: Option[int] = SINK_OPTIONS["batchMaxMessages"]
+CLIENT_EMAIL: Option[str | None] = SINK_OPTIONS["clientEmail"]
+CLIENT_ID: Option[str | None] = SINK_OPTIONS["clientId"]
+CREDENTIALS_FILE: Option[str | None] = SINK_OPTIONS["credentialsFile"]
+DEDUP_WINDOW: Option[float] = SOURCE_OPTIONS["dedupWindow"]
+DELETE_SUBSCRIPTION_ON_STREAM_STOP: Option[bool] = SOURCE_OPTIONS["deleteSubscriptionOnStreamStop"]
+ENABLE_MESSAGE_ORDERING: Option[bool | None] = SINK_OPTIONS["enableMessageOrdering"]
+ENDPOINT: Option[str | None] = SINK_OPTIONS["endpoint"]
+FETCH_IDLE_TIMEOUT: Option[float] = SOURCE_OPTIONS["fetchIdleTimeout"]
+MAX_BYTES_PER_TRIGGER: Option[int | None] = SOURCE_OPTIONS["maxBytesPerTrigger"]
+MAX_FETCH_PERIOD: Option[float] = SOURCE_OPTIONS["maxFetchPeriod"]
+MAX_OUTSTANDING_BYTES: Option[int] = SINK_OPTIONS["maxOutstandingBytes"]
+MAX_OUTSTANDING_MESSAGES: Option[int] = SINK_OPTIONS["maxOutstandingMessages"]
+MAX_RECORDS_PER_FETCH: Option[int] = SOURCE_OPTIONS["maxRecordsPerFetch"]
+NUM_FETCH_PARTITIONS: Option[int] = SOURCE_OPTIONS["numFetchPartitions"]
+PRIVATE_KEY: Option[str | None] = SINK_OPTIONS["privateKey"]
+PRIVATE_KEY_ID: Option[str | None] = SINK_OPTIONS["privateKeyId"]
+PROJECT_ID: Option[str] = SINK_OPTIONS["projectId"]
+PUBLISH_TIMEOUT: Option[float] = SINK_OPTIONS["publishTimeout"]
+SUBSCRIPTION_ID: Option[str] = SOURCE_OPTIONS["subscriptionId"]
+TOPIC_ID: Option[str] = SINK_OPTIONS["topicId"]
+__all__ += ["ACK_DEADLINE_SECONDS", "BATCH_MAX_BYTES", "BATCH_MAX_LATENCY", "BATCH_MAX_MESSAGES", "CLIENT_EMAIL", "CLIENT_ID", "CREDENTIALS_FILE", "DEDUP_WINDOW", "DELETE_SUBSCRIPTION_ON_STREAM_STOP", "ENABLE_MESSAGE_ORDERING", "ENDPOINT", "FETCH_IDLE_TIMEOUT", "MAX_BYTES_PER_TRIGGER", "MAX_FETCH_PERIOD", "MAX_OUTSTANDING_BYTES", "MAX_OUTSTANDING_MESSAGES", "MAX_RECORDS_PER_FETCH", "NUM_FETCH_PARTITIONS", "PRIVATE_KEY", "PRIVATE_KEY_ID", "PROJECT_ID", "PUBLISH_TIMEOUT", "SUBSCRIPTION_ID", "TOPIC_ID"]

@@ -28,5 +28,6 @@ def headrace_connectors() -> list[ConnectorSpec]:
             ),
             requires=("google.cloud.pubsub_v1",),
             install_hint="pip install 'google-cloud-pubsub>=2.20' (a dependency of headrace-pubsub)",
+            api_version="1",  # the headrace plugin API it is written for
         )
     ]

@@ -25,6 +25,17 @@ from headrace.errors import HeadraceError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace_pubsub._client import PubSubError, describe_api_error, publisher_client, resolve_endpoint
+from headrace_pubsub._options import (  # typed option handles
+    BATCH_MAX_BYTES,
+    BATCH_MAX_LATENCY,
+    BATCH_MAX_MESSAGES,
+    ENABLE_MESSAGE_ORDERING,
+    MAX_OUTSTANDING_BYTES,
+    MAX_OUTSTANDING_MESSAGES,
+    PROJECT_ID,
+    PUBLISH_TIMEOUT,
+    TOPIC_ID,
+)
 
 __all__ = ["PubSubSink", "Published"]
 
@@ -79,12 +90,12 @@ class PubSubSink(Sink):
         """Called once per query run on the driver: checks that the topic exists. The publisher is
         created on the first ``write`` (when the columns tell whether ordering keys are used)."""
         super().__init__(options, context)
-        self.project_id: str = options["projectId"]
-        self.topic_id: str = options["topicId"]
+        self.project_id: str = options[PROJECT_ID]
+        self.topic_id: str = options[TOPIC_ID]
         self.topic_path = f"projects/{self.project_id}/topics/{self.topic_id}"
         self.endpoint = resolve_endpoint(options)
-        self.publish_timeout = _seconds(options["publishTimeout"])
-        self._ordering_option: bool | None = options["enableMessageOrdering"]
+        self.publish_timeout = _seconds(options[PUBLISH_TIMEOUT])
+        self._ordering_option: bool | None = options[ENABLE_MESSAGE_ORDERING]
         self._publisher: Any = None
         self._ordering = False
         self._published = 0
@@ -102,11 +113,11 @@ class PubSubSink(Sink):
     def _make_publisher(self, ordering: bool) -> Any:
         o = self.options
         batch = ps_types.BatchSettings(
-            max_messages=o["batchMaxMessages"], max_bytes=o["batchMaxBytes"], max_latency=_seconds(o["batchMaxLatency"])
+            max_messages=o[BATCH_MAX_MESSAGES], max_bytes=o[BATCH_MAX_BYTES], max_latency=_seconds(o[BATCH_MAX_LATENCY])
         )
         flow = ps_types.PublishFlowControl(
-            message_limit=o["maxOutstandingMessages"],
-            byte_limit=o["maxOutstandingBytes"],
+            message_limit=o[MAX_OUTSTANDING_MESSAGES],
+            byte_limit=o[MAX_OUTSTANDING_BYTES],
             limit_exceeded_behavior=ps_types.LimitExceededBehavior.BLOCK,
         )
         return publisher_client(

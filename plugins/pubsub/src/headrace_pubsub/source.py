@@ -36,10 +36,26 @@ import pyarrow as pa
 from google.api_core import exceptions as gexc
 from google.pubsub_v1 import PullResponse
 
+from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError
+from headrace.helpers.admission import AdmissionBudget
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_pubsub._client import PubSubError, describe_api_error, resolve_endpoint, subscriber_client
+from headrace_pubsub._options import (  # typed option handles
+    ACK_DEADLINE_SECONDS,
+    DEDUP_WINDOW,
+    DELETE_SUBSCRIPTION_ON_STREAM_STOP,
+    ENABLE_MESSAGE_ORDERING,
+    FETCH_IDLE_TIMEOUT,
+    MAX_BYTES_PER_TRIGGER,
+    MAX_FETCH_PERIOD,
+    MAX_RECORDS_PER_FETCH,
+    NUM_FETCH_PARTITIONS,
+    PROJECT_ID,
+    SUBSCRIPTION_ID,
+    TOPIC_ID,
+)
 from headrace_pubsub._schema import SCHEMA, messages_to_batch
 from headrace_pubsub._staging import SegmentPart, SegmentStore, read_part
 
@@ -54,21 +70,6 @@ _RPC_TIMEOUT = 60.0
 _ACK_THREADS = 4  # Acknowledge requests in flight at once
 
 
-def _crash_point() -> tuple[str, int]:
-    """Test hook, like the engine's: ``HEADRACE_TEST_CRASH=pubsub_after_pull:<seq>`` (messages pulled
-    and leased, nothing staged) or ``pubsub_after_stage:<seq>`` (staged, not acked) SIGKILLs the
-    process while the source prepares segment ``seq``."""
-    point, _, seq = os.environ.get("HEADRACE_TEST_CRASH", "").partition(":")
-    return (point, int(seq)) if point.startswith("pubsub_") and seq.isdigit() else ("", -1)
-
-
-def _maybe_crash(point: str, seq: int) -> None:
-    if _crash_point() == (point, seq):
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _seconds(value: Any) -> float:
     """Durations are parsed to seconds by the option schema (defaults included)."""
     return float(value)
@@ -77,51 +78,6 @@ def _seconds(value: Any) -> float:
 @dataclass(frozen=True)
 class PubSubPartition(SegmentPart, Partition):
     """One staged part file of one segment: what ``read`` reads. Picklable."""
-
-
-class _Budget:
-    """Rows and bytes a micro-batch may still take, shared by the fetch threads."""
-
-    def __init__(self, rows: int | None, max_bytes: int | None) -> None:
-        self._lock = threading.Lock()
-        self.rows = rows
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self.messages = 0
-        self.stop = False
-
-    def reserve(self, n: int) -> int:
-        with self._lock:
-            if self.stop or (self.max_bytes is not None and self.bytes >= self.max_bytes):
-                return 0
-            if self.rows is None:
-                return n
-            got = min(n, self.rows)
-            self.rows -= got
-            return got
-
-    def estimate(self, n: int) -> int:
-        """With a byte limit, ask for about as many messages as fit in the bytes left (by the mean
-        size seen so far; 10 before any), so the soft limit is overshot by little."""
-        if self.max_bytes is None:
-            return n
-        with self._lock:
-            if self.messages == 0:
-                return min(n, 10)
-            mean = max(1.0, self.bytes / self.messages)
-            return max(1, min(n, int((self.max_bytes - self.bytes) / mean) + 1))
-
-    def give_back(self, n: int) -> None:
-        if n > 0 and self.rows is not None:
-            with self._lock:
-                self.rows += n
-
-    def add_bytes(self, n: int, messages: int) -> bool:
-        """Count ``n`` payload bytes of ``messages`` messages; False once the byte limit is reached."""
-        with self._lock:
-            self.bytes += n
-            self.messages += messages
-            return self.max_bytes is None or self.bytes < self.max_bytes
 
 
 class _Lease:
@@ -192,18 +148,18 @@ class PubSubSource(Source):
         """Called once per query run, on the driver: validates the subscription (creating it when
         missing) and recovers staged segments. Reads no messages."""
         super().__init__(options, context)
-        self.project_id: str = options["projectId"]
-        self.topic_id: str = options["topicId"]
-        self.subscription_id: str = options["subscriptionId"]
+        self.project_id: str = options[PROJECT_ID]
+        self.topic_id: str = options[TOPIC_ID]
+        self.subscription_id: str = options[SUBSCRIPTION_ID]
         self.topic_path = f"projects/{self.project_id}/topics/{self.topic_id}"
         self.subscription_path = f"projects/{self.project_id}/subscriptions/{self.subscription_id}"
-        self.max_records: int = options["maxRecordsPerFetch"]
-        self.max_fetch_period = _seconds(options["maxFetchPeriod"])
-        self.fetch_idle = _seconds(options["fetchIdleTimeout"])
-        self.num_fetch_partitions: int = options["numFetchPartitions"]
-        self.max_bytes: int | None = options["maxBytesPerTrigger"]
-        self.dedup_window = _seconds(options["dedupWindow"])
-        self.delete_on_stop: bool = options["deleteSubscriptionOnStreamStop"]
+        self.max_records: int = options[MAX_RECORDS_PER_FETCH]
+        self.max_fetch_period = _seconds(options[MAX_FETCH_PERIOD])
+        self.fetch_idle = _seconds(options[FETCH_IDLE_TIMEOUT])
+        self.num_fetch_partitions: int = options[NUM_FETCH_PARTITIONS]
+        self.max_bytes: int | None = options[MAX_BYTES_PER_TRIGGER]
+        self.dedup_window = _seconds(options[DEDUP_WINDOW])
+        self.delete_on_stop: bool = options[DELETE_SUBSCRIPTION_ON_STREAM_STOP]
         self.endpoint = resolve_endpoint(options)
         self._temp_state: str | None = None
         state = context.state_path
@@ -248,8 +204,8 @@ class PubSubSource(Source):
         request = {
             "name": self.subscription_path,
             "topic": self.topic_path,
-            "ack_deadline_seconds": options["ackDeadlineSeconds"],
-            "enable_message_ordering": bool(options["enableMessageOrdering"]),
+            "ack_deadline_seconds": options[ACK_DEADLINE_SECONDS],
+            "enable_message_ordering": bool(options[ENABLE_MESSAGE_ORDERING]),
         }
         try:
             sub = self._client.create_subscription(request=request, timeout=_RPC_TIMEOUT)
@@ -278,10 +234,6 @@ class PubSubSource(Source):
     def initial_offset(self) -> Offset:
         """``{"seq": 0}``: no segment yet. Called once, for a new checkpoint only."""
         return {"seq": 0}
-
-    def default_read_limit(self) -> ReadLimit:
-        """``maxBytesPerTrigger`` as a soft byte limit. Called once per run."""
-        return ReadLimit(max_bytes=self.max_bytes) if self.max_bytes else ReadLimit.all_available()
 
     def prepare_for_available_now(self) -> bool:
         """Called once for ``trigger(available_now=True)``: messages published after this moment
@@ -313,7 +265,7 @@ class PubSubSource(Source):
                 self._settle(duplicates, late, stats)
                 return dict(start)
             seq = s + 1
-            _maybe_crash("pubsub_after_pull", seq)
+            crash_point("pubsub_after_pull", seq)  # HEADRACE_TEST_CRASH=pubsub_after_pull:<seq>
             t = time.monotonic()
             batches = [messages_to_batch(f.messages) if f.messages else None for f in fetched]
             ids = [m.message.message_id for m in messages]
@@ -324,7 +276,7 @@ class PubSubSource(Source):
             lease.stop()  # nothing acked: Pub/Sub redelivers after the deadline
             raise
         lease.stop()
-        _maybe_crash("pubsub_after_stage", seq)
+        crash_point("pubsub_after_stage", seq)
         with self._seen_lock:
             for mid in ids:
                 self._seen[mid] = manifest["stagedAtMs"]
@@ -408,7 +360,7 @@ class PubSubSource(Source):
     # ------------------------------------------------------------------ fetching
     def _fetch(self, limit: ReadLimit) -> tuple[list[_Fetched], dict[str, Any]]:
         max_bytes = min(b for b in (limit.max_bytes, self.max_bytes) if b) if (limit.max_bytes or self.max_bytes) else None
-        budget = _Budget(limit.max_rows, max_bytes)
+        budget = AdmissionBudget(ReadLimit(max_rows=limit.max_rows, max_bytes=max_bytes))
         t0 = time.monotonic()
         deadline = t0 + self.max_fetch_period
         lease = _Lease(self)
@@ -454,11 +406,11 @@ class PubSubSource(Source):
             ) from e
         return PullResponse.pb(resp).received_messages
 
-    def _fetch_partition(self, budget: _Budget, deadline: float, lease: _Lease) -> _Fetched:
+    def _fetch_partition(self, budget: AdmissionBudget, deadline: float, lease: _Lease) -> _Fetched:
         out = _Fetched()
         idle_until = time.monotonic() + self.fetch_idle
         cutoff = self._cutoff_ms
-        while len(out.messages) < self.max_records and not budget.stop:
+        while len(out.messages) < self.max_records and not budget.closed:
             now = time.monotonic()
             if now >= deadline:
                 break
@@ -482,7 +434,7 @@ class PubSubSource(Source):
                     m = r.message
                     if cutoff is not None and m.publish_time.seconds * 1000 + m.publish_time.nanos // 1_000_000 > cutoff:
                         out.late.append(r.ack_id)
-                        budget.stop = True
+                        budget.close()
                         continue
                     mid = m.message_id
                     if mid in self._seen or mid in self._pending_fetch_ids:
