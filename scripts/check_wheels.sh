@@ -75,7 +75,7 @@ check_one() {
   if ! "$env/bin/python" scripts/_check_wheel.py "$dist" >>"$log" 2>&1; then
     echo "FAIL $dist:"; quiet <"$log" | grep -v '^ok ' | tail -n 40; return 1
   fi
-  echo "ok   $dist ($(grep -c '^ok ' "$log") connector classes loaded)"
+  echo "ok   $dist ($(grep -c "^ok " "$log") connector classes or listener hooks loaded)"
 }
 export -f check_one wheel_of quiet core_site
 export WORK PY core_whl VENV

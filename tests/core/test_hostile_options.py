@@ -41,6 +41,8 @@ BASE: dict[tuple[str, str], dict[str, Any]] = {
     ("pubsub", "source"): {"subscriptionId": "sub", "projectId": "proj", "topicId": "top"},
     ("pubsub", "sink"): {"projectId": "proj", "topicId": "top"},
     ("rate-micro-batch", "source"): {"rowsPerBatch": 10},
+    ("sqlite", "source"): {"path": "/tmp/hr.sqlite", "table": "t"},
+    ("sqlite", "sink"): {"path": "/tmp/hr.sqlite", "table": "t"},
 }
 
 HOSTILE: list[Any] = [

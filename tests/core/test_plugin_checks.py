@@ -86,6 +86,17 @@ def test_a_plugin_with_no_connector_is_reported(dists: Install) -> None:
     assert ("empty", "headrace-empty") in {(n, d) for n, d, p in Registry().problems() if "registers no connector" in p}
 
 
+def test_a_listener_plugin_needs_no_connector(dists: Install) -> None:
+    """A plugin with only query listener hooks (metrics, tracing: headrace-prometheus) is fine;
+    one with no hook at all is reported."""
+    dists("listener", "from headrace.plugins import hookimpl\n@hookimpl\n"
+                      "def headrace_query_progress(progress):\n    pass\n")  # fmt: skip
+    dists("nothing", "X = 1\n")
+    problems = {(n, p) for n, _, p in Registry().problems()}
+    assert not [p for n, p in problems if n == "listener"], problems
+    assert any(n == "nothing" and "registers no connector" in p for n, p in problems), problems
+
+
 def test_a_broken_plugin_is_blamed_by_identity_not_by_its_error_text(dists: Install) -> None:
     dists("exploding", "import no_such_module_anywhere_xyz\n")
     reg = Registry()

@@ -288,9 +288,14 @@ class Registry:
             elif self.pm.parse_hookimpl_opts(module, attr) is None:
                 self._problems.append((name, dist, f"{attr}() is not decorated with @hookimpl "
                                                    "(from headrace.plugins import hookimpl), so headrace never calls it"))  # fmt: skip
-        if not any(e.distribution == dist for e in self._connectors.values()) and not any(
-            b.distribution == dist for b in self._broken
-        ):
+        listener = any(
+            self.pm.parse_hookimpl_opts(module, h) is not None for h in _HOOK_NAMES if h.startswith("headrace_query_")
+        )
+        provides_connectors = self.pm.parse_hookimpl_opts(module, "headrace_connectors") is not None
+        # a listener plugin (metrics, tracing) needs no connector; any other plugin does
+        if (provides_connectors or not listener) and not any(
+            e.distribution == dist for e in self._connectors.values()
+        ) and not any(b.distribution == dist for b in self._broken):
             self._problems.append((name, dist, "registers no connector: its module has no @hookimpl "
                                                "headrace_connectors() returning ConnectorSpec(...) objects"))  # fmt: skip
 
