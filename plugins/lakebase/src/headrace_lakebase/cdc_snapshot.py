@@ -31,7 +31,7 @@ from psycopg.adapt import Loader
 from headrace_lakebase.cdc_setup import TableInfo
 from headrace_lakebase.pgread import SESSION_SETTINGS, to_arrow
 
-__all__ = ["HeldSnapshot", "read_range", "take_snapshot"]
+__all__ = ["HeldSnapshot", "last_key", "next_boundary", "read_range", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,21 @@ def next_boundary(snap: HeldSnapshot, info: TableInfo, after: Sequence[str] | No
     )
     with snap.lock:
         row = snap.conn.execute(q, [*(after or []), rows - 1]).fetchone()
+    return None if row is None else [str(v) for v in row]
+
+
+def last_key(snap: HeldSnapshot, info: TableInfo, after: Sequence[str] | None) -> list[str] | None:
+    """The greatest key after ``after`` in the snapshot (as text), or None when no row is left."""
+    text_keys = sql.SQL(", ").join(
+        sql.SQL("{}::text AS {}").format(sql.Identifier(k), sql.Identifier(f"k{i}")) for i, k in enumerate(info.primary_key)
+    )
+    desc = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in info.primary_key)
+    where = _key_cond(info, ">", after) if after is not None else sql.SQL("true")
+    q = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT 1").format(
+        text_keys, sql.Identifier(info.table.schema, info.table.table), where, desc
+    )
+    with snap.lock:
+        row = snap.conn.execute(q, [*(after or [])]).fetchone()
     return None if row is None else [str(v) for v in row]
 
 

@@ -5,6 +5,8 @@ Offsets (JSON in the checkpoint)::
     {"phase": "snapshot" | "stream" | "done",
      "lsn": 23456789,        # stream: transactions whose commit record starts before this are done
      "after": ["42"] | None, # snapshot: rows with key <= after are read (key values as text)
+     "last": ["97"] | None,  # past the snapshot: its last key (None: no row after "after"), so a
+                             # replay of the last range reads that range and no row added since
      "snap": {...} | None}   # the initial snapshot's visibility, until the stream passes it
 
 A batch reads ``[start, end)`` with ``pg_logical_slot_peek_binary_changes`` (nothing is
@@ -42,6 +44,7 @@ from headrace_lakebase.cdc_setup import (
 from headrace_lakebase.cdc_slot import advance_slot, peek
 from headrace_lakebase.cdc_snapshot import (
     HeldSnapshot,
+    last_key,
     next_boundary,
     read_range,
     session_setup,
@@ -76,6 +79,8 @@ class SnapshotPartition(Partition):
     upto: tuple[str, ...] | None
     snap_text: str
     time_us: int = 0
+    final: bool = False  # the snapshot's last range: its snapshot is released after it
+    empty: bool = False  # nothing was left in the snapshot after ``after``
 
 
 def _default_name(info_table: Any) -> str:
@@ -232,9 +237,10 @@ class LakebaseChangeSource(Source):
         upto = next_boundary(held, self.info, after, self.chunk_rows)
         if upto is not None:
             return {**start, "after": upto, "snap": snap}
-        # the last range: read the rest, then the stream (or the end)
+        # the last range: read the rest (up to the snapshot's last key, so that a replay outside
+        # the snapshot reads no row added since), then the stream (or the end)
         nxt = "done" if self.snapshot_mode == "initial_only" else "stream"
-        return {**start, "phase": nxt, "after": after, "snap": snap}
+        return {**start, "phase": nxt, "after": after, "snap": snap, "last": last_key(held, self.info, after)}
 
     def _next_stream_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         pos = int(start["lsn"])
@@ -288,10 +294,17 @@ class LakebaseChangeSource(Source):
         parts: list[Partition] = []
         if start["phase"] == "snapshot":
             snap = end.get("snap") or start.get("snap") or {}
-            upto = end.get("after") if end["phase"] == "snapshot" else None
+            final = end["phase"] != "snapshot"
+            if not final:
+                upto, empty = end.get("after"), False
+            elif "last" in end:  # the last range ends at the snapshot's last key, recorded with the offset
+                upto = end["last"] if end["last"] is not None else end.get("after")
+                empty = upto is None  # an empty table
+            else:  # an offset written before "last" existed: read to the end of the table
+                upto, empty = None, False
             first = start.get("snap") or {}
             parts.append(SnapshotPartition(_tup(start.get("after")), _tup(upto), str(snap.get("text", "")),
-                                           int(first.get("time", 0))))  # fmt: skip
+                                           int(first.get("time", 0)), final=final, empty=empty))  # fmt: skip
         if end["phase"] == "stream" and int(end["lsn"]) > int(start["lsn"]):
             parts.append(StreamPartition(int(start["lsn"]), int(end["lsn"]), start.get("snap")))
         return parts
@@ -331,12 +344,13 @@ class LakebaseChangeSource(Source):
             self._last_commit_us = dec.last_commit_time_us
 
     def _read_snapshot(self, p: SnapshotPartition) -> Iterator[pa.RecordBatch]:
-        held = self._snapshot_for(p.snap_text)
-        with held.lock:
-            yield from read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
-                                  p.time_us or held.time_us)  # fmt: skip
-        if p.upto is None:
-            held.close()
+        if not p.empty:
+            held = self._snapshot_for(p.snap_text)
+            with held.lock:
+                yield from read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
+                                      p.time_us or held.time_us)  # fmt: skip
+        if p.final and self._held is not None:
+            self._held.close()
             self._held = None
 
     # ------------------------------------------------------------------ real time
