@@ -187,10 +187,11 @@ class LakebaseChangeSource(Source):
     def _open_snapshot(self) -> HeldSnapshot:
         if self._held is not None:
             self._held.close()
-        conn = self._connector.connect()
-        self._held = take_snapshot(conn)
-        log.info("lakebase source: snapshot of %s opened (%s)", self.table, self._held.text)
-        return self._held
+        # through the connector: a server restarting right now is retried like any transient error
+        _, held = self._connector.run(None, take_snapshot)
+        self._held = held
+        log.info("lakebase source: snapshot of %s opened (%s)", self.table, held.text)
+        return held
 
     def _snapshot_for(self, text: str) -> HeldSnapshot:
         """The open snapshot named ``text``, or a new one when the process restarted since."""
