@@ -8,6 +8,7 @@ or a stream read with ``.schema(...)``), every step is also checked against it a
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -19,15 +20,15 @@ from headrace.transforms.operator import Operator
 __all__ = ["FrameSteps"]
 
 
-class FrameSteps:
+class FrameSteps(ABC):
     """Mixin: a frame with a tuple of operators ``_steps`` and an optional known ``_schema``."""
 
     _steps: tuple[Operator, ...]
     _schema: pa.Schema | None
 
+    @abstractmethod
     def _with_step(self, op: Operator) -> Self:
         """A copy of this frame with ``op`` appended (checked when the schema is known)."""
-        raise NotImplementedError  # pragma: no cover - every frame implements it
 
     @staticmethod
     def _next_schema(schema: pa.Schema | None, op: Operator) -> pa.Schema | None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import time
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -39,8 +40,9 @@ class StatefulOperator(Operator):
         return self.operator_name
 
     # ------------------------------------------------------------------ to implement
+    @abstractmethod
     def _state_schemas(self) -> tuple[pa.Schema, pa.Schema]:
-        raise NotImplementedError
+        """The (key, value) schemas of this operator's state rows. Called when the store opens."""
 
     def describe(self) -> str:
         return self.operator_name
