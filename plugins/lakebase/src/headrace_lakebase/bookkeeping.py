@@ -26,9 +26,19 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-__all__ = ["BOOKKEEPING_TABLE", "Bookkeeping"]
+__all__ = ["BOOKKEEPING_TABLE", "Bookkeeping", "create_table_once"]
 
 BOOKKEEPING_TABLE = "_headrace_lakebase_commits"
+
+
+def create_table_once(conn: psycopg.Connection[tuple[object, ...]], ddl: sql.Composed) -> None:
+    """Run a ``CREATE TABLE IF NOT EXISTS`` in its own transaction; a writer that loses the race
+    to create it concurrently (unique violation in pg_type, or duplicate table) carries on."""
+    try:
+        with conn.transaction():
+            conn.execute(ddl)
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
+        pass  # created concurrently by another writer
 
 
 class Bookkeeping:
@@ -49,11 +59,7 @@ class Bookkeeping:
                  committed_at timestamptz NOT NULL DEFAULT now(),
                  PRIMARY KEY (target, query_id, batch_id, writer, chunk))"""
         ).format(t=self.ident)
-        try:
-            with conn.transaction():
-                conn.execute(ddl)
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-            pass  # created concurrently by another writer
+        create_table_once(conn, ddl)
 
     def progress(self, conn: psycopg.Connection[tuple[object, ...]], batch_id: int, writer: str) -> tuple[int, int]:
         """``(rows already written, next chunk number)`` of ``writer`` in ``batch_id``.

@@ -22,6 +22,8 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from headrace_lakebase.bookkeeping import create_table_once
+
 __all__ = ["DATA_ERRORS", "ENCODE_ERRORS", "REJECTS_TABLE", "Rejects", "describe", "write_row_by_row"]
 
 REJECTS_TABLE = "_headrace_lakebase_rejects"
@@ -48,11 +50,7 @@ class Rejects:
                  error text NOT NULL, record text,
                  PRIMARY KEY (target, query_id, batch_id, writer, chunk, row_index))"""
         ).format(t=self.ident)
-        try:
-            with conn.transaction():
-                conn.execute(ddl)
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable):
-            pass  # created concurrently by another writer
+        create_table_once(conn, ddl)
 
     def record(self, cur: psycopg.Cursor[tuple[object, ...]], batch_id: int, writer: str, chunk: int,
                rejected: list[tuple[int, str, str]]) -> None:  # fmt: skip
