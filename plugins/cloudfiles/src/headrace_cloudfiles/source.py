@@ -12,10 +12,8 @@ After a batch commits, ``cleanSource`` moves or deletes its files.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import logging
 import os
-import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -63,50 +61,23 @@ from headrace_cloudfiles._options import (
     SEP,
     WHOLE_TEXT,
 )
-from headrace_cloudfiles.formats import ReaderConfig, fixed_schema, infer_data_schema, inference_bytes
+from headrace_cloudfiles.discovery import FileDiscovery, glob_regex
+from headrace_cloudfiles.formats import ReaderConfig, fixed_schema
 from headrace_cloudfiles.index import FileIndex
 from headrace_cloudfiles.local import LocalStore, NotARegularFileError
-from headrace_cloudfiles.reader import FilesPartition, ReadPlan, partition_values, read_partition
-from headrace_cloudfiles.schemas import SchemaStore, apply_hints
-from headrace_cloudfiles.storage import FileInfo, Store, open_store
+from headrace_cloudfiles.reader import FilesPartition, ReadPlan, read_partition
+from headrace_cloudfiles.resolve import SchemaResolution
+from headrace_cloudfiles.storage import Store, open_store
 from headrace_cloudfiles.watcher import Watcher
 
 __all__ = ["CloudFilesSource"]
 
 log = logging.getLogger(__name__)
 
-_FULL_LISTING_EVERY = 8  # auto mode: a full listing after 7 consecutive incremental ones (as Auto Loader)
 _MAX_PARTITIONS = 4
 
 
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """A compiled regex for a Hadoop-style glob on file names (``*``, ``?``, ``[ab]``, ``{x,y}``)."""
-    out, i, depth = [], 0, 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "{":
-            out.append("(?:")
-            depth += 1
-        elif ch == "}" and depth:
-            out.append(")")
-            depth -= 1
-        elif ch == "," and depth:
-            out.append("|")
-        elif ch == "[":
-            j = pattern.find("]", i)
-            if j < 0:
-                out.append(re.escape(ch))
-            else:
-                body = pattern[i + 1 : j].replace("\\", "\\\\")
-                out.append("[" + ("^" + body[1:] if body.startswith("^") or body.startswith("!") else body) + "]")
-                i = j
-        else:
-            out.append(fnmatch.translate(ch)[4:-3] if ch in "*?" else re.escape(ch))
-        i += 1
-    return re.compile("".join(out) + r"\Z", re.S)
-
-
-class CloudFilesSource(Source):
+class CloudFilesSource(SchemaResolution, FileDiscovery, Source):
     """The ``cloudFiles`` source. Replayable: offsets index an append-only file index.
 
     Created once per query run on the driver (no I/O in the constructor beyond opening the
@@ -278,159 +249,6 @@ class CloudFilesSource(Source):
         if self._plan is None:
             self._plan = self._resolve()
         return self._plan
-
-    def _resolve(self) -> ReadPlan:
-        part_names: tuple[str, ...]
-        if self.fixed is not None:
-            data = self.fixed
-            part_names = self._partition_names(self._sample() if self.partition_option is None else [])
-        elif self.user_schema is not None:
-            part_names = tuple(self.partition_option or ())
-            data = pa.schema([f for f in self.user_schema if f.name not in part_names and f.name != self.rescue_column])
-        else:
-            assert self.schema_location is not None
-            store = SchemaStore(self.schema_location)
-            stored = store.latest()
-            if stored is None:
-                sample = self._sample()
-                part_names = self._partition_names(sample)
-                inferred = infer_data_schema(
-                    self.store, [(f.rel, f.size, f.mtime_ms) for f in sample], self.config,
-                    ignore_corrupt=self.ignore_corrupt, prefix_bytes=self.prefix_bytes,
-                )  # fmt: skip
-                inferred = pa.schema([f for f in inferred if f.name not in part_names and f.name != self.rescue_column])
-                if not len(inferred) and not self.hints:
-                    raise HeadraceError(
-                        f"cannot infer the schema of the {self.fmt} files under {self.path}: "
-                        + ("there are no files yet" if not sample else "the sampled files have no columns")
-                        + "; fix: add files before starting, give the columns with cloudFiles.schemaHints "
-                        "('a BIGINT, b STRING'), or give the schema with .schema(...)"
-                    )
-                stored = store.write(inferred, part_names, f"inferred from {len(sample)} file(s)")
-            part_names = stored.partition_columns
-            data = pa.schema([f for f in apply_hints(stored.data, self.hints) if f.name not in part_names])
-        hinted = apply_hints(pa.schema([pa.field(n, pa.string()) for n in part_names]), self.hints)
-        partitions = pa.schema([hinted.field(n) for n in part_names])
-        fields = [*data, *partitions]
-        if self.rescue_column is not None:
-            fields.append(pa.field(self.rescue_column, pa.string()))
-        return ReadPlan(
-            store=self.store,
-            config=self.config,
-            schema=pa.schema(fields),
-            data=data,
-            partitions=partitions,
-            rescue_column=self.rescue_column,
-            evolution_mode=self.evolution_mode,
-            schema_location=self.schema_location,
-            ignore_missing=self.ignore_missing,
-            ignore_corrupt=self.ignore_corrupt,
-            fixed=self.fixed is not None,
-            bad_records=self.bad_records,
-        )
-
-    def _sample(self) -> list[FileInfo]:
-        out: list[FileInfo] = []
-        total = 0
-        now = int(time.time() * 1000)
-        for f in self.store.list():
-            if not self._wanted(f, now):
-                continue
-            out.append(f)
-            total += inference_bytes(self.config, f.size, self.prefix_bytes)
-            if len(out) >= self.sample_files or total >= self.sample_bytes:
-                break
-        return out
-
-    def _partition_names(self, sample: Sequence[FileInfo]) -> tuple[str, ...]:
-        if self.partition_option is not None:
-            return tuple(self.partition_option)
-        if self.no_partition_inference or not sample:
-            return ()
-        keys: list[str] | None = None
-        for f in sample:
-            names = list(partition_values(f.rel))
-            keys = names if keys is None else [k for k in keys if k in names]
-        return tuple(keys or ())
-
-    # ------------------------------------------------------------------ discovery
-    def _wanted(self, f: FileInfo, now_ms: int) -> bool:
-        if self.glob is not None and not self.glob.match(f.rel.rsplit("/", 1)[-1]):
-            return False
-        if self.after_ms is not None and f.mtime_ms <= self.after_ms:
-            return False
-        if self.before_ms is not None and f.mtime_ms >= self.before_ms:
-            return False
-        return not (self.max_age is not None and f.mtime_ms < now_ms - self.max_age * 1000)
-
-    def _listing(self, start_after: str | None) -> tuple[list[FileInfo], str | None]:
-        """Files listed (after ``start_after``) that pass the filters, and the last path listed."""
-        now = int(time.time() * 1000)
-        out, last = [], start_after
-        for f in self.store.list(start_after):
-            if last is None or f.rel > last:
-                last = f.rel
-            if self._wanted(f, now):
-                out.append(f)
-        return out, last
-
-    def _full_due(self, idx: FileIndex) -> bool:
-        if self.backfill is None:
-            return False
-        last = int(idx.get("last_full_ms", "0") or 0)
-        return time.time() * 1000 - last >= self.backfill * 1000
-
-    def _discover(self) -> int:
-        """Find new files and add them to the index; returns how many. Once per trigger."""
-        idx = self.index
-        now_ms = str(int(time.time() * 1000))
-        first = not self._discovered_this_run
-        self._discovered_this_run = True
-        if self.notifications:
-            assert isinstance(self.store, LocalStore)
-            if self._watcher is None:
-                os.makedirs(self.store.root, exist_ok=True)
-                self._watcher = Watcher(self.store)
-            if first or self._full_due(idx):
-                files, _ = self._listing(None)
-                idx.set("last_full_ms", now_ms)
-                self._watcher.drain()  # the listing saw everything these events name
-                return idx.add(files, allow_overwrites=self.allow_overwrites)
-            now = int(time.time() * 1000)
-            found = []
-            for rel in self._watcher.drain():
-                parts = rel.split("/")
-                if any(p.startswith(("_", ".")) for p in parts):
-                    continue
-                info = self.store.stat(rel)
-                if info is not None and self._wanted(info, now):
-                    found.append(info)
-            found.sort(key=lambda f: f.rel)
-            return idx.add(found, allow_overwrites=self.allow_overwrites)
-        watermark = idx.get("watermark")
-        lexical = idx.get("lexical", "unknown")  # auto mode: yes once a full listing showed new names sort last
-        streak = int(idx.get("incremental_streak", "0") or 0)
-        if self.listing == "false" or watermark is None:
-            incremental = False
-        elif self.listing == "true":
-            incremental = not self._full_due(idx)
-        else:  # auto
-            incremental = lexical == "yes" and streak < _FULL_LISTING_EVERY - 1 and not self._full_due(idx)
-        files, last = self._listing(watermark if incremental else None)
-        known = idx.known([f.rel for f in files]) if not incremental and watermark is not None else {}
-        if not incremental and watermark is not None and lexical != "no":
-            new = [f.rel for f in files if f.rel not in known]
-            if any(rel <= watermark for rel in new):
-                idx.set("lexical", "no")  # a new file sorted before the last seen: names are not lexical
-                log.info("cloudFiles: new files under %s do not sort after the ones seen; using full listings", self.path)
-            elif new:
-                idx.set("lexical", "yes")
-        if last is not None and (watermark is None or last > watermark):
-            idx.set("watermark", last)
-        idx.set("incremental_streak", str(streak + 1 if incremental else 0))
-        if not incremental:
-            idx.set("last_full_ms", now_ms)
-        return idx.add(files, allow_overwrites=self.allow_overwrites, known=known if known else None)
 
     # ------------------------------------------------------------------ Source protocol
     def initial_offset(self) -> Offset:
