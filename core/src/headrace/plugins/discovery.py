@@ -1,65 +1,33 @@
-"""Plugin discovery: pluggy hookspecs, the ``headrace`` entry-point group, the connector registry.
+"""The connector registry: plugins found through the ``headrace`` entry-point group (and
+``HEADRACE_PLUGINS``), registered with pluggy, checked, and their connectors looked up by name.
 
-A plugin is a distribution with one entry point in the ``headrace`` group whose value is a
-small module of hook implementations::
-
-    [project.entry-points.headrace]
-    kafka = "headrace_kafka._plugin"
-
-    # headrace_kafka/_plugin.py  -- must not import confluent_kafka
-    from headrace.plugins import ConnectorSpec, hookimpl
-    from headrace_kafka._options import SOURCE_OPTIONS, SINK_OPTIONS
-
-    @hookimpl
-    def headrace_connectors():
-        return [ConnectorSpec(name="kafka", source="headrace_kafka.source:KafkaSource",
-                              sink="headrace_kafka.sink:KafkaSink", source_options=SOURCE_OPTIONS,
-                              sink_options=SINK_OPTIONS, requires=("confluent_kafka",),
-                              install_hint="pip install headrace-kafka")]
-
-The registry loads entry points lazily, on the first lookup, and imports a connector's class
-(and so its client library) only when the connector is used. A plugin module that fails to
-import is remembered and reported when one of its connectors (or its entry-point name) is
-asked for (matched by its entry-point name or distribution, never by text inside its error);
-other plugins keep working. Two plugins claiming one connector name is an error naming both
-distributions, raised when that name is asked for.
-
-Plugin API version: :data:`PLUGIN_API_VERSION` is the version of this interface (hookspecs,
-:class:`ConnectorSpec`, the Source/Sink protocols) the core implements. A plugin says which one
-it was written for in ``ConnectorSpec(api_version="1")``; one for another major version is
-refused, naming the plugin, both versions and the fix. A misspelled or undecorated hook
-(``def headrace_connector()``) and a plugin that registers no connector are reported by
-:meth:`Registry.problems` and ``headrace connectors``.
+:func:`registry` is the process-wide instance; entry points load lazily, on the first lookup
+(once per process), under a lock. A plugin that fails to import is remembered and reported when
+asked for; other plugins keep working.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import importlib.util
+import logging
 import os
 import threading
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import pluggy
 
 from headrace.errors import ConnectorNotFoundError, PluginError
-from headrace.options import OptionSchema, suggest
+from headrace.options import suggest
+from headrace.plugins.hookspecs import PLUGIN_API_VERSION, HeadraceHookSpecs
+from headrace.plugins.spec import ConnectorSpec
 
-__all__ = [
-    "ENTRY_POINT_GROUP",
-    "PLUGIN_API_VERSION",
-    "PLUGINS_ENV",
-    "ConnectorSpec",
-    "HeadraceHookSpecs",
-    "Registry",
-    "hookimpl",
-    "hookspec",
-    "registry",
-]
+__all__ = ["ENTRY_POINT_GROUP", "PLUGINS_ENV", "Registry", "register_listener", "registry", "unregister_listener"]
+
+log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "headrace"
 # connectors of the plugins published from headrace's own repository: an install hint names a
@@ -72,114 +40,8 @@ FIRST_PARTY = {
     "lakebase": "headrace-lakebase",
     "pubsub": "headrace-pubsub",
 }
-PLUGIN_API_VERSION = "1.0"
-"""The plugin interface this core implements: a plugin whose ``api_version`` has another major
-version is refused. The minor version grows with backwards-compatible additions."""
 PLUGINS_ENV = "HEADRACE_PLUGINS"
 """Comma-separated plugin modules registered in addition to the entry points (not packaged yet)."""
-hookspec = pluggy.HookspecMarker("headrace")
-hookimpl = pluggy.HookimplMarker("headrace")
-
-
-def _importable(name: str) -> bool:
-    """True when ``name`` can be imported (its parent packages are imported to find it)."""
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-@dataclass(frozen=True)
-class ConnectorSpec:
-    """What a plugin says about one connector. Cheap to build: no client library imported.
-
-    ``source`` / ``sink`` are lazy ``"module:Class"`` paths. ``requires`` lists the import
-    names of the client libraries the classes need; when one is missing the error says
-    ``install_hint``. ``api_version`` is the plugin API (:data:`PLUGIN_API_VERSION`) the plugin
-    was written for, e.g. ``"1"``; empty means unstated (taken as compatible).
-    """
-
-    name: str
-    source: str | None = None
-    sink: str | None = None
-    source_options: OptionSchema = field(default_factory=OptionSchema)
-    sink_options: OptionSchema = field(default_factory=OptionSchema)
-    aliases: tuple[str, ...] = ()
-    description: str = ""
-    install_hint: str = ""
-    requires: tuple[str, ...] = ()
-    distribution: str = ""
-    api_version: str = ""
-
-    def missing_requirements(self) -> list[str]:
-        """Import names in ``requires`` that are not installed (checked without importing them;
-        a dotted name whose parent package is missing, e.g. ``google.cloud.pubsub_v1`` without
-        any ``google`` package, counts as missing instead of raising)."""
-        return [r for r in self.requires if not _importable(r)]
-
-    def load_source(self) -> type:
-        """Import and return the source class. Called once per query start."""
-        if not self.source:
-            raise PluginError(f"connector '{self.name}' has no source; it can only be written to")
-        return self._load(self.source)
-
-    def load_sink(self) -> type:
-        """Import and return the sink class. Called once per query start."""
-        if not self.sink:
-            raise PluginError(f"connector '{self.name}' has no sink; it can only be read from")
-        return self._load(self.sink)
-
-    def _load(self, path: str) -> type:
-        missing = self.missing_requirements()
-        if missing:
-            hint = self.install_hint or f"pip install {' '.join(missing)}"
-            raise PluginError(
-                f"connector '{self.name}' needs {', '.join(missing)}, which is not installed; fix: {hint}"
-            )
-        module_name, _, attr = path.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-            return getattr(module, attr)
-        except ImportError as e:
-            hint = self.install_hint or "reinstall the plugin"
-            raise PluginError(f"connector '{self.name}': cannot import {path} ({e}); fix: {hint}") from e
-        except AttributeError as e:
-            raise PluginError(
-                f"connector '{self.name}': {module_name} has no {attr!r}; the plugin "
-                f"{self.distribution or ''} is broken, report it to its authors"
-            ) from e
-
-
-class HeadraceHookSpecs:
-    """The hooks a headrace plugin may implement (all optional)."""
-
-    @hookspec
-    def headrace_connectors(self) -> list[ConnectorSpec]:  # type: ignore[empty-body]
-        """Return the connectors this plugin provides.
-
-        Called once per process, the first time any connector is looked up. Must be cheap and
-        must not import client libraries.
-        """
-
-    @hookspec(historic=True)
-    def headrace_addhooks(self, pluginmanager: pluggy.PluginManager) -> None:
-        """Add hookspecs of your own (``pluginmanager.add_hookspecs(module)``), e.g. for plugins
-        of your plugin. Called once when your plugin module is registered."""
-
-    @hookspec
-    def headrace_query_started(self, event: dict[str, Any]) -> None:
-        """Called once when a query starts, after its checkpoint is opened, with ``id``,
-        ``runId``, ``name``, ``timestamp`` and the ``deliveryGuarantee``. Must not raise."""
-
-    @hookspec
-    def headrace_query_progress(self, progress: dict[str, Any]) -> None:
-        """Called after every batch with the progress report (``QueryProgress.to_dict()``), on
-        the query's thread: keep it quick."""
-
-    @hookspec
-    def headrace_query_terminated(self, event: dict[str, Any]) -> None:
-        """Called once when a query ends, with ``id``, ``runId``, ``name``, ``exception`` (a
-        string or None), ``lastBatchId`` and ``failedBatchId`` (the batch that failed, or None)."""
 
 
 @dataclass
