@@ -7,12 +7,12 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from headrace.logs import JsonFormatter, headrace_loggers
+from tests.cli_runner import cli_env, run_cli
 
 PIPELINE = """
 name = "logs"
@@ -30,8 +30,7 @@ format = "noop"
 def _run(tmp_path: Path, body: str, *args: str) -> subprocess.CompletedProcess[str]:
     (tmp_path / "logs_transform.py").write_text(body)
     (tmp_path / "p.toml").write_text(PIPELINE)
-    return subprocess.run([sys.executable, "-m", "headrace.cli", *args, "run", str(tmp_path / "p.toml")],
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd()})  # fmt: skip
+    return run_cli(*args, "run", tmp_path / "p.toml", env=cli_env(os.getcwd()))
 
 
 def test_json_log_format_writes_one_object_per_line(tmp_path: Path) -> None:

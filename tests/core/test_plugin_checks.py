@@ -4,7 +4,6 @@ paths (``--check``), tracebacks (``-v``), and the plugin API version."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -15,6 +14,7 @@ import pytest
 
 from headrace.errors import ConnectorNotFoundError, PluginError
 from headrace.plugins import PLUGIN_API_VERSION, Registry
+from tests.cli_runner import cli_env, run_cli
 
 GOOD = """
 from headrace.plugins import ConnectorSpec, hookimpl
@@ -51,9 +51,7 @@ def dists(tmp_path: Path) -> Iterator[Install]:
 
 
 def _cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "headrace.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)  # fmt: skip
+    return run_cli(*args, env=cli_env(tmp), timeout=60)
 
 
 def test_a_misspelled_hook_is_reported(dists: Install) -> None:

@@ -4,7 +4,6 @@ engine crash point on the way: every order lands in the table exactly once."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -18,6 +17,7 @@ pytest.importorskip("headrace_cloudfiles", reason="the demo needs headrace-cloud
 from deltalake import DeltaTable
 
 from headrace.testing import CRASH_POINTS
+from tests.cli_runner import cli_env, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo"
@@ -38,13 +38,7 @@ def make_data(demo: Path, files: int, start: int = 0) -> None:
 
 
 def run(demo: Path, crash: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env.pop("HEADRACE_TEST_CRASH", None)
-    if crash:
-        env["HEADRACE_TEST_CRASH"] = crash
-    headrace = Path(sys.executable).with_name("headrace")
-    return subprocess.run([str(headrace), "run", str(demo / "pipeline.toml")], capture_output=True, text=True,
-                          env=env, timeout=180, check=False)  # fmt: skip
+    return run_cli("run", demo / "pipeline.toml", env=cli_env(crash=crash), timeout=180, script=True)
 
 
 def order_ids(demo: Path) -> list[int]:

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from headrace.cli import main
-
-CMD = [sys.executable, "-m", "headrace.cli"]
+from tests.cli_runner import cli_shell, run_cli, start_cli
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CMD, *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+    return run_cli(*args, cwd=cwd, timeout=60)
 
 
 def assert_one_line_error(out: subprocess.CompletedProcess[str], fragment: str) -> None:
@@ -55,7 +53,7 @@ def test_mistyped_toml_is_one_line(tmp_path: Path, text: str, fragment: str) -> 
 
 
 def test_a_closed_stdout_ends_quietly() -> None:
-    with subprocess.Popen([*CMD, "describe", "rate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+    with start_cli("describe", "rate", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=False) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()  # like `| head -0`: the reader is gone before anything is written
         err = proc.stderr.read().decode()
@@ -64,7 +62,7 @@ def test_a_closed_stdout_ends_quietly() -> None:
 
 
 def test_describe_piped_into_head() -> None:
-    out = subprocess.run(f"{sys.executable} -m headrace.cli describe rate | head -1", shell=True, capture_output=True,
+    out = subprocess.run(cli_shell("describe", "rate", pipe="head -1"), shell=True, capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert out.stdout.startswith("rate")
     assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr
@@ -122,7 +120,7 @@ def test_run_piped_into_head_stops_cleanly(tmp_path: Path) -> None:
     p = tmp_path / "p.toml"
     p.write_text('checkpoint = "c"\n[source]\nformat = "rate-micro-batch"\noptions = { rowsPerBatch = 1 }\n'
                  '[sink]\nformat = "noop"\noptions = { checkpointFsync = false }\n[trigger]\nprocessing_time = "10 ms"\n')  # fmt: skip
-    out = subprocess.run(f"{sys.executable} -m headrace.cli run {p} | head -2", shell=True, capture_output=True,
+    out = subprocess.run(cli_shell("run", p, pipe="head -2"), shell=True, capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert len(out.stdout.splitlines()) == 2
     assert "Traceback" not in out.stderr and "error" not in out.stderr, out.stderr

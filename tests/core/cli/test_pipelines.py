@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from headrace.cli import main
 from headrace.testing import wait_for
+from tests.cli_runner import start_cli
 
 SOURCE = '[source]\nformat = "rate-micro-batch"\noptions = { rowsPerBatch = 10, totalRows = 30 }\n'
 
@@ -110,7 +110,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
     (tmp_path / "slow_transform.py").write_text("import time\ndef slow(t):\n    time.sleep(120)\n    return t\n")
     p = write(tmp_path, f'checkpoint = "c"\n{SOURCE}[transform]\nfunction = "slow_transform:slow"\n'
                         '[sink]\nformat = "noop"\n')  # fmt: skip
-    with subprocess.Popen([sys.executable, "-m", "headrace.cli", "run", p], stderr=subprocess.PIPE, text=True) as proc:
+    with start_cli("run", p, stderr=subprocess.PIPE) as proc:
         assert proc.stderr is not None
         try:
             wait_for(lambda: (tmp_path / "c" / "offsets" / "0").exists(), timeout=30, what="batch 0 started")

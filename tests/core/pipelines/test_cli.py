@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 from headrace.cli import main
+from tests.cli_runner import run_cli
 
 
 def test_init_run_graph_events(tmp_path, monkeypatch, capsys) -> None:
@@ -52,9 +53,9 @@ def test_init_run_graph_events(tmp_path, monkeypatch, capsys) -> None:
 
 def test_fresh_project_in_subprocess(tmp_path) -> None:
     """The documented commands, as a user types them (the `headrace` entry point)."""
-    exe = os.path.join(os.path.dirname(sys.executable), "headrace")
-    subprocess.run([exe, "pipelines", "init", "demo"], cwd=tmp_path, check=True, capture_output=True)
-    res = subprocess.run([exe, "pipelines", "run"], cwd=tmp_path / "demo", capture_output=True, text=True)
+    init = run_cli("pipelines", "init", "demo", cwd=tmp_path, script=True)
+    assert init.returncode == 0, init.stderr
+    res = run_cli("pipelines", "run", cwd=tmp_path / "demo", script=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "completed (6 flows: 6 completed)" in res.stderr
     assert os.path.isdir(tmp_path / "demo" / "storage" / "tables" / "big_orders_by_region" / "_delta_log")

@@ -7,24 +7,20 @@ import os
 import random
 import shutil
 import subprocess
-import sys
 import time
 
 import pytest
 
+from tests.cli_runner import cli_command, cli_env
 from tests.core.pipelines.conftest import actual, expected
 
 
 def _cmd(p, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "headrace.cli", "pipelines", "run", "--spec", p.path("pipeline.yml"), *extra]
+    return cli_command("pipelines", "run", "--spec", p.path("pipeline.yml"), *extra)
 
 
 def _env(crash: str | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("HEADRACE_TEST_CRASH", None)
-    if crash:
-        env["HEADRACE_TEST_CRASH"] = crash
-    return env
+    return cli_env(crash=crash)
 
 
 def _run_to_end(p, *extra: str) -> None:

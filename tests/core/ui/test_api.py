@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ import headrace as hr
 from headrace.cli import main
 from headrace.testing import wait_for
 from headrace.ui.catalog import Catalog, find_checkpoints
+from tests.cli_runner import cli_env, start_cli
 
 pytest.importorskip("starlette")
 from headrace.ui import start_ui
@@ -104,9 +104,8 @@ processing_time = "100 milliseconds"
 
 def test_run_with_ui_serves_the_running_pipeline(tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text(PIPELINE)
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    proc = subprocess.Popen([sys.executable, "-m", "headrace.cli", "run", str(tmp_path / "p.toml"), "--ui", "--ui-port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    proc = start_cli("run", tmp_path / "p.toml", "--ui", "--ui-port", "0", env=cli_env(os.getcwd()),
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
         assert proc.stderr is not None
         line = proc.stderr.readline()

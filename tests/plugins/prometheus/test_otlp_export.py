@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +17,8 @@ import pytest
 pytest.importorskip("opentelemetry.exporter.otlp.proto.http")
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.cli_runner import cli_env, run_cli
 
 PIPELINE = """
 name = "otlp_run"
@@ -67,10 +67,9 @@ def collector() -> Iterator[Collector]:
 
 def test_otel_environment_variables_alone_export_spans_and_metrics(collector: Collector, tmp_path: Path) -> None:
     (tmp_path / "p.toml").write_text(PIPELINE)
-    env = {**os.environ, "PYTHONPATH": os.getcwd(), "OTEL_SERVICE_NAME": "ingest-test",
-           "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_port}"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-m", "headrace.cli", "run", str(tmp_path / "p.toml")],
-                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    env = cli_env(os.getcwd(), OTEL_SERVICE_NAME="ingest-test",
+                  OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector.server_port}")  # fmt: skip
+    done = run_cli("run", tmp_path / "p.toml", env=env)
     assert done.returncode == 0, done.stderr
     spans = []
     for body in collector.received.get("/v1/traces", []):
