@@ -277,9 +277,11 @@ def test_definition_errors() -> None:
     assert out.field("sum(amount)").type == pa.int64()
 
 
-def test_column_types_merge_across_batches(backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [1, 3], ids=["one-chunk", "three-chunks"])
+def test_column_types_merge_across_batches(backend: str, tmp_path: Path, chunks: int) -> None:
     """Decimals, 32-bit ints and floats, timestamps, strings, null keys: merged values keep
-    DuckDB's types and values over all input."""
+    DuckDB's types and values over all input (with three chunks per batch, the chunks' partials
+    are combined first: decimals by DuckDB, the rest by Arrow)."""
     import decimal
 
     def b(seed: int) -> pa.Table:
@@ -296,7 +298,7 @@ def test_column_types_merge_across_batches(backend: str, tmp_path: Path) -> None
     aggs = ["sum(d) AS sd", "min(d) AS mind", "sum(i) AS si", "sum(i * 2) AS si2", "max(f) AS mf", "min(t) AS mint",
             "max(k) AS mk", "count(*) AS n"]  # fmt: skip
     run = run_batches(lambda: AggregateOperator(["k"], aggs), batches, state_path=str(tmp_path), backend=backend,
-                      mode="complete")  # fmt: skip
+                      mode="complete", chunks=chunks)  # fmt: skip
     out = run.outputs[-1]
     assert out is not None
     want = duck(batches, "SELECT k, sum(d) AS sd, min(d) AS mind, sum(i)::BIGINT AS si, sum(i * 2)::BIGINT AS si2, "
@@ -317,3 +319,28 @@ def test_append_mode_keyed_by_the_event_time_column(backend: str, tmp_path: Path
     # batch 1 (watermark 2): the 1 s row is late; emits 1 s. batch 2 (9): 5 s and 9 s. batch 3 (27): 12 s.
     assert got == [(1, 2), (5, 1), (9, 1), (12, 1)]
     assert run.metrics[1]["numRowsDroppedByWatermark"] == 1
+
+
+PROBE_TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.uint64(), pa.float32(), pa.float64(), pa.bool_(),
+               pa.string(), pa.binary(), pa.date32(), pa.timestamp("us"), pa.timestamp("ms"), pa.timestamp("ms", tz="UTC"),
+               pa.timestamp("ns", tz="UTC"), TS, pa.timestamp("us", tz="Europe/Paris"), pa.large_string(), pa.decimal128(10, 2)]  # fmt: skip
+
+
+@pytest.mark.parametrize("t", PROBE_TYPES, ids=str)
+def test_schemas_derived_without_duckdb_are_duckdbs(t: pa.DataType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over bare columns, the state and output schemas are derived at start() without planning
+    SQL; they must be exactly what DuckDB's plan gives (state metadata records them)."""
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    schema = pa.schema([("ts", TS), ("key", t), ("x", t)])
+    aggs = ["count(*) AS n", "count(x) AS nx", "min(x) AS lo", "max(x) AS hi"]
+    if numeric:
+        aggs += ["sum(x) AS s", "avg(x) AS a", "stddev(x) AS sd"]
+
+    def schemas() -> tuple[pa.Schema, ...]:
+        op = AggregateOperator([window("ts", "1 minute"), "key"], aggs, watermark_column="ts")
+        out = op.output_schema(schema)
+        return op._key_schema, op._value_schema, op._partial_schema, out
+
+    derived = schemas()
+    monkeypatch.setattr(AggregateOperator, "_known_probe", lambda *a: None)
+    assert derived == schemas()
