@@ -344,3 +344,43 @@ def test_schemas_derived_without_duckdb_are_duckdbs(t: pa.DataType, monkeypatch:
     derived = schemas()
     monkeypatch.setattr(AggregateOperator, "_known_probe", lambda *a: None)
     assert derived == schemas()
+
+
+@pytest.mark.parametrize(("duration", "slide"), [(60, 60), (60, 20)], ids=["tumbling", "sliding"])
+def test_integer_keys_grouped_by_direct_indexing_match_duckdb(backend: str, tmp_path: Path, duration: int,
+                                                               slide: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows and an integer bucket, counts and sums without nulls (the shape of the bench):
+    the partials of each chunk and their combination go through dense_group; the result is
+    DuckDB's over all input."""
+    from headrace.transforms import aggregate
+
+    calls = []
+    real = aggregate.dense_group
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(aggregate, "dense_group", spy)
+    rng = random.Random(5)
+    batches = []
+    for b in range(5):
+        ts = [(1_700_000_000 + b * 30 + rng.uniform(0, 40)) * 1_000_000 for _ in range(400)]
+        batches.append(pa.table({"ts": pa.array([int(t) for t in ts], pa.int64()).cast(TS),
+                                 "user": pa.array([rng.randrange(-20, 20) for _ in ts], pa.int64()),
+                                 "amount": pa.array([rng.randrange(-50, 100) for _ in ts], pa.int64())}))  # fmt: skip
+    aggs = ["count(*) AS n", "sum(amount) AS total", "avg(amount) AS mean", "stddev(amount) AS sd",
+            "count(amount) AS n_amount"]  # fmt: skip
+    keys: list[Any] = [window("ts", f"{duration} seconds", None if slide == duration else f"{slide} seconds"), "user"]
+    run = run_batches(lambda: AggregateOperator(keys, aggs, watermark_column="ts"), batches, state_path=str(tmp_path),
+                      backend=backend, mode="update", chunks=3)  # fmt: skip
+    assert calls and all(calls)
+    latest: dict[Any, dict[str, Any]] = {}
+    for t in run.outputs:
+        if t is not None:
+            latest.update(norm(t.to_pylist(), ("wstart", "wend", "user")))
+    sql = _window_sql(duration, slide).replace(SQL_AGGS, "count(*) AS n, sum(amount)::BIGINT AS total, avg(amount) AS mean, "
+                                               "stddev_samp(amount) AS sd, count(amount) AS n_amount")  # fmt: skip
+    want = norm(_as_utc(duck(batches, sql)), ("wstart", "wend", "user"))
+    assert_rows_equal(latest, want)

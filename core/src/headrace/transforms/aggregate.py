@@ -40,6 +40,7 @@ from headrace.transforms.agg_functions import (
     parse_aggregate,
     quote,
 )
+from headrace.transforms.dense_group import dense_group
 from headrace.transforms.operator import BatchInfo
 from headrace.transforms.stateful import StatefulOperator
 from headrace.transforms.window import (
@@ -101,6 +102,8 @@ class AggregateOperator(StatefulOperator):
         self._partial_schema = pa.schema([])
         self._combine_arrow: list[tuple[str, str]] | None = None
         self._combine_sql = ""
+        self._steps: dict[str, int] = {}  # window starts are multiples of the slide (plus start_time)
+        self._dense_aggs: list[tuple[str | None, str]] | None = None  # the partial plan for dense_group
         self._event_key: str | None = None  # "window" or a plain key column that is the watermark column
 
     # ------------------------------------------------------------------ planning
@@ -184,6 +187,13 @@ class AggregateOperator(StatefulOperator):
         self._value_schema = pa.schema([probe.field(n) for n in names])
         self._partial_schema = pa.schema([*self._key_schema, pa.field("__rows", pa.int64()), *self._value_schema])
         self._combine_plans()
+        self._steps = {"__ws": self.window.slide_us} if self.window is not None else {}
+        self._dense_aggs = None
+        if self._arrow_plan is not None and all(fn in ("count_all", "count", "sum") for _, _, fn in self._arrow_plan):
+            kinds = {"": "sum", "double": "fsum", "square": "sqsum"}
+            self._dense_aggs = [(None, "count_all")] + [
+                (col, fn if fn != "sum" else kinds[how]) for col, how, fn in self._arrow_plan
+            ]
         self._input_schema = input_schema
         fields: list[pa.Field] = []
         for key in self.keys:
@@ -355,29 +365,34 @@ class AggregateOperator(StatefulOperator):
         return run_sql(table, self._sql, what=f"aggregation {self.describe()}").cast(self._partial_schema)
 
     def _partial_arrow(self, table: pa.Table) -> pa.Table:
-        """The partial aggregates by Arrow's hash group_by (aggregates over bare columns): the
-        same columns as the SQL plan, without parsing and planning SQL per chunk."""
+        """The partial aggregates of bare columns without SQL: by direct indexing for integer
+        keys in a dense range and counts/sums without nulls (:mod:`headrace.transforms.dense_group`),
+        by Arrow's hash group_by otherwise. The same columns as the SQL plan."""
         assert self._arrow_plan is not None
         key_names = self._key_schema.names
-        cols: dict[str, Any] = {}
-        for k in key_names:
-            cols[k] = pa.array(np.zeros(table.num_rows, np.int8)) if k == "__global" else table.column(k)
-        aggs: list[tuple[Any, str]] = [([], "count_all")]
-        for i, (col, how, fn) in enumerate(self._arrow_plan):
-            if col is None:
-                aggs.append(([], fn))
-                continue
-            c = table.column(col)
-            if how == "double":
-                c = pc.cast(c, pa.float64())
-            elif how == "square":
-                d = pc.cast(c, pa.float64())
-                c = pc.multiply(d, d)
-            cols[f"__a{i}"] = c
-            aggs.append((f"__a{i}", fn))
-        g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
-        agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
-        out = [g.column(k) for k in key_names] + agg_cols
+        if "__global" in key_names:
+            table = table.append_column("__global", pa.array(np.zeros(table.num_rows, np.int8)))
+        out = None
+        if self._dense_aggs is not None:
+            out = dense_group(table, key_names, self._dense_aggs, steps=self._steps)
+        if out is None:
+            cols: dict[str, Any] = {k: table.column(k) for k in key_names}
+            aggs: list[tuple[Any, str]] = [([], "count_all")]
+            for i, (col, how, fn) in enumerate(self._arrow_plan):
+                if col is None:
+                    aggs.append(([], fn))
+                    continue
+                c = table.column(col)
+                if how == "double":
+                    c = pc.cast(c, pa.float64())
+                elif how == "square":
+                    d = pc.cast(c, pa.float64())
+                    c = pc.multiply(d, d)
+                cols[f"__a{i}"] = c
+                aggs.append((f"__a{i}", fn))
+            g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
+            agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
+            out = [g.column(k) for k in key_names] + agg_cols
         return pa.Table.from_arrays(out, names=self._partial_schema.names).cast(self._partial_schema)
 
     # ------------------------------------------------------------------ final stage
@@ -388,8 +403,10 @@ class AggregateOperator(StatefulOperator):
         table = pa.concat_tables(parts)
         keys = self._key_schema.names
         if self._combine_arrow is not None:
-            g = table.group_by(keys, use_threads=False).aggregate(self._combine_arrow)
-            cols = [g.column(k) for k in keys] + [g.column(f"{n}_{fn}") for n, fn in self._combine_arrow]
+            cols = dense_group(table, keys, self._combine_arrow, steps=self._steps)
+            if cols is None:
+                g = table.group_by(keys, use_threads=False).aggregate(self._combine_arrow)
+                cols = [g.column(k) for k in keys] + [g.column(f"{n}_{fn}") for n, fn in self._combine_arrow]
             return pa.Table.from_arrays(cols, names=self._partial_schema.names).cast(self._partial_schema)
         return self._run_sql(table, self._combine_sql).cast(self._partial_schema)
 
