@@ -54,3 +54,15 @@ def test_declines_what_it_does_not_handle() -> None:
     assert dense_group(pa.table(base), ["k"], [("v", "min")]) is None
     assert dense_group(pa.table(dict(base, k=np.arange(n) * 7 + 1)), ["k"], AGGS, steps={"k": 3}) is None  # off step
     assert dense_group(pa.table(base).slice(0, 0), ["k"], AGGS) is None
+
+
+def test_a_key_with_one_value_and_keys_from_zero() -> None:
+    t = pa.table({"ws": np.full(300, 120_000_000), "k": np.arange(300) % 7, "v": np.arange(300), "f": np.ones(300)})
+    out = dense_group(t, ["ws", "k"], AGGS, steps={"ws": 60_000_000})
+    assert out is not None
+    got = sorted(zip(*(c.to_pylist() for c in out), strict=True))
+    want = arrow_result(t, ["ws", "k"])
+    assert [g[:6] for g in got] == [w[:6] for w in want]
+    assert [g[6] for g in got] == pytest.approx([w[6] for w in want])
+    one = dense_group(t, ["ws"], [(None, "count_all")], steps={"ws": 60_000_000})
+    assert one is not None and [c.to_pylist() for c in one] == [[120_000_000], [300]]

@@ -80,7 +80,10 @@ def dense_group(
             return None
         lo, hi = int(a.min()), int(a.max())
         step = int(steps.get(k, 1))
-        idx = a - lo
+        if lo == hi:  # one value (a chunk within one window): no index to compute
+            layout.append((c.type, lo, 1, 1))
+            continue
+        idx = a - lo if lo else a
         if step > 1:
             off = idx
             idx = off // step
@@ -92,7 +95,8 @@ def dense_group(
             return None
         gid = idx if gid is None else gid * r + idx
         layout.append((c.type, lo, step, r))
-    assert gid is not None
+    if gid is None:
+        gid = np.zeros(n, np.int64)
     counts = np.bincount(gid, minlength=groups)
     present = np.flatnonzero(counts)
     out_keys: list[pa.Array] = []
