@@ -384,3 +384,33 @@ def test_integer_keys_grouped_by_direct_indexing_match_duckdb(backend: str, tmp_
                                                "stddev_samp(amount) AS sd, count(amount) AS n_amount")  # fmt: skip
     want = norm(_as_utc(duck(batches, sql)), ("wstart", "wend", "user"))
     assert_rows_equal(latest, want)
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["same-keys", "different-keys"])
+def test_chunk_partials_combine_like_one_partial(aligned: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partials of several chunks combined per key equal the partial of all their rows; when
+    every chunk has the same keys in the same order they are merged row by row (no grouping),
+    with nulls (a sum over no value) on either side."""
+    def chunk(seed: int) -> pa.Table:
+        rng = random.Random(seed)
+        users = ["a", "b", "c", "d"] if aligned else rng.sample(["a", "b", "c", "d", "e"], 4)
+        return pa.table({"ts": pa.array([1_700_000_000_000_000 + i for i in range(8)], pa.int64()).cast(TS),
+                         "user": users * 2,
+                         "amount": pa.array([None if (seed + i) % 3 == 0 else rng.randrange(-9, 9) for i in range(8)],
+                                            pa.int64()),
+                         "name": [rng.choice(["x", "y", None]) for _ in range(8)]})  # fmt: skip
+    op = AggregateOperator([window("ts", "1 minute"), "user"], AGGS, watermark_column="ts")
+    op.output_schema(chunk(0).schema)
+    chunks = [chunk(s) for s in range(3)]
+    parts = [op.partial(c) for c in chunks]
+    whole = op.partial(pa.concat_tables(chunks))
+    if aligned:
+        def no_concat(*a: Any, **k: Any) -> Any:
+            raise AssertionError("aligned partials were grouped")
+        monkeypatch.setattr(pa, "concat_tables", no_concat)
+    got = op._combine(parts)
+    monkeypatch.undo()
+    assert got.schema == whole.schema
+    key = ("user",)
+    g, w = norm(got.drop_columns(["__ws"]).to_pylist(), key), norm(whole.drop_columns(["__ws"]).to_pylist(), key)
+    assert_rows_equal(g, w)

@@ -400,8 +400,19 @@ class AggregateOperator(StatefulOperator):
         """Several chunks' partials as one row per key (keys are unique within each part, not
         across parts): Arrow's group_by when it sums and compares these types exactly, DuckDB
         otherwise (decimals: Arrow's sum would wrap)."""
-        table = pa.concat_tables(parts)
         keys = self._key_schema.names
+        first = parts[0].select(keys)
+        if all(p.num_rows == first.num_rows and p.select(keys).equals(first) for p in parts[1:]):
+            # the same keys in the same order (every partition saw every key; dense partials are
+            # sorted): merged row by row, no grouping
+            aligned: list[Any] = list(first.columns)
+            for name, kind in zip(["__rows", *self._partial_names], ["add", *self._merge_kinds], strict=True):
+                acc = parts[0].column(name)
+                for p in parts[1:]:
+                    acc = merge_col(kind, acc, p.column(name))
+                aligned.append(acc)
+            return pa.Table.from_arrays(aligned, names=self._partial_schema.names).cast(self._partial_schema)
+        table = pa.concat_tables(parts)
         if self._combine_arrow is not None:
             cols = dense_group(table, keys, self._combine_arrow, steps=self._steps)
             if cols is None:
