@@ -62,8 +62,6 @@ class AggregateOperator(StatefulOperator):
     operator_name: ClassVar[str] = "stateStoreSave"
     supports_real_time: ClassVar[bool] = True
     output_modes: ClassVar[tuple[str, ...] | None] = ("append", "update", "complete")
-    _hot: tuple[pa.Table, pa.Table] | None = None  # see __init__ (class defaults for subclasses)
-    _hot_version: int | None = None
 
     def __new__(cls, keys: Sequence[Any] = (), aggs: Sequence[str] = (), **kwargs: Any) -> AggregateOperator:
         """A session-window aggregation (``hr.session_window`` among ``keys``) is a
@@ -106,11 +104,6 @@ class AggregateOperator(StatefulOperator):
         self._combine_sql = ""
         self._steps: dict[str, int] = {}  # window starts are multiples of the slide (plus start_time)
         self._dense_aggs: list[tuple[str | None, str]] | None = None  # the partial plan for dense_group
-        # the keys and values of the last merge, valid while the state is the version they were
-        # committed with and nothing was evicted since: a batch with the same keys in the same
-        # order (every key of a bounded set, sorted by dense_group) merges without a lookup
-        self._hot = None
-        self._hot_version = None
         self._event_key: str | None = None  # "window" or a plain key column that is the watermark column
 
     # ------------------------------------------------------------------ planning
@@ -293,8 +286,6 @@ class AggregateOperator(StatefulOperator):
     def begin(self, batch: BatchInfo) -> None:
         super().begin(batch)
         self._buffer = []
-        if self._hot is not None and self._hot_version != self.store.version:
-            self._hot = None  # the state is not the version the hot rows were committed with
 
     def pre_aggregation(self) -> Callable[[pa.Table], pa.Table] | None:
         """The partial stage, for the engine to run per chunk in its reader threads (after the
@@ -335,16 +326,13 @@ class AggregateOperator(StatefulOperator):
         elif mode == "update":
             if touched is not None:
                 out = self._final(*touched)
-            if wm_us is not None and self.store.evict(wm_us).num_rows:
-                self._hot = None
+            if wm_us is not None:
+                self.store.evict(wm_us)
         elif wm_us is not None:  # append: what the watermark closed, once
             rows = self.store.evict(wm_us)
             if rows.num_rows:
-                self._hot = None
                 out = self._final(rows.select(self._key_schema.names), rows.select(self._value_schema.names))
         self._commit(batch)
-        if self._hot is not None:
-            self._hot_version = batch.batch_id  # the hot rows are state version batch_id's
         return out
 
     def _watermark_us(self, batch: BatchInfo) -> int | None:
@@ -477,12 +465,7 @@ class AggregateOperator(StatefulOperator):
             return None
         keys = partial.select(self._key_schema.names)
         new = partial.select(self._partial_names)
-        hot = self._hot
-        if hot is not None and hot[0].equals(keys):
-            # the same keys as the last merge, whose rows are what the state holds: no lookup
-            old, found = hot[1], np.ones(keys.num_rows, np.bool_)
-        else:
-            old, found = self.store.get(keys)
+        old, found = self.store.get(keys)
         if found.any():
             cols = [merge_col(kind, o, n).cast(f.type) for kind, o, n, f in
                     zip(self._merge_kinds, old.columns, new.columns, self._value_schema, strict=True)]  # fmt: skip
@@ -490,7 +473,6 @@ class AggregateOperator(StatefulOperator):
         else:
             merged = new.cast(self._value_schema)
         self.store.put(keys, merged, order)
-        self._hot, self._hot_version = (keys, merged), None
         return keys, merged
 
     def _final(self, keys: pa.Table, values: pa.Table) -> pa.Table:
