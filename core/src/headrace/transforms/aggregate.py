@@ -19,7 +19,8 @@ Per batch, vectorised, in two stages as Spark's partial and final ``HashAggregat
    watermark, ``update`` also evicts windows it has passed (without emitting them again).
 
 The consumer's work per batch is proportional to the distinct keys of the batch, not to its
-rows nor to the state's size. Aggregate functions: :mod:`headrace.transforms.agg_functions`.
+rows nor to the state's size. Aggregate functions: :mod:`headrace.transforms.agg_functions`; the partial
+stage: :mod:`headrace.transforms.agg_partial`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from headrace.transforms.agg_functions import (
     parse_aggregate,
     quote,
 )
-from headrace.transforms.dense_group import dense_group
+from headrace.transforms.agg_partial import PartialAggregation, known_probe
 from headrace.transforms.operator import BatchInfo
 from headrace.transforms.stateful import StatefulOperator
 from headrace.transforms.window import (
@@ -100,10 +101,7 @@ class AggregateOperator(StatefulOperator):
         self._out_schema = pa.schema([])
         self._ts_type: pa.DataType | None = None
         self._partial_schema = pa.schema([])
-        self._combine_arrow: list[tuple[str, str]] | None = None
-        self._combine_sql = ""
-        self._steps: dict[str, int] = {}  # window starts are multiples of the slide (plus start_time)
-        self._dense_aggs: list[tuple[str | None, str]] | None = None  # the partial plan for dense_group
+        self._partials: PartialAggregation | None = None  # the partial stage, set by output_schema
         self._event_key: str | None = None  # "window" or a plain key column that is the watermark column
 
     # ------------------------------------------------------------------ planning
@@ -153,7 +151,7 @@ class AggregateOperator(StatefulOperator):
                     self._arrow_plan = None
                     break
         self._sql = sql
-        known = self._known_probe(input_schema, key_cols, names)
+        known = known_probe(input_schema, key_cols, names, self._arrow_plan)
         if known is not None:  # DuckDB's plan would give these types: no SQL planned at start()
             self._finish_schemas(input_schema, key_cols, names, partials, known)
             return self._out_schema
@@ -186,14 +184,11 @@ class AggregateOperator(StatefulOperator):
         self._key_schema = pa.schema([probe.field(k) for k in key_cols])
         self._value_schema = pa.schema([probe.field(n) for n in names])
         self._partial_schema = pa.schema([*self._key_schema, pa.field("__rows", pa.int64()), *self._value_schema])
-        self._combine_plans()
-        self._steps = {"__ws": self.window.slide_us} if self.window is not None else {}
-        self._dense_aggs = None
-        if self._arrow_plan is not None and all(fn in ("count_all", "count", "sum") for _, _, fn in self._arrow_plan):
-            kinds = {"": "sum", "double": "fsum", "square": "sqsum"}
-            self._dense_aggs = [(None, "count_all")] + [
-                (col, fn if fn != "sum" else kinds[how]) for col, how, fn in self._arrow_plan
-            ]
+        self._partials = PartialAggregation(
+            window=self.window, key_names=list(self._key_schema.names), partial_schema=self._partial_schema,
+            partial_names=names, merge_kinds=self._merge_kinds, arrow_plan=self._arrow_plan, sql=self._sql,
+            what=f"aggregation {self.describe()}",
+        )  # fmt: skip
         self._input_schema = input_schema
         fields: list[pa.Field] = []
         for key in self.keys:
@@ -205,44 +200,6 @@ class AggregateOperator(StatefulOperator):
         types = self._final_types(probe)
         fields += [pa.field(a.name, t) for a, t in zip(self.aggs, types, strict=True)]
         self._out_schema = pa.schema(fields)
-
-    def _known_probe(self, input_schema: pa.Schema, key_cols: list[str], names: list[str]) -> pa.Schema | None:
-        """The schema DuckDB's partial aggregation would have, derived without asking it, when
-        every aggregate is over a bare column (the Arrow plan) and every type involved comes
-        back from DuckDB unchanged (integers, floats, booleans, strings, binary, dates,
-        microsecond timestamps without a zone or in UTC); ``None`` otherwise. (Kept equal to DuckDB's by
-        a test over these types.)"""
-        if self._arrow_plan is None:
-            return None
-
-        def same(t: pa.DataType) -> bool:
-            if pa.types.is_timestamp(t):
-                return t.unit == "us" and t.tz in (None, "UTC")
-            return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) \
-                or pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_date32(t)  # fmt: skip
-
-        fields = []
-        for k in key_cols:
-            t = pa.int64() if k == "__ws" else pa.int8() if k == "__global" else input_schema.field(k).type
-            if not same(t):
-                return None
-            fields.append(pa.field(k, t))
-        fields.append(pa.field("__rows", pa.int64()))
-        assert self._arrow_plan is not None
-        for n, (col, how, fn) in zip(names, self._arrow_plan, strict=True):
-            src = input_schema.field(col).type if col is not None else pa.int64()
-            if fn in ("count", "count_all"):
-                t = pa.int64()
-            elif fn in ("min", "max"):
-                t = src
-            elif how or pa.types.is_floating(src):  # sums of doubles
-                t = pa.float64()
-            else:
-                t = pa.int64()  # DuckDB's HUGEINT sum of integers, cast to BIGINT as Spark's long
-            if not same(src):
-                return None
-            fields.append(pa.field(n, t))
-        return pa.schema(fields)
 
     def _final_types(self, probe: pa.Schema) -> list[pa.DataType]:
         out = []
@@ -342,108 +299,15 @@ class AggregateOperator(StatefulOperator):
 
     # ------------------------------------------------------------------ partial stage (thread-safe)
     def partial(self, table: pa.Table) -> pa.Table:
-        """One chunk's partial aggregates: a row per distinct key (window start ``__ws`` for a
-        window) with ``__rows`` (its input rows) and the partial columns ``p0, p1, ...``. Rows
-        with a null event time belong to no window and are left out. Thread-safe: reads only
-        what ``output_schema`` set."""
-        spec = self.window
-        if spec is not None and table.num_rows:
-            ts, valid = event_time_micros(table.column(spec.column))
-            if valid is not None:
-                table = table.filter(pa.array(valid))
-                ts = ts[valid]
-            rows, starts = spec.assign(ts)
-            if not spec.tumbling:
-                table = table.take(pa.array(rows))
-            table = table.append_column("__ws", pa.array(starts, pa.int64()))
-        elif spec is not None:
-            table = table.append_column("__ws", pa.array([], pa.int64()))
-        if self._arrow_plan is not None:
-            return self._partial_arrow(table)
-        from headrace.transforms.expressions import run_sql
+        """One chunk's partial aggregates (:meth:`PartialAggregation.partial`). Thread-safe."""
+        assert self._partials is not None, "output_schema() must be called first"
+        return self._partials.partial(table)
 
-        return run_sql(table, self._sql, what=f"aggregation {self.describe()}").cast(self._partial_schema)
-
-    def _partial_arrow(self, table: pa.Table) -> pa.Table:
-        """The partial aggregates of bare columns without SQL: by direct indexing for integer
-        keys in a dense range and counts/sums without nulls (:mod:`headrace.transforms.dense_group`),
-        by Arrow's hash group_by otherwise. The same columns as the SQL plan."""
-        assert self._arrow_plan is not None
-        key_names = self._key_schema.names
-        if "__global" in key_names:
-            table = table.append_column("__global", pa.array(np.zeros(table.num_rows, np.int8)))
-        out = None
-        if self._dense_aggs is not None:
-            out = dense_group(table, key_names, self._dense_aggs, steps=self._steps)
-        if out is None:
-            cols: dict[str, Any] = {k: table.column(k) for k in key_names}
-            aggs: list[tuple[Any, str]] = [([], "count_all")]
-            for i, (col, how, fn) in enumerate(self._arrow_plan):
-                if col is None:
-                    aggs.append(([], fn))
-                    continue
-                c = table.column(col)
-                if how == "double":
-                    c = pc.cast(c, pa.float64())
-                elif how == "square":
-                    d = pc.cast(c, pa.float64())
-                    c = pc.multiply(d, d)
-                cols[f"__a{i}"] = c
-                aggs.append((f"__a{i}", fn))
-            g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
-            agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
-            out = [g.column(k) for k in key_names] + agg_cols
-        return pa.Table.from_arrays(out, names=self._partial_schema.names).cast(self._partial_schema)
+    def _combine(self, parts: list[pa.Table]) -> pa.Table:
+        assert self._partials is not None
+        return self._partials.combine(parts, self._run_sql)
 
     # ------------------------------------------------------------------ final stage
-    def _combine(self, parts: list[pa.Table]) -> pa.Table:
-        """Several chunks' partials as one row per key (keys are unique within each part, not
-        across parts): Arrow's group_by when it sums and compares these types exactly, DuckDB
-        otherwise (decimals: Arrow's sum would wrap)."""
-        keys = self._key_schema.names
-        first = parts[0].select(keys)
-        if all(p.num_rows == first.num_rows and p.select(keys).equals(first) for p in parts[1:]):
-            # the same keys in the same order (every partition saw every key; dense partials are
-            # sorted): merged row by row, no grouping
-            aligned: list[Any] = list(first.columns)
-            for name, kind in zip(["__rows", *self._partial_names], ["add", *self._merge_kinds], strict=True):
-                acc = parts[0].column(name)
-                for p in parts[1:]:
-                    acc = merge_col(kind, acc, p.column(name))
-                aligned.append(acc)
-            return pa.Table.from_arrays(aligned, names=self._partial_schema.names).cast(self._partial_schema)
-        table = pa.concat_tables(parts)
-        if self._combine_arrow is not None:
-            cols = dense_group(table, keys, self._combine_arrow, steps=self._steps)
-            if cols is None:
-                g = table.group_by(keys, use_threads=False).aggregate(self._combine_arrow)
-                cols = [g.column(k) for k in keys] + [g.column(f"{n}_{fn}") for n, fn in self._combine_arrow]
-            return pa.Table.from_arrays(cols, names=self._partial_schema.names).cast(self._partial_schema)
-        return self._run_sql(table, self._combine_sql).cast(self._partial_schema)
-
-    def _combine_plans(self) -> None:
-        """Set how partials of several chunks are combined (:meth:`_combine`). Called by
-        ``output_schema``."""
-        kinds = ["add", *self._merge_kinds]
-        names = ["__rows", *self._partial_names]
-        fns = {"add": "sum", "min": "min", "max": "max"}
-        plan: list[tuple[str, str]] | None = []
-        for n, kind in zip(names, kinds, strict=True):
-            t = self._partial_schema.field(n).type
-            exact = pa.types.is_integer(t) or pa.types.is_floating(t)
-            if kind != "add":
-                exact = exact or pa.types.is_temporal(t) or pa.types.is_string(t) or pa.types.is_large_string(t) \
-                    or pa.types.is_boolean(t)  # fmt: skip
-            if not exact:
-                plan = None
-                break
-            assert plan is not None
-            plan.append((n, fns[kind]))
-        self._combine_arrow = plan
-        keys = [quote(k) for k in self._key_schema.names]
-        exprs = [f"{fns[k]}({quote(n)}) AS {quote(n)}" for n, k in zip(names, kinds, strict=True)]
-        self._combine_sql = f"SELECT {', '.join(keys)}, {', '.join(exprs)} FROM batch GROUP BY {', '.join(keys)}"
-
     def _merge(self, partial: pa.Table, batch: BatchInfo) -> tuple[pa.Table, pa.Table] | None:
         """The batch's partials (one row per key) merged into state; returns the keys and
         their new values."""
