@@ -277,9 +277,11 @@ def test_definition_errors() -> None:
     assert out.field("sum(amount)").type == pa.int64()
 
 
-def test_column_types_merge_across_batches(backend: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunks", [1, 3], ids=["one-chunk", "three-chunks"])
+def test_column_types_merge_across_batches(backend: str, tmp_path: Path, chunks: int) -> None:
     """Decimals, 32-bit ints and floats, timestamps, strings, null keys: merged values keep
-    DuckDB's types and values over all input."""
+    DuckDB's types and values over all input (with three chunks per batch, the chunks' partials
+    are combined first: decimals by DuckDB, the rest by Arrow)."""
     import decimal
 
     def b(seed: int) -> pa.Table:
@@ -296,7 +298,7 @@ def test_column_types_merge_across_batches(backend: str, tmp_path: Path) -> None
     aggs = ["sum(d) AS sd", "min(d) AS mind", "sum(i) AS si", "sum(i * 2) AS si2", "max(f) AS mf", "min(t) AS mint",
             "max(k) AS mk", "count(*) AS n"]  # fmt: skip
     run = run_batches(lambda: AggregateOperator(["k"], aggs), batches, state_path=str(tmp_path), backend=backend,
-                      mode="complete")  # fmt: skip
+                      mode="complete", chunks=chunks)  # fmt: skip
     out = run.outputs[-1]
     assert out is not None
     want = duck(batches, "SELECT k, sum(d) AS sd, min(d) AS mind, sum(i)::BIGINT AS si, sum(i * 2)::BIGINT AS si2, "
@@ -317,3 +319,160 @@ def test_append_mode_keyed_by_the_event_time_column(backend: str, tmp_path: Path
     # batch 1 (watermark 2): the 1 s row is late; emits 1 s. batch 2 (9): 5 s and 9 s. batch 3 (27): 12 s.
     assert got == [(1, 2), (5, 1), (9, 1), (12, 1)]
     assert run.metrics[1]["numRowsDroppedByWatermark"] == 1
+
+
+PROBE_TYPES = [pa.int8(), pa.int32(), pa.int64(), pa.uint16(), pa.uint64(), pa.float32(), pa.float64(), pa.bool_(),
+               pa.string(), pa.binary(), pa.date32(), pa.timestamp("us"), pa.timestamp("ms"), pa.timestamp("ms", tz="UTC"),
+               pa.timestamp("ns", tz="UTC"), TS, pa.timestamp("us", tz="Europe/Paris"), pa.large_string(), pa.decimal128(10, 2)]  # fmt: skip
+
+
+@pytest.mark.parametrize("t", PROBE_TYPES, ids=str)
+def test_schemas_derived_without_duckdb_are_duckdbs(t: pa.DataType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over bare columns, the state and output schemas are derived at start() without planning
+    SQL; they must be exactly what DuckDB's plan gives (state metadata records them)."""
+    numeric = pa.types.is_integer(t) or pa.types.is_floating(t)
+    schema = pa.schema([("ts", TS), ("key", t), ("x", t)])
+    aggs = ["count(*) AS n", "count(x) AS nx", "min(x) AS lo", "max(x) AS hi"]
+    if numeric:
+        aggs += ["sum(x) AS s", "avg(x) AS a", "stddev(x) AS sd"]
+
+    def schemas() -> tuple[pa.Schema, ...]:
+        op = AggregateOperator([window("ts", "1 minute"), "key"], aggs, watermark_column="ts")
+        out = op.output_schema(schema)
+        return op._key_schema, op._value_schema, op._partial_schema, out
+
+    derived = schemas()
+    from headrace.transforms import aggregate
+
+    monkeypatch.setattr(aggregate, "known_probe", lambda *a: None)
+    assert derived == schemas()
+
+
+@pytest.mark.parametrize(("duration", "slide"), [(60, 60), (60, 20)], ids=["tumbling", "sliding"])
+def test_integer_keys_grouped_by_direct_indexing_match_duckdb(backend: str, tmp_path: Path, duration: int,
+                                                               slide: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows and an integer bucket, counts and sums without nulls (the shape of the bench):
+    the partials of each chunk and their combination go through dense_group; the result is
+    DuckDB's over all input."""
+    from headrace.transforms import agg_partial
+
+    calls = []
+    real = agg_partial.dense_group
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(agg_partial, "dense_group", spy)
+    rng = random.Random(5)
+    batches = []
+    for b in range(5):
+        ts = [(1_700_000_000 + b * 30 + rng.uniform(0, 40)) * 1_000_000 for _ in range(400)]
+        batches.append(pa.table({"ts": pa.array([int(t) for t in ts], pa.int64()).cast(TS),
+                                 "user": pa.array([rng.randrange(-20, 20) for _ in ts], pa.int64()),
+                                 "amount": pa.array([rng.randrange(-50, 100) for _ in ts], pa.int64())}))  # fmt: skip
+    aggs = ["count(*) AS n", "sum(amount) AS total", "avg(amount) AS mean", "stddev(amount) AS sd",
+            "count(amount) AS n_amount"]  # fmt: skip
+    keys: list[Any] = [window("ts", f"{duration} seconds", None if slide == duration else f"{slide} seconds"), "user"]
+    run = run_batches(lambda: AggregateOperator(keys, aggs, watermark_column="ts"), batches, state_path=str(tmp_path),
+                      backend=backend, mode="update", chunks=3)  # fmt: skip
+    assert calls and all(calls)
+    latest: dict[Any, dict[str, Any]] = {}
+    for t in run.outputs:
+        if t is not None:
+            latest.update(norm(t.to_pylist(), ("wstart", "wend", "user")))
+    sql = _window_sql(duration, slide).replace(SQL_AGGS, "count(*) AS n, sum(amount)::BIGINT AS total, avg(amount) AS mean, "
+                                               "stddev_samp(amount) AS sd, count(amount) AS n_amount")  # fmt: skip
+    want = norm(_as_utc(duck(batches, sql)), ("wstart", "wend", "user"))
+    assert_rows_equal(latest, want)
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["same-keys", "different-keys"])
+def test_chunk_partials_combine_like_one_partial(aligned: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partials of several chunks combined per key equal the partial of all their rows; when
+    every chunk has the same keys in the same order they are merged row by row (no grouping),
+    with nulls (a sum over no value) on either side."""
+    def chunk(seed: int) -> pa.Table:
+        rng = random.Random(seed)
+        users = ["a", "b", "c", "d"] if aligned else rng.sample(["a", "b", "c", "d", "e"], 4)
+        return pa.table({"ts": pa.array([1_700_000_000_000_000 + i for i in range(8)], pa.int64()).cast(TS),
+                         "user": users * 2,
+                         "amount": pa.array([None if (seed + i) % 3 == 0 else rng.randrange(-9, 9) for i in range(8)],
+                                            pa.int64()),
+                         "name": [rng.choice(["x", "y", None]) for _ in range(8)]})  # fmt: skip
+    op = AggregateOperator([window("ts", "1 minute"), "user"], AGGS, watermark_column="ts")
+    op.output_schema(chunk(0).schema)
+    chunks = [chunk(s) for s in range(3)]
+    parts = [op.partial(c) for c in chunks]
+    whole = op.partial(pa.concat_tables(chunks))
+    if aligned:
+        def no_concat(*a: Any, **k: Any) -> Any:
+            raise AssertionError("aligned partials were grouped")
+        monkeypatch.setattr(pa, "concat_tables", no_concat)
+    got = op._combine(parts)
+    monkeypatch.undo()
+    assert got.schema == whole.schema
+    key = ("user",)
+    g, w = norm(got.drop_columns(["__ws"]).to_pylist(), key), norm(whole.drop_columns(["__ws"]).to_pylist(), key)
+    assert_rows_equal(g, w)
+
+
+def _same_keys_batches(n: int) -> list[pa.Table]:
+    """Every batch: the same 50 integer keys, event time advancing 20 s per batch (1-minute
+    windows: a batch usually touches the keys of the window before it again)."""
+    out = []
+    for b in range(n):
+        ts = [(1_700_000_000 + b * 20 + i % 10) * 1_000_000 for i in range(200)]
+        out.append(pa.table({"ts": pa.array(ts, pa.int64()).cast(TS), "k": pa.array([i % 50 for i in range(200)]),
+                             "v": pa.array([b * 1000 + i for i in range(200)], pa.int64())}))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("mode", ["update", "append", "complete"])
+def test_batches_with_the_same_keys_match_duckdb(backend: str, tmp_path: Path, mode: str) -> None:
+    """The bench's shape: every batch the same integer keys (partials grouped by direct
+    indexing, chunks aligned and merged row by row), windows closed by the watermark between
+    batches. The result is DuckDB's."""
+    batches = _same_keys_batches(9)
+    wm = ("ts", 5_000) if mode != "complete" else None
+    aggs = ["count(*) AS n", "sum(v) AS s", "avg(v) AS a"]
+    run = run_batches(lambda: AggregateOperator([window("ts", "1 minute"), "k"], aggs, watermark_column="ts"),
+                      [*batches, *([batches[0].slice(0, 0)] if mode == "append" else [])], state_path=str(tmp_path),
+                      backend=backend, mode=mode, watermark=wm, chunks=2)  # fmt: skip
+    want = norm(_as_utc(duck(batches, "SELECT time_bucket(INTERVAL 1 minute, ts) AS wstart, "
+                                      "time_bucket(INTERVAL 1 minute, ts) + INTERVAL 1 minute AS wend, k, count(*) AS n, "
+                                      "sum(v)::BIGINT AS s, avg(v) AS a FROM events GROUP BY ALL")), ("wstart", "wend", "k"))  # fmt: skip
+    if mode == "complete":
+        got = norm(run.outputs[-1].to_pylist() if run.outputs[-1] is not None else [], ("wstart", "wend", "k"))
+    elif mode == "update":
+        got = {}
+        for t in run.outputs:
+            if t is not None:
+                got.update(norm(t.to_pylist(), ("wstart", "wend", "k")))
+    else:  # append: the windows the watermark closed, each once
+        got = norm(run.all_rows(), ("wstart", "wend", "k"))
+        want = {k: v for k, v in want.items() if k in got}
+        assert len(got) >= len(want) > 0
+    assert_rows_equal(got, want)
+
+
+def test_a_replayed_batch_after_same_key_batches_gives_the_same_output(backend: str, tmp_path: Path) -> None:
+    """Batch 2 run twice in one operator (a replay): it starts again from version 1 restored
+    from files, and gives the same output."""
+    batches = _same_keys_batches(3)
+    op = AggregateOperator([window("ts", "1 minute"), "k"], ["count(*) AS n", "sum(v) AS s"])
+    op.output_schema(batches[0].schema)
+    op.open(OperatorContext(index=0, state_path=str(tmp_path), state_backend=backend, output_mode="update"))
+    try:
+        outs = []
+        for b in [0, 1, 2, 2]:
+            info = BatchInfo(b)
+            op.begin(info)
+            op.process(batches[b], info)
+            out = op.finish(info)
+            assert out is not None
+            outs.append(out.sort_by([("k", "ascending")]).to_pylist())
+        assert outs[3] == outs[2]
+    finally:
+        op.close()

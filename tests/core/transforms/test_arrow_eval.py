@@ -1,4 +1,4 @@
-"""The small-chunk fast path: queries compiled to Arrow compute give exactly DuckDB's columns,
+"""The Arrow fast path: queries compiled to Arrow compute give exactly DuckDB's columns,
 types and values; what is outside the subset stays with DuckDB."""
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ COMPILED = [
     "SELECT * REPLACE (id + 100 AS id) FROM batch",
     "SELECT batch.id, true AS t, 'k' AS k, 7 AS seven FROM batch WHERE id >= 2 AND id <= 5",
     "SELECT ts, id FROM batch WHERE flag",
+    "SELECT id % 3 AS m, -id % 4 AS n, small % 2 AS s, id % small AS t FROM batch WHERE id % 2 <> 0",
 ]
 DUCKDB_ONLY = [
     "SELECT id / 2 AS h FROM batch",  # DuckDB: float division, NULL on zero
@@ -42,6 +43,7 @@ DUCKDB_ONLY = [
     "SELECT * FROM batch WHERE id IN (1, 2)",
     "SELECT * FROM batch WHERE ts > '1970-01-01'",
     "WITH x AS (SELECT * FROM batch) SELECT * FROM x",
+    "SELECT amount % 2 AS m FROM batch",  # fmod of doubles: left to DuckDB
 ]
 
 
@@ -79,3 +81,34 @@ def test_a_timestamp_duckdb_returns_in_microseconds_is_cast_like_duckdb() -> Non
     want = run_sql(t, "SELECT ts, n FROM batch")
     fast = compile_query("SELECT ts, n FROM batch", t.schema, want.schema)
     assert fast is not None and fast(t).equals(want)
+
+
+def test_a_division_by_zero_in_a_remainder_is_reported_by_duckdb() -> None:
+    from headrace.transforms.expressions import ExpressionError
+    from headrace.transforms.operator import BatchInfo
+    from headrace.transforms.stateless import WithColumnOperator
+
+    t = pa.table({"x": pa.array([5, 7], pa.int64()), "d": pa.array([2, 0], pa.int64())})
+    op = WithColumnOperator("m", "x % d")
+    op.output_schema(t.schema)
+    assert op.fast_for(t.schema) is not None
+    with pytest.raises(ExpressionError, match="(?i)division by zero"):
+        op.process(t, BatchInfo(0))
+
+
+def test_large_chunks_use_the_compiled_query_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    from headrace.transforms import stateless
+    from headrace.transforms.operator import BatchInfo
+
+    t = pa.table({"value": pa.array(range(100_000), pa.int64())})
+    op = stateless.WithColumnOperator("k", "value % 10000")
+    want = op.output_schema(t.schema)
+    assert op.fast_for(t.schema) is not None  # compiled at start()
+
+    def no_duckdb(*args: object, **kwargs: object) -> pa.Table:
+        raise AssertionError("DuckDB was called for a compiled query")
+
+    monkeypatch.setattr(stateless, "run_sql", no_duckdb)
+    got = op.process(t, BatchInfo(0))
+    assert got is not None and got.schema == want
+    assert got.column("k").to_pylist() == [v % 10000 for v in range(100_000)]

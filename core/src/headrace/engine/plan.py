@@ -5,7 +5,10 @@ is computed (SQL is run on an empty table, so a bad expression fails before any 
 the steps are split in two stages:
 
 - the *prefix*: the stateless steps before the first stateful one, run per record batch in the
-  reader threads (consecutive SQL steps fused into one DuckDB query);
+  reader threads (consecutive SQL steps fused into one DuckDB query, or compiled to Arrow
+  compute); when the first stateful step is an aggregation, its partial stage
+  (``pre_aggregation()``: windows assigned, partial aggregates per key) runs there too, so the
+  consumer thread only merges one partial row per key and chunk into state;
 - the *suffix*: from the first stateful step on, run on the consumer thread, in order:
   ``process`` per chunk, then ``finish`` per operator at the end of the batch, each
   operator's output going through the steps after it.
@@ -83,6 +86,9 @@ class PlanRunner:
         first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
         self.prefix: list[Operator] = _fuse(steps[:first_stateful])
         self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]
+        # an aggregation's partial stage runs in the readers too (Spark's partial aggregate)
+        pre = getattr(self.suffix[0], "pre_aggregation", None) if self.suffix else None
+        self.pre_aggregate: Callable[[pa.Table], pa.Table] | None = pre() if callable(pre) else None
         self.stateful: list[tuple[int, Operator]] = [(s.index, s.op) for s in steps if s.op.stateful]
         self.watermarks: list[tuple[int, WatermarkOperator]] = [
             (s.index, s.op) for s in steps if isinstance(s.op, WatermarkOperator)
@@ -165,7 +171,8 @@ class PlanRunner:
 
     # ------------------------------------------------------------------ per chunk
     def apply_prefix(self, table: pa.Table) -> pa.Table | None:
-        """The stateless steps before the first stateful one; called per record batch in the
+        """The stateless steps before the first stateful one, then the partial stage of an
+        aggregation that comes next (:attr:`pre_aggregate`); called per record batch in the
         reader threads (thread-safe)."""
         info = self._info
         for op in self.prefix:
@@ -173,17 +180,23 @@ class PlanRunner:
             if out is None:
                 return None
             table = out
+        if self.pre_aggregate is not None:
+            return self.pre_aggregate(table)
         return table
 
     @property
     def prefix_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
-        return self.apply_prefix if self.prefix else None
+        return self.apply_prefix if self.prefix or self.pre_aggregate is not None else None
 
     def _through(self, start: int, table: pa.Table | None, info: BatchInfo) -> Iterator[pa.Table]:
         if table is None or (table.num_rows == 0 and start < len(self.suffix)):
             return
         for k in range(start, len(self.suffix)):
-            out = self.suffix[k].process(table, info)
+            op = self.suffix[k]
+            if k == 0 and self.pre_aggregate is not None:  # the chunk is partial aggregates
+                out = op.process_partial(table, info)  # type: ignore[attr-defined]
+            else:
+                out = op.process(table, info)
             if out is None or out.num_rows == 0:
                 return
             table = out
@@ -240,15 +253,16 @@ class PlanRunner:
 
 
 def _fuse(steps: Sequence[_Step]) -> list[Operator]:
-    """Consecutive SQL steps with known input schemas become one query."""
+    """Consecutive SQL steps with known input schemas become one query (or one chain of Arrow
+    compute calls when every step compiles, :mod:`headrace.transforms.arrow_eval`)."""
     out: list[Operator] = []
     run: list[tuple[SqlOperator, pa.Schema]] = []
 
     def flush() -> None:
-        if len(run) == 1:
-            out.append(run[0][0])
-        elif run:
-            out.append(SqlOperator.fuse(run))
+        if run:
+            op = run[0][0] if len(run) == 1 else SqlOperator.fuse(run)
+            op.fast_for(run[0][1])  # compiled to Arrow now, not by the reader threads at the first chunk
+            out.append(op)
         run.clear()
 
     for s in steps:

@@ -1,29 +1,31 @@
 """``AggregateOperator``: streaming ``group_by(...).agg(...)`` with Spark's output modes.
 
-Per batch, vectorised:
+Per batch, vectorised, in two stages as Spark's partial and final ``HashAggregate``:
 
-1. event-time windows are assigned (:mod:`headrace.transforms.window`), then DuckDB computes
-   the batch's *partial* aggregates per key (``count``, ``sum``, ``min``, ``max``; ``avg`` as
-   sum and count; variances as count, sum and sum of squares);
-2. (key, window) groups whose window ended at or before the watermark are dropped as late and
-   counted (``numRowsDroppedByWatermark``);
-3. the state rows of the keys the batch touches are fetched, merged with the partials by
-   Arrow compute kernels (add, element-wise min/max) and written back;
-4. output: ``update`` emits the rows changed in this batch, ``complete`` every row, ``append``
+1. *partial*, per chunk, in the engine's reader threads (in parallel, one per partition,
+   fused after the stateless steps before the aggregation: :meth:`AggregateOperator.partial`):
+   event-time windows are assigned (:mod:`headrace.transforms.window`), then the chunk's
+   partial aggregates per key are computed (``count``, ``sum``, ``min``, ``max``; ``avg`` as sum
+   and count; variances as count, sum and sum of squares) by Arrow's hash ``group_by`` when
+   every aggregate is over a bare column, by DuckDB otherwise;
+2. *final*, once per batch, on the consumer thread (:meth:`AggregateOperator.finish`): the
+   chunks' partials are combined per key (Arrow ``group_by``, or DuckDB for types Arrow does
+   not sum exactly, e.g. decimals); (key, window) groups whose window ended at or before the
+   watermark are dropped as late and counted (``numRowsDroppedByWatermark``); the state rows
+   of the keys the batch touches are fetched, merged with the partials by Arrow compute
+   kernels (add, element-wise min/max) and written back;
+3. output: ``update`` emits the rows changed in this batch, ``complete`` every row, ``append``
    the windows the watermark has passed (evicted from state at the same time). With a
    watermark, ``update`` also evicts windows it has passed (without emitting them again).
 
-Supported aggregate functions: ``count(*)``, ``count(expr)``, ``sum``, ``min``, ``max``,
-``avg``/``mean``, ``var_samp``/``variance``, ``var_pop``, ``stddev_samp``/``stddev``,
-``stddev_pop``; the argument may be any DuckDB SQL expression over the stream's columns.
-``DISTINCT`` aggregates are refused, as in Spark's streaming.
+The consumer's work per batch is proportional to the distinct keys of the batch, not to its
+rows nor to the state's size. Aggregate functions: :mod:`headrace.transforms.agg_functions`; the partial
+stage: :mod:`headrace.transforms.agg_partial`.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,6 +33,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.errors import HeadraceError, UnsupportedError
+from headrace.transforms.agg_functions import (
+    AggSpec,
+    arrow_partials,
+    final_col,
+    merge_col,
+    parse_aggregate,
+    quote,
+)
+from headrace.transforms.agg_partial import PartialAggregation, known_probe
 from headrace.transforms.operator import BatchInfo
 from headrace.transforms.stateful import StatefulOperator
 from headrace.transforms.window import (
@@ -41,106 +52,7 @@ from headrace.transforms.window import (
     window_struct_type,
 )
 
-__all__ = ["AggregateOperator", "parse_aggregate"]
-
-_AGG_RE = re.compile(
-    r"^\s*(?P<func>[A-Za-z_][A-Za-z0-9_]*)\s*\((?P<arg>.*)\)\s*(?:AS\s+(?P<alias>[A-Za-z_][A-Za-z0-9_]*|\"[^\"]+\"|`[^`]+`))?\s*$",
-    re.IGNORECASE | re.DOTALL,
-)
-_FUNCS = {
-    "count": "count", "sum": "sum", "min": "min", "max": "max", "avg": "avg", "mean": "avg",
-    "var_samp": "var_samp", "variance": "var_samp", "var_pop": "var_pop", "stddev_samp": "stddev_samp",
-    "stddev": "stddev_samp", "std": "stddev_samp", "stddev_pop": "stddev_pop",
-}  # fmt: skip
-SUPPORTED = sorted(_FUNCS)
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-@dataclass(frozen=True)
-class AggSpec:
-    """One parsed aggregate: ``func(arg) AS name``."""
-
-    func: str  # canonical: count, sum, min, max, avg, var_samp, var_pop, stddev_samp, stddev_pop
-    arg: str  # SQL, "*" for count(*)
-    name: str
-    text: str
-
-    def partials(self) -> list[tuple[str, str]]:
-        """(SQL, merge kind) of the partial aggregates this aggregate keeps in state."""
-        a = self.arg
-        if self.func == "count":
-            return [("count(*)" if a == "*" else f"count({a})", "add")]
-        if self.func == "sum":
-            return [(f"sum({a})", "add")]
-        if self.func in ("min", "max"):
-            return [(f"{self.func}({a})", self.func)]
-        if self.func == "avg":
-            return [(f"sum(CAST(({a}) AS DOUBLE))", "add"), (f"count({a})", "add")]
-        d = f"CAST(({a}) AS DOUBLE)"
-        return [(f"count({a})", "add"), (f"sum({d})", "add"), (f"sum({d} * {d})", "add")]
-
-
-_IDENT = re.compile(r'^(?:[A-Za-z_][A-Za-z0-9_]*|"[^"]+")$')
-
-
-def _arrow_partials(spec: AggSpec, columns: list[str]) -> list[tuple[str | None, str, str]] | None:
-    """The partials of ``spec`` as (input column or None, transform, pyarrow hash aggregate),
-    when its argument is a bare column (then Arrow's group_by computes them without SQL);
-    ``None`` otherwise. Transforms: ``""`` (as is), ``"double"`` (cast), ``"square"``."""
-    a = spec.arg
-    if a == "*":
-        return [(None, "", "count_all")]
-    if not _IDENT.match(a):
-        return None
-    col = a[1:-1] if a.startswith('"') else a
-    if col not in columns:
-        return None
-    if spec.func == "count":
-        return [(col, "", "count")]
-    if spec.func in ("sum", "min", "max"):
-        return [(col, "", spec.func)]
-    if spec.func == "avg":
-        return [(col, "double", "sum"), (col, "", "count")]
-    return [(col, "", "count"), (col, "double", "sum"), (col, "square", "sum")]
-
-
-def parse_aggregate(expr: str) -> AggSpec:
-    """Parse ``"sum(amount) AS total"``; raises naming the expression and the supported list."""
-    if not isinstance(expr, str):
-        raise HeadraceError(f"aggregate {expr!r} must be a SQL string such as 'count(*) AS n'")
-    m = _AGG_RE.match(expr)
-    fix = f"write e.g. 'count(*) AS n', 'sum(amount) AS total'; supported functions: {', '.join(SUPPORTED)}"
-    if not m:
-        raise HeadraceError(f"aggregate {expr!r} is not of the form func(expression) [AS name]; {fix}")
-    func = m.group("func").lower()
-    arg = m.group("arg").strip()
-    depth = 0
-    for ch in arg:
-        depth += 1 if ch == "(" else -1 if ch == ")" else 0
-        if depth < 0:
-            raise HeadraceError(f"aggregate {expr!r} is not of the form func(expression) [AS name]; {fix}")
-    if func not in _FUNCS:
-        raise UnsupportedError(f"aggregate {expr!r}: {func}() is not supported in streaming aggregations; {fix}")
-    if re.match(r"(?i)^distinct\b", arg):
-        raise UnsupportedError(
-            f"aggregate {expr!r}: distinct aggregations are not supported on streaming DataFrames/Datasets (as in "
-            "Spark); use drop_duplicates(...) before the aggregation"
-        )
-    canon = _FUNCS[func]
-    if canon == "count" and arg in ("*", "1"):
-        arg = "*"
-    elif not arg:
-        raise HeadraceError(f"aggregate {expr!r} has no argument; {fix}")
-    alias = m.group("alias")
-    if alias:
-        name = alias[1:-1] if alias[0] in "\"`" else alias
-    else:
-        name = "count(1)" if canon == "count" and arg == "*" else re.sub(r"\s+", " ", expr.strip())
-    return AggSpec(canon, arg, name, expr)
-
+__all__ = ["AggSpec", "AggregateOperator", "parse_aggregate"]
 
 class AggregateOperator(StatefulOperator):
     """``group_by(*keys).agg(*aggs)``: ``keys`` are column names or ``hr.window(...)`` specs,
@@ -179,7 +91,7 @@ class AggregateOperator(StatefulOperator):
                 self.plain_keys.append(k)
             else:
                 raise HeadraceError(f"group_by key {k!r} must be a column name or hr.window(...)")
-        self._buffer: list[pa.Table] = []
+        self._buffer: list[pa.Table] = []  # the batch's partials (micro-batch mode)
         self._sql = ""
         self._arrow_plan: list[tuple[str | None, str, str]] | None = None
         self._partial_names: list[str] = []
@@ -188,6 +100,8 @@ class AggregateOperator(StatefulOperator):
         self._key_schema = pa.schema([])
         self._out_schema = pa.schema([])
         self._ts_type: pa.DataType | None = None
+        self._partial_schema = pa.schema([])
+        self._partials: PartialAggregation | None = None  # the partial stage, set by output_schema
         self._event_key: str | None = None  # "window" or a plain key column that is the watermark column
 
     # ------------------------------------------------------------------ planning
@@ -218,7 +132,7 @@ class AggregateOperator(StatefulOperator):
         partials: list[tuple[str, str]] = []
         for a in self.aggs:
             partials.extend(a.partials())
-        select_keys = [_q(k) if k not in ("__ws", "__global") else k for k in key_cols]
+        select_keys = [quote(k) if k not in ("__ws", "__global") else k for k in key_cols]
         src = "batch"
         if key_cols == ["__global"]:
             select_keys = ["0::TINYINT AS __global"]
@@ -226,6 +140,21 @@ class AggregateOperator(StatefulOperator):
         exprs = [f"{sql} AS {n}" for (sql, _), n in zip(partials, names, strict=True)]
         group = "" if key_cols == ["__global"] else " GROUP BY " + ", ".join(select_keys)
         sql = f"SELECT {', '.join(select_keys)}, count(*) AS __rows, {', '.join(exprs)} FROM {src}{group}"
+        self._arrow_plan = None
+        plans = [arrow_partials(a, list(input_schema.names)) for a in self.aggs]
+        if all(p is not None for p in plans):
+            self._arrow_plan = [x for p in plans for x in (p or [])]
+            # Arrow's sum of a non-numeric (decimal, ...) column may differ in type: keep SQL then
+            for col, _, fn in self._arrow_plan:
+                if fn == "sum" and col is not None and not pa.types.is_integer(input_schema.field(col).type) \
+                        and not pa.types.is_floating(input_schema.field(col).type):
+                    self._arrow_plan = None
+                    break
+        self._sql = sql
+        known = known_probe(input_schema, key_cols, names, self._arrow_plan)
+        if known is not None:  # DuckDB's plan would give these types: no SQL planned at start()
+            self._finish_schemas(input_schema, key_cols, names, partials, known)
+            return self._out_schema
         empty = input_schema.empty_table()
         if self.window is not None:
             empty = empty.append_column("__ws", pa.array([], pa.int64()))
@@ -244,20 +173,22 @@ class AggregateOperator(StatefulOperator):
         except ExpressionError as e:
             raise ExpressionError(f"aggregation {', '.join(a.text for a in self.aggs)}: {e}") from None
         self._sql = sql
-        self._arrow_plan = None
-        plans = [_arrow_partials(a, list(input_schema.names)) for a in self.aggs]
-        if all(p is not None for p in plans):
-            self._arrow_plan = [x for p in plans for x in (p or [])]
-            # Arrow's sum of a non-numeric (decimal, ...) column may differ in type: keep SQL then
-            for col, _, fn in self._arrow_plan:
-                if fn == "sum" and col is not None and not pa.types.is_integer(input_schema.field(col).type) \
-                        and not pa.types.is_floating(input_schema.field(col).type):
-                    self._arrow_plan = None
-                    break
+        self._finish_schemas(input_schema, key_cols, names, partials, probe.schema)
+        return self._out_schema
+
+    def _finish_schemas(self, input_schema: pa.Schema, key_cols: list[str], names: list[str],
+                        partials: list[tuple[str, str]], probe: pa.Schema) -> None:
+        """Key, value, partial and output schemas from the partial aggregation's schema."""
         self._partial_names = names
         self._merge_kinds = [k for _, k in partials]
-        self._key_schema = pa.schema([probe.schema.field(k) for k in key_cols])
-        self._value_schema = pa.schema([probe.schema.field(n) for n in names])
+        self._key_schema = pa.schema([probe.field(k) for k in key_cols])
+        self._value_schema = pa.schema([probe.field(n) for n in names])
+        self._partial_schema = pa.schema([*self._key_schema, pa.field("__rows", pa.int64()), *self._value_schema])
+        self._partials = PartialAggregation(
+            window=self.window, key_names=list(self._key_schema.names), partial_schema=self._partial_schema,
+            partial_names=names, merge_kinds=self._merge_kinds, arrow_plan=self._arrow_plan, sql=self._sql,
+            what=f"aggregation {self.describe()}",
+        )  # fmt: skip
         self._input_schema = input_schema
         fields: list[pa.Field] = []
         for key in self.keys:
@@ -269,16 +200,15 @@ class AggregateOperator(StatefulOperator):
         types = self._final_types(probe)
         fields += [pa.field(a.name, t) for a, t in zip(self.aggs, types, strict=True)]
         self._out_schema = pa.schema(fields)
-        return self._out_schema
 
-    def _final_types(self, probe: pa.Table) -> list[pa.DataType]:
+    def _final_types(self, probe: pa.Schema) -> list[pa.DataType]:
         out = []
         i = 0
         for a in self.aggs:
             if a.func in ("count",):
                 out.append(pa.int64())
             elif a.func in ("sum", "min", "max"):
-                out.append(probe.schema.field(f"p{i}").type)
+                out.append(probe.field(f"p{i}").type)
             else:
                 out.append(pa.float64())
             i += len(a.partials())
@@ -314,15 +244,27 @@ class AggregateOperator(StatefulOperator):
         super().begin(batch)
         self._buffer = []
 
+    def pre_aggregation(self) -> Callable[[pa.Table], pa.Table] | None:
+        """The partial stage, for the engine to run per chunk in its reader threads (after the
+        stateless steps before this operator), handing the result to :meth:`process_partial`
+        instead of :meth:`process`. Called at ``start()``, after ``output_schema``."""
+        return self.partial
+
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
-        """Micro-batch: keep the chunk for ``finish``. Real-time batch in update mode: merge the
-        chunk into state now and emit the rows it changed."""
+        """A chunk of input rows: :meth:`partial`, then :meth:`process_partial`."""
         if not table.num_rows:
             return None
+        return self.process_partial(self.partial(table), batch)
+
+    def process_partial(self, partial: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        """A chunk's partial aggregates (:meth:`partial`). Micro-batch: kept for ``finish``.
+        Real-time batch in update mode: merged into state now, returning the rows it changed."""
+        if not partial.num_rows:
+            return None
         if batch.real_time and self.output_mode == "update":
-            touched = self._merge(table, batch)
+            touched = self._merge(partial, batch)
             return self._final(*touched) if touched is not None else None
-        self._buffer.append(table)
+        self._buffer.append(partial)
         return None
 
     def finish(self, batch: BatchInfo) -> pa.Table | None:
@@ -331,9 +273,8 @@ class AggregateOperator(StatefulOperator):
         mode = self.output_mode
         touched = None
         if self._buffer:
-            table = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
-            self._buffer = []
-            touched = self._merge(table, batch)
+            parts, self._buffer = self._buffer, []
+            touched = self._merge(parts[0] if len(parts) == 1 else self._combine(parts), batch)
         out: pa.Table | None = None
         wm_us = self._watermark_us(batch)
         if mode == "complete":
@@ -356,23 +297,22 @@ class AggregateOperator(StatefulOperator):
             return None
         return int(batch.watermark_ms) * 1000
 
-    def _merge(self, table: pa.Table, batch: BatchInfo) -> tuple[pa.Table, pa.Table] | None:
+    # ------------------------------------------------------------------ partial stage (thread-safe)
+    def partial(self, table: pa.Table) -> pa.Table:
+        """One chunk's partial aggregates (:meth:`PartialAggregation.partial`). Thread-safe."""
+        assert self._partials is not None, "output_schema() must be called first"
+        return self._partials.partial(table)
 
+    def _combine(self, parts: list[pa.Table]) -> pa.Table:
+        assert self._partials is not None
+        return self._partials.combine(parts, self._run_sql)
+
+    # ------------------------------------------------------------------ final stage
+    def _merge(self, partial: pa.Table, batch: BatchInfo) -> tuple[pa.Table, pa.Table] | None:
+        """The batch's partials (one row per key) merged into state; returns the keys and
+        their new values."""
         spec = self.window
         order: np.ndarray | None = None
-        if spec is not None:
-            ts, valid = event_time_micros(table.column(spec.column))
-            if valid is not None:
-                table = table.filter(pa.array(valid))
-                ts = ts[valid]
-            rows, starts = spec.assign(ts)
-            if not spec.tumbling:
-                table = table.take(pa.array(rows))
-            table = table.append_column("__ws", pa.array(starts, pa.int64()))
-        if self._arrow_plan is not None:
-            partial = self._partial_arrow(table)
-        else:
-            partial = self._run_sql(table, self._sql)
         wm_us = self._watermark_us(batch)
         if self._event_key == "window":
             assert spec is not None
@@ -383,8 +323,7 @@ class AggregateOperator(StatefulOperator):
             late = order <= wm_us
             if late.any():
                 self._dropped += int(partial.column("__rows").to_numpy()[late].sum())
-                keep = pa.array(~late)
-                partial = partial.filter(keep)
+                partial = partial.filter(pa.array(~late))
                 order = order[~late]
         if not partial.num_rows:
             return None
@@ -392,42 +331,13 @@ class AggregateOperator(StatefulOperator):
         new = partial.select(self._partial_names)
         old, found = self.store.get(keys)
         if found.any():
-            cols = [_merge_col(kind, o, n).cast(f.type) for kind, o, n, f in
+            cols = [merge_col(kind, o, n).cast(f.type) for kind, o, n, f in
                     zip(self._merge_kinds, old.columns, new.columns, self._value_schema, strict=True)]  # fmt: skip
             merged = pa.Table.from_arrays(cols, schema=self._value_schema)
         else:
             merged = new.cast(self._value_schema)
         self.store.put(keys, merged, order)
         return keys, merged
-
-    def _partial_arrow(self, table: pa.Table) -> pa.Table:
-        """The partial aggregates by Arrow's hash group_by (aggregates over bare columns): the
-        same columns as the SQL plan, without parsing and planning SQL per batch."""
-        assert self._arrow_plan is not None
-        key_names = self._key_schema.names
-        cols: dict[str, Any] = {}
-        for k in key_names:
-            cols[k] = pa.array(np.zeros(table.num_rows, np.int8)) if k == "__global" else table.column(k)
-        aggs: list[tuple[Any, str]] = [([], "count_all")]
-        for i, (col, how, fn) in enumerate(self._arrow_plan):
-            if col is None:
-                aggs.append(([], fn))
-                continue
-            c = table.column(col)
-            if how == "double":
-                c = pc.cast(c, pa.float64())
-            elif how == "square":
-                d = pc.cast(c, pa.float64())
-                c = pc.multiply(d, d)
-            cols[f"__a{i}"] = c
-            aggs.append((f"__a{i}", fn))
-        g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
-        agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
-        out = [g.column(k) for k in key_names] + agg_cols
-        names = [*key_names, "__rows", *self._partial_names]
-        result = pa.Table.from_arrays(out, names=names)
-        schema = pa.schema([*self._key_schema, pa.field("__rows", pa.int64()), *self._value_schema])
-        return result.cast(schema)
 
     def _final(self, keys: pa.Table, values: pa.Table) -> pa.Table:
         """State rows -> output rows (window struct, avg = sum / count, ...)."""
@@ -445,44 +355,5 @@ class AggregateOperator(StatefulOperator):
         for a in self.aggs:
             p = [values.column(f"p{j}") for j in range(i, i + len(a.partials()))]
             i += len(p)
-            cols.append(_final_col(a.func, p))
+            cols.append(final_col(a.func, p))
         return pa.Table.from_arrays(cols, schema=self._out_schema)
-
-
-def _merge_col(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Array:
-    if kind == "add":
-        t = old.type
-        if pa.types.is_decimal(t):  # the sum of two decimal(38, s) is decimal(39, s): add wider, cast back
-            wide = pa.decimal256(t.precision, t.scale)
-            total = pc.add(old.cast(wide), new.cast(wide))
-            return pc.coalesce(total.cast(t), old, new)
-        return pc.coalesce(pc.add(old, new), old, new)
-    t = old.type
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
-        if kind == "min":
-            return pc.min_element_wise(old, new, skip_nulls=True)
-        return pc.max_element_wise(old, new, skip_nulls=True)
-    # timestamps, strings, decimals, ...: no element-wise min/max kernel; compare instead
-    better = pc.less(new, old) if kind == "min" else pc.greater(new, old)
-    pick_new = pc.or_kleene(pc.is_null(old), pc.and_kleene(pc.is_valid(new), pc.fill_null(better, False)))
-    return pc.if_else(pick_new, new, old)
-
-
-def _final_col(func: str, p: list[pa.ChunkedArray]) -> Any:
-    if func == "count":
-        return pc.coalesce(p[0], 0)
-    if func in ("sum", "min", "max"):
-        return p[0]
-    if func == "avg":
-        s, n = p
-        return pc.if_else(pc.greater(n, 0), pc.divide(s, pc.cast(n, pa.float64())), pa.scalar(None, pa.float64()))
-    n = pc.cast(p[0], pa.float64())
-    s, ss = p[1], p[2]
-    mean = pc.divide(s, n)
-    m2 = pc.subtract(ss, pc.multiply(s, mean))  # sum of squared deviations
-    m2 = pc.max_element_wise(m2, 0.0)
-    if func in ("var_pop", "stddev_pop"):
-        var = pc.if_else(pc.greater(n, 0), pc.divide(m2, n), pa.scalar(None, pa.float64()))
-    else:
-        var = pc.if_else(pc.greater(n, 1), pc.divide(m2, pc.subtract(n, 1.0)), pa.scalar(None, pa.float64()))
-    return pc.sqrt(var) if func.startswith("stddev") else var

@@ -1,16 +1,19 @@
-"""A fast path for small chunks: simple SELECT/WHERE queries evaluated with Arrow compute.
+"""A fast path: simple SELECT/WHERE queries evaluated with Arrow compute instead of DuckDB.
 
 A DuckDB query has a fixed cost of a few milliseconds (parse, bind, plan, Arrow conversion)
 whatever the number of rows, which is the whole latency budget of a real-time chunk of a few
-rows. Queries of a small subset (column references, literals, comparisons, AND/OR/NOT,
-IS [NOT] NULL, ``+ - *``, ``||``, ``upper``/``lower``/``abs``/``coalesce``, casts between
-integer types, to DOUBLE and to VARCHAR from integers and strings, ``*`` with ``REPLACE``) are
-compiled once, from DuckDB's own parse tree (``json_serialize_sql``), to ``pyarrow.compute``
-calls. The compiled query is accepted only if, on an empty table of the input schema, it
-returns exactly the column names and types DuckDB returns; the operators used have the same
-results as DuckDB's for those types (checked arithmetic: an overflow raises, and the chunk is
-then run by DuckDB, which reports it). Anything else (division, LIKE, IN, functions not listed,
-DECIMAL arithmetic, ...) is left to DuckDB.
+rows, and more than the work itself for simple expressions over a whole micro-batch (``value %
+10000`` over 50k rows: ~0.2 ms in Arrow, ~1.5 ms of CPU and ~3 ms of wall time in DuckDB).
+Queries of a small subset (column references, literals, comparisons, AND/OR/NOT,
+IS [NOT] NULL, ``+ - *``, ``%`` of integers, ``||``, ``upper``/``lower``/``abs``/``coalesce``,
+casts between integer types, to DOUBLE and to VARCHAR from integers and strings, ``*`` with
+``REPLACE``) are compiled once, from DuckDB's own parse tree (``json_serialize_sql``), to
+``pyarrow.compute`` calls, used for chunks of any size. The compiled query is accepted only if,
+on an empty table of the input schema, it returns exactly the column names and types DuckDB
+returns; the operators used have the same results as DuckDB's for those types (checked
+arithmetic: an overflow or a division by zero raises, and the chunk is then run by DuckDB,
+which reports it). Anything else (division, LIKE, IN, functions not listed, DECIMAL
+arithmetic, ...) is left to DuckDB.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ __all__ = ["SMALL_CHUNK_ROWS", "compile_query"]
 log = logging.getLogger(__name__)
 
 SMALL_CHUNK_ROWS = 4096
-"""Chunks up to this many rows use a compiled query; larger ones are run by DuckDB."""
+"""Kept for callers of earlier versions: compiled queries now run on chunks of any size."""
 
 Fn = Callable[[pa.Table], Any]
 
@@ -131,6 +134,8 @@ def _expr(e: dict[str, Any]) -> Fn:
         if name in _ARITH and len(args) == 2:
             f = getattr(pc, _ARITH[name])
             return lambda t: f(args[0](t), args[1](t))
+        if name == "%" and len(args) == 2:
+            return lambda t: _int_remainder(args[0](t), args[1](t))
         if name == "-" and len(args) == 1:
             return lambda t: pc.negate_checked(args[0](t))
         if name == "||" and len(args) == 2:
@@ -163,6 +168,17 @@ def _expr(e: dict[str, Any]) -> Fn:
 
         return cast
     raise _Unsupported(f"expression {cls}")
+
+
+def _int_remainder(a: Any, b: Any) -> Any:
+    """DuckDB's ``%`` of integers: truncated (the sign of the dividend), as Arrow's
+    ``remainder``; checked, so a division by zero or an overflow raises and DuckDB runs the
+    chunk. Other types (floats, decimals) are left to DuckDB."""
+    import pyarrow.compute as pc
+
+    if not (pa.types.is_integer(a.type) and pa.types.is_integer(b.type)):
+        raise _Unsupported(f"% of {a.type} and {b.type}")
+    return pc.remainder_checked(a, b)
 
 
 def _broadcast(value: Any, n: int) -> pa.Array | pa.ChunkedArray:

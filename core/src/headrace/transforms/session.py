@@ -19,14 +19,15 @@ the keys it closes. Per batch:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
-from headrace.transforms.aggregate import AggregateOperator, _final_col, _q, parse_aggregate
+from headrace.transforms.agg_functions import final_col, parse_aggregate, quote
+from headrace.transforms.aggregate import AggregateOperator
 from headrace.transforms.operator import BatchInfo
 from headrace.transforms.stateful import StatefulOperator
 from headrace.transforms.window import (
@@ -99,10 +100,10 @@ class SessionWindowAggregateOperator(AggregateOperator):
                 raise HeadraceError(f"group_by: no column {k!r} in the stream (columns: {', '.join(input_schema.names)})")
         self._ts_type = check_event_time(input_schema, self.session.column, f"group_by({self.session.describe()})")
         gap = self.session.gap_us
-        part = f"PARTITION BY {', '.join(_q(k) for k in self.plain_keys)} " if self.plain_keys else ""
+        part = f"PARTITION BY {', '.join(quote(k) for k in self.plain_keys)} " if self.plain_keys else ""
         partials: list[tuple[str, str]] = [p for a in self.aggs for p in a.partials()]
         names = [f"p{i}" for i in range(len(partials))]
-        keys_sql = [_q(k) for k in self.plain_keys]
+        keys_sql = [quote(k) for k in self.plain_keys]
         group = ", ".join([*keys_sql, "__sid"])
         select_keys = ", ".join(keys_sql) + ", " if keys_sql else ""
 
@@ -143,7 +144,7 @@ class SessionWindowAggregateOperator(AggregateOperator):
                 fields.append(pa.field("session_window", window_struct_type(self._ts_type)))
             else:
                 fields.append(input_schema.field(str(key)))
-        types = self._final_types(probe)
+        types = self._final_types(probe.schema)
         fields += [pa.field(a.name, t) for a, t in zip(self.aggs, types, strict=True)]
         self._out_schema = pa.schema(fields)
         return self._out_schema
@@ -169,6 +170,10 @@ class SessionWindowAggregateOperator(AggregateOperator):
             )
 
     # ------------------------------------------------------------------ per batch
+    def pre_aggregation(self) -> Callable[[pa.Table], pa.Table] | None:
+        """None: sessions are split over the whole batch at once, on the consumer thread."""
+        return None
+
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         if table.num_rows:
             self._buffer.append(table)
@@ -301,5 +306,5 @@ class SessionWindowAggregateOperator(AggregateOperator):
                 f = self._value_schema.field(i)
                 p.append(pa.chunked_array([pa.array([s[f.name] for _, s in items], type=f.type)]))
                 i += 1
-            cols.append(_final_col(a.func, p))
+            cols.append(final_col(a.func, p))
         return pa.Table.from_arrays(cols, schema=self._out_schema)

@@ -92,10 +92,27 @@ class WatermarkOperator(Operator):
         if table.num_rows:
             import pyarrow.compute as pc
 
-            ms = event_times_ms(table.column(self.column))
+            col = table.column(self.column)
+            if not col.null_count and col.type.unit == "us" and self._measure_us(col):
+                return table
+            ms = event_times_ms(col)
             mm = pc.min_max(ms)
             lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if lo is not None and hi is not None:
                 n = len(ms) - ms.null_count
                 self.stats.add(lo, hi, int(pc.sum(ms).as_py() or 0), n)
         return table
+
+    def _measure_us(self, col: pa.ChunkedArray) -> bool:
+        """Microsecond event times without nulls, all at or after the epoch (where flooring to
+        milliseconds is the cast's truncation), measured in numpy: a third of the cost of the
+        casts. False (nothing measured) otherwise."""
+        import numpy as np
+
+        arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        us = np.asarray(arr.view(pa.int64()).to_numpy(zero_copy_only=False))
+        lo = int(us.min())
+        if lo < 0:
+            return False
+        self.stats.add(lo // 1000, int(us.max()) // 1000, int((us // 1000).sum()), len(us))
+        return True

@@ -1,0 +1,197 @@
+"""The partial stage of a streaming aggregation (Spark's partial ``HashAggregate``): per chunk,
+window starts assigned and one row of partial aggregates per key; then, once per batch, the
+chunks' partials combined per key before they are merged into the state.
+
+:class:`PartialAggregation` is built by ``AggregateOperator.output_schema`` at ``start()`` and
+only read afterwards, so :meth:`PartialAggregation.partial` runs in the engine's reader threads
+(several at once). :func:`known_probe` derives the partial aggregation's schema without
+planning SQL when DuckDB's would be the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from headrace.transforms.agg_functions import merge_col, quote
+from headrace.transforms.dense_group import dense_group
+from headrace.transforms.window import WindowSpec, event_time_micros
+
+__all__ = ["PartialAggregation", "known_probe"]
+
+ArrowPlan = list[tuple[str | None, str, str]]  # (input column or None, transform, Arrow hash aggregate)
+_COMBINE = {"add": "sum", "min": "min", "max": "max"}
+_DENSE = {"": "sum", "double": "fsum", "square": "sqsum"}
+
+
+@dataclass
+class PartialAggregation:
+    """How to compute and combine partial aggregates. ``key_names`` are the state's key
+    columns (``__ws``: a window's start in microseconds; ``__global``: the one key of an
+    aggregation without keys); the partial rows are the keys, ``__rows`` (input rows) and the
+    partials ``partial_names`` (merged by ``merge_kinds``: add, min or max). ``arrow_plan``:
+    the partials over bare columns without SQL, or ``None`` to run ``sql`` (DuckDB)."""
+
+    window: WindowSpec | None
+    key_names: list[str]
+    partial_schema: pa.Schema
+    partial_names: list[str]
+    merge_kinds: list[str]
+    arrow_plan: ArrowPlan | None
+    sql: str
+    what: str
+    steps: dict[str, int] = field(init=False)
+    dense_aggs: list[tuple[str | None, str]] | None = field(init=False)
+    combine_arrow: list[tuple[str, str]] | None = field(init=False)
+    combine_sql: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        # window starts are multiples of the slide plus start_time: dense_group indexes them so
+        self.steps = {"__ws": self.window.slide_us} if self.window is not None else {}
+        self.dense_aggs = None
+        if self.arrow_plan is not None and all(fn in ("count_all", "count", "sum") for _, _, fn in self.arrow_plan):
+            self.dense_aggs = [(None, "count_all")] + [
+                (col, fn if fn != "sum" else _DENSE[how]) for col, how, fn in self.arrow_plan
+            ]
+        kinds = ["add", *self.merge_kinds]
+        names = ["__rows", *self.partial_names]
+        plan: list[tuple[str, str]] | None = []
+        for n, kind in zip(names, kinds, strict=True):
+            t = self.partial_schema.field(n).type
+            exact = pa.types.is_integer(t) or pa.types.is_floating(t)
+            if kind != "add":
+                exact = exact or pa.types.is_temporal(t) or pa.types.is_string(t) or pa.types.is_large_string(t) \
+                    or pa.types.is_boolean(t)  # fmt: skip
+            if not exact:  # e.g. decimal sums: Arrow's would wrap, DuckDB's does not
+                plan = None
+                break
+            assert plan is not None
+            plan.append((n, _COMBINE[kind]))
+        self.combine_arrow = plan
+        keys = [quote(k) for k in self.key_names]
+        exprs = [f"{_COMBINE[k]}({quote(n)}) AS {quote(n)}" for n, k in zip(names, kinds, strict=True)]
+        self.combine_sql = f"SELECT {', '.join(keys)}, {', '.join(exprs)} FROM batch GROUP BY {', '.join(keys)}"
+
+    # ------------------------------------------------------------------ per chunk (thread-safe)
+    def partial(self, table: pa.Table) -> pa.Table:
+        """One chunk's partial aggregates: a row per distinct key with ``__rows`` and the
+        partial columns ``p0, p1, ...``. Rows with a null event time belong to no window and
+        are left out. Thread-safe."""
+        spec = self.window
+        if spec is not None and table.num_rows:
+            ts, valid = event_time_micros(table.column(spec.column))
+            if valid is not None:
+                table = table.filter(pa.array(valid))
+                ts = ts[valid]
+            rows, starts = spec.assign(ts)
+            if not spec.tumbling:
+                table = table.take(pa.array(rows))
+            table = table.append_column("__ws", pa.array(starts, pa.int64()))
+        elif spec is not None:
+            table = table.append_column("__ws", pa.array([], pa.int64()))
+        if self.arrow_plan is not None:
+            return self._partial_arrow(table)
+        from headrace.transforms.expressions import run_sql
+
+        return run_sql(table, self.sql, what=self.what).cast(self.partial_schema)
+
+    def _partial_arrow(self, table: pa.Table) -> pa.Table:
+        """The partial aggregates of bare columns without SQL: by direct indexing for integer
+        keys in a dense range and counts/sums without nulls (:mod:`headrace.transforms.dense_group`),
+        by Arrow's hash group_by otherwise. The same columns as the SQL plan."""
+        assert self.arrow_plan is not None
+        key_names = self.key_names
+        if "__global" in key_names:
+            table = table.append_column("__global", pa.array(np.zeros(table.num_rows, np.int8)))
+        out = None
+        if self.dense_aggs is not None:
+            out = dense_group(table, key_names, self.dense_aggs, steps=self.steps)
+        if out is None:
+            cols: dict[str, Any] = {k: table.column(k) for k in key_names}
+            aggs: list[tuple[Any, str]] = [([], "count_all")]
+            for i, (col, how, fn) in enumerate(self.arrow_plan):
+                if col is None:
+                    aggs.append(([], fn))
+                    continue
+                c = table.column(col)
+                if how == "double":
+                    c = pc.cast(c, pa.float64())
+                elif how == "square":
+                    d = pc.cast(c, pa.float64())
+                    c = pc.multiply(d, d)
+                cols[f"__a{i}"] = c
+                aggs.append((f"__a{i}", fn))
+            g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
+            agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
+            out = [g.column(k) for k in key_names] + agg_cols
+        return pa.Table.from_arrays(out, names=self.partial_schema.names).cast(self.partial_schema)
+
+    # ------------------------------------------------------------------ per batch
+    def combine(self, parts: list[pa.Table], run_sql: Callable[[pa.Table, str], pa.Table]) -> pa.Table:
+        """Several chunks' partials as one row per key (keys are unique within each part, not
+        across parts). Parts with the same keys in the same order (every partition saw every
+        key) are merged row by row; otherwise grouped: by direct indexing or Arrow's group_by
+        when they sum and compare these types exactly, by ``run_sql`` (DuckDB) otherwise."""
+        keys = self.key_names
+        first = parts[0].select(keys)
+        if all(p.num_rows == first.num_rows and p.select(keys).equals(first) for p in parts[1:]):
+            aligned: list[Any] = list(first.columns)
+            for name, kind in zip(["__rows", *self.partial_names], ["add", *self.merge_kinds], strict=True):
+                acc = parts[0].column(name)
+                for p in parts[1:]:
+                    acc = merge_col(kind, acc, p.column(name))
+                aligned.append(acc)
+            return pa.Table.from_arrays(aligned, names=self.partial_schema.names).cast(self.partial_schema)
+        table = pa.concat_tables(parts)
+        if self.combine_arrow is not None:
+            cols = dense_group(table, keys, self.combine_arrow, steps=self.steps)
+            if cols is None:
+                g = table.group_by(keys, use_threads=False).aggregate(self.combine_arrow)
+                cols = [g.column(k) for k in keys] + [g.column(f"{n}_{fn}") for n, fn in self.combine_arrow]
+            return pa.Table.from_arrays(cols, names=self.partial_schema.names).cast(self.partial_schema)
+        return run_sql(table, self.combine_sql).cast(self.partial_schema)
+
+
+def _same_in_duckdb(t: pa.DataType) -> bool:
+    """Whether DuckDB returns a column of this type unchanged."""
+    if pa.types.is_timestamp(t):
+        return t.unit == "us" and t.tz in (None, "UTC")
+    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) \
+        or pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_date32(t)  # fmt: skip
+
+
+def known_probe(input_schema: pa.Schema, key_cols: list[str], names: list[str],
+                arrow_plan: ArrowPlan | None) -> pa.Schema | None:  # fmt: skip
+    """The schema DuckDB's partial aggregation would have, derived without asking it, when
+    every aggregate is over a bare column (``arrow_plan``) and every type involved comes back
+    from DuckDB unchanged (integers, floats, booleans, strings, binary, dates, microsecond
+    timestamps without a zone or in UTC); ``None`` otherwise. (Kept equal to DuckDB's by a test
+    over these types: the state's metadata records the schemas.) Called at ``start()``."""
+    if arrow_plan is None:
+        return None
+    fields = []
+    for k in key_cols:
+        t = pa.int64() if k == "__ws" else pa.int8() if k == "__global" else input_schema.field(k).type
+        if not _same_in_duckdb(t):
+            return None
+        fields.append(pa.field(k, t))
+    fields.append(pa.field("__rows", pa.int64()))
+    for n, (col, how, fn) in zip(names, arrow_plan, strict=True):
+        src = input_schema.field(col).type if col is not None else pa.int64()
+        if fn in ("count", "count_all"):
+            t = pa.int64()
+        elif fn in ("min", "max"):
+            t = src
+        elif how or pa.types.is_floating(src):  # sums of doubles
+            t = pa.float64()
+        else:
+            t = pa.int64()  # DuckDB's HUGEINT sum of integers, cast to BIGINT as Spark's long
+        if not _same_in_duckdb(src):
+            return None
+        fields.append(pa.field(n, t))
+    return pa.schema(fields)
