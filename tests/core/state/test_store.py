@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from pathlib import Path
@@ -186,8 +187,8 @@ def test_damaged_snapshot_is_refused(tmp_path: Path) -> None:
         s.commit(v)
         s.load(v)
     s.close()
-    snap = tmp_path / "snapshot" / "2"
-    assert snap.exists()
+    snap = tmp_path / "snapshot" / "3"  # two changelogs each: snapshots 1 and 3
+    assert snap.exists() and (tmp_path / "snapshot" / "1").exists()
     data = bytearray(snap.read_bytes())
     data[10] ^= 0x01
     snap.write_bytes(bytes(data))
@@ -319,11 +320,16 @@ def test_restore_reads_one_snapshot_and_the_changelogs_after_it(backend: str, tm
         import shutil
 
         shutil.rmtree(tmp_path / "rocksdb")
+    snaps = sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "snapshot") if not n.endswith(".tmp"))
+    newest = snaps[-1]
+    # at least 5 changelogs between snapshots (and, memory, rows changed >= half the state)
+    assert all(b - a >= 5 for a, b in itertools.pairwise(snaps)) and 22 - newest <= 9, snaps
     s2 = store(backend, tmp_path, snapshot_interval=5)
     s2.load(22)
     assert len(s2) == 230
-    # the newest snapshot is version 20: its rows (memory backend) and changelogs 21 and 22
-    assert s2.work.restore_rows == (210 if backend == "memory" else 0) + 20
+    # the newest snapshot: its rows (memory backend) and the changelogs after it, nothing older
+    snapshot_rows = 10 * (newest + 1) if backend == "memory" else 0
+    assert s2.work.restore_rows == snapshot_rows + 10 * (22 - newest)
     s2.close()
 
 
@@ -374,11 +380,11 @@ def test_next_batch_does_not_wait_for_a_background_snapshot(tmp_path: Path) -> N
     for v in range(6):
         s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
         s.commit(v)
-        s.load(v)  # would block here (v >= 2) if the batch waited for the snapshot
-    assert started.is_set() and not (tmp_path / "snapshot" / "2").exists()
+        s.load(v)  # would block here (v >= 1) if the batch waited for the snapshot
+    assert started.is_set() and not (tmp_path / "snapshot" / "1").exists()
     release.set()
     s.close()  # waits for it
-    assert (tmp_path / "snapshot" / "2").exists()
+    assert (tmp_path / "snapshot" / "1").exists()
 
 
 def test_packed_keys_are_injective_with_nulls() -> None:

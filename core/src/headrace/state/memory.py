@@ -33,6 +33,7 @@ class MemoryStateStore(StateStore):
     """State held in this process's memory; see the module docstring."""
 
     backend = "memory"
+    snapshot_fraction = 0.5  # a snapshot rewrites the whole state: amortise it to the rows changed
 
     def __init__(self, path: str, key_schema: pa.Schema, value_schema: pa.Schema, **kwargs: Any) -> None:
         super().__init__(path, key_schema, value_schema, **kwargs)
@@ -217,19 +218,20 @@ class MemoryStateStore(StateStore):
             base = snaps[-1]
             self._apply_file(self.snapshot_path(base))
         for p in self._chain(base, version):
-            self._apply_file(p)
+            self._rows_since_snap += self._apply_file(p)
         self._last = None
 
-    def _snapshot(self, version: int) -> None:
+    def _snapshot(self, version: int) -> bool:
         """Consolidate the newest earlier snapshot and the changelogs since into
         ``snapshot/<version>``, on a background thread (files in, file out)."""
         if self._bg is not None:
             if self._bg.is_alive():
-                return  # still writing the previous one: skip this one (restores read more changelogs)
+                return False  # still writing the previous one: tried again at the next commit
             self._bg.join()
         self._bg = threading.Thread(target=self._write_snapshot, args=(version,), name="headrace-state-snapshot",
                                     daemon=True)  # fmt: skip
         self._bg.start()
+        return True
 
     def _write_snapshot(self, version: int) -> None:
         try:

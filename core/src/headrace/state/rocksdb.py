@@ -388,7 +388,7 @@ class RocksDBStateStore(StateStore):
     def _snapshot_versions(self) -> list[int]:
         return list_versions(os.path.join(self.path, "snapshot"), ".rocksdb")
 
-    def _snapshot(self, version: int) -> None:
+    def _snapshot(self, version: int) -> bool:
         """A RocksDB checkpoint of the working database (flushes the memtable, hard-links the
         SST files): ``snapshot/<version>.rocksdb``."""
         final = self.snapshot_path(version) + ".rocksdb"
@@ -398,6 +398,7 @@ class RocksDBStateStore(StateStore):
         self._rocksdict.Checkpoint(self._db).create_checkpoint(tmp)
         os.replace(tmp, final)
         self.work.snapshots += 1
+        return True
 
     def _restore(self, version: int) -> None:
         self._last = self._last_orders = None
