@@ -39,6 +39,7 @@ __all__ = [
     "list_versions",
     "read_state_file",
     "remove_quietly",
+    "remove_temporaries",
     "write_state_file",
 ]
 
@@ -96,8 +97,8 @@ def read_state_file(path: str) -> pa.Table:
 
 
 def list_versions(folder: str, suffix: str = "") -> list[int]:
-    """The versions with a file (``<n><suffix>``) in ``folder``, ascending; temporary files of
-    an interrupted write are removed."""
+    """The versions with a file (``<n><suffix>``) in ``folder``, ascending (temporary files
+    are skipped: see :func:`remove_temporaries`)."""
     out = []
     try:
         names = os.listdir(folder)
@@ -105,12 +106,23 @@ def list_versions(folder: str, suffix: str = "") -> list[int]:
         return []
     for n in names:
         if n.endswith(".tmp"):
-            remove_quietly(os.path.join(folder, n))
             continue
         stem = n[: len(n) - len(suffix)] if suffix and n.endswith(suffix) else (n if not suffix else "")
         if stem.isdigit():
             out.append(int(stem))
     return sorted(out)
+
+
+def remove_temporaries(folder: str) -> None:
+    """Delete the temporary files (``*.tmp``) an interrupted write left in ``folder``. Only
+    when no write can be under way (a background snapshot writes one while it runs)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.endswith(".tmp"):
+            remove_quietly(os.path.join(folder, n))
 
 
 def remove_quietly(path: str) -> None:

@@ -44,6 +44,7 @@ from headrace.state.files import (
     list_versions,
     read_state_file,
     remove_quietly,
+    remove_temporaries,
     write_state_file,
 )
 
@@ -128,6 +129,7 @@ class StateStore(ABC):
         self._snap_base = -1  # version of the newest snapshot (-1: none)
         self._rows_since_snap = 0  # changelog rows written since it (restores and commits)
         self._last_metrics: dict[str, Any] = {}
+        self.metadata: dict[str, Any] = {}  # the state folder's metadata document
         os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
         os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
         self._check_metadata()
@@ -141,12 +143,14 @@ class StateStore(ABC):
             "keySchema": _schema_doc(self.key_schema),
             "valueSchema": _schema_doc(self.value_schema),
             "operator": self.description,
+            **self._metadata_extra(),
         }
         try:
             with open(path, "rb") as f:
                 old = json.loads(f.read())
         except FileNotFoundError:
             atomic_write(path, json.dumps(doc, indent=1).encode(), durable=self.durable)
+            self.metadata = doc
             return
         except ValueError as e:
             raise CheckpointError(f"state metadata {path} is corrupt ({e}); restore it or use a new checkpointLocation") from None
@@ -162,6 +166,12 @@ class StateStore(ABC):
                 f"{old.get('keySchema')}, values {old.get('valueSchema')}); this query's is {self.description!r} "
                 f"(keys {doc['keySchema']}, values {doc['valueSchema']}); {fix}"
             )
+        self.metadata = old
+
+    def _metadata_extra(self) -> dict[str, Any]:
+        """Backend fields of a new state folder's ``metadata`` (an existing folder keeps its own:
+        read them from :attr:`metadata`)."""
+        return {}
 
     # ------------------------------------------------------------------ paths
     def changelog_path(self, version: int) -> str:
@@ -185,6 +195,8 @@ class StateStore(ABC):
         if not self._dirty and self.version == version:
             return  # a background snapshot may still be running: it only reads committed files
         self._wait_background()
+        for folder in ("changelog", "snapshot"):
+            remove_temporaries(os.path.join(self.path, folder))
         t0 = time.monotonic()
         self._rows_since_snap = 0
         self._restore(version)
