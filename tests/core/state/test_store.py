@@ -494,3 +494,66 @@ def test_rocksdb_state_written_with_pickled_keys_stays_readable(tmp_path: Path) 
     assert found.tolist() == [True, True, False] and got.column("n").to_pylist() == [2, 3, None]
     assert sorted(s2.evict(1).column("k").to_pylist()) == [0, 1]
     s2.close()
+
+
+def test_snapshots_amortise_to_the_rows_changed(backend: str, tmp_path: Path) -> None:
+    """Memory: a snapshot (a rewrite of the whole state) once the rows changed since the last
+    reach half the state, and at least ``snapshot_interval`` changelogs; RocksDB (a checkpoint
+    costs a flush of what changed): every ``snapshot_interval`` changelogs."""
+    s = store(backend, tmp_path, snapshot_interval=10, retain=1000)
+    s.load(-1)
+    users = [f"u{i}" for i in range(1000)]
+    s.put(keys(users, [0] * 1000), vals([0] * 1000, [0.0] * 1000, ["x"] * 1000))
+    for v in range(70):
+        if v:
+            k = keys(users[(v * 10) % 1000 : (v * 10) % 1000 + 10], [0] * 10)
+            s.put(k, vals([v] * 10, [0.0] * 10, ["x"] * 10))
+        s.commit(v)
+        s.settle()
+        s.load(v)
+    s.close()
+    snaps = sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "snapshot"))
+    # memory: 1,090 rows changed by version 9 (>= 500); then 500 more rows take 50 versions
+    assert snaps == ([9, 59] if backend == "memory" else [9, 19, 29, 39, 49, 59, 69])
+    s2 = store(backend, tmp_path, snapshot_interval=10, retain=1000)
+    s2.load(69)
+    assert len(s2) == 1000 and as_dict(s2.scan())[("u0", 0)][0] == 0 and as_dict(s2.scan())[("u690", 0)][0] == 69
+    if backend == "memory":  # one snapshot and the changelogs after it
+        assert s2.work.restore_rows == 1000 + 10 * 10
+    s2.close()
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+import pyarrow as pa
+from headrace.state import open_state_store
+ks = pa.schema([("k", pa.int64())]); vs = pa.schema([("n", pa.int64())])
+s = open_state_store("rocksdb", sys.argv[1], ks, vs, snapshot_interval=int(sys.argv[2]))
+s.load(-1)
+for v in range(7):
+    s.put(pa.table({"k": [v, 100]}, schema=ks), pa.table({"n": [v, v]}, schema=vs), order=[v, None])
+    s.commit(v)
+    s.load(v)
+s.put(pa.table({"k": [555]}, schema=ks), pa.table({"n": [5]}, schema=vs))  # batch 7, never committed
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("interval", [3, 1000], ids=["with-checkpoints", "no-flush-ever"])
+def test_rocksdb_without_its_wal_recovers_after_sigkill(tmp_path: Path, interval: int) -> None:
+    """RocksDB runs without its write-ahead log: a process killed mid-batch loses the memtable,
+    and the store reopens as of the last flush (or nothing) and replays the changelogs."""
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path), str(interval)], capture_output=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr.decode()
+    ks = pa.schema([("k", pa.int64())])
+    vs = pa.schema([("n", pa.int64())])
+    s = open_state_store("rocksdb", str(tmp_path), ks, vs, snapshot_interval=interval)
+    s.load(6)
+    rows = dict(zip(s.scan().column("k").to_pylist(), s.scan().column("n").to_pylist(), strict=True))
+    assert rows == {**{v: v for v in range(7)}, 100: 6} and len(s) == 8
+    assert sorted(s.evict(3).column("k").to_pylist()) == [0, 1, 2, 3]
+    s.close()
