@@ -36,7 +36,9 @@ __all__ = [
     "OP_PUT",
     "OP_REMOVE",
     "ORDER_COLUMN",
+    "discard_after",
     "list_versions",
+    "purge",
     "read_state_file",
     "remove_quietly",
     "remove_temporaries",
@@ -111,6 +113,37 @@ def list_versions(folder: str, suffix: str = "") -> list[int]:
         if stem.isdigit():
             out.append(int(stem))
     return sorted(out)
+
+
+def discard_after(state: str, version: int) -> None:
+    """Delete the changelogs and snapshots of versions after ``version`` in the state folder
+    ``state`` (written by a run that died before its batch committed)."""
+    for sub in ("changelog", "snapshot"):
+        folder = os.path.join(state, sub)
+        for name in os.listdir(folder):
+            stem = name.split(".", 1)[0]
+            if stem.isdigit() and int(stem) > version:
+                remove_quietly(os.path.join(folder, name))
+
+
+def purge(state: str, oldest: int, snapshots: list[int]) -> None:
+    """Retention: keep what restores any version from ``oldest`` on — the newest of
+    ``snapshots`` at or before it and every changelog after that snapshot; delete the rest."""
+    if oldest <= 0:
+        return
+    older = [s for s in snapshots if s <= oldest]
+    if not older:
+        return
+    base = older[-1]
+    folder = os.path.join(state, "snapshot")
+    for name in os.listdir(folder):
+        stem = name.split(".", 1)[0]
+        if stem.isdigit() and int(stem) < base:
+            remove_quietly(os.path.join(folder, name))
+    changelogs = os.path.join(state, "changelog")
+    for v in list_versions(changelogs):
+        if v <= base:
+            remove_quietly(os.path.join(changelogs, str(v)))
 
 
 def remove_temporaries(folder: str) -> None:

@@ -22,7 +22,6 @@ A damaged or missing file that the restore needs is refused with ``CheckpointErr
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -34,26 +33,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from headrace.checkpoint import atomic_write
 from headrace.errors import CheckpointError, UnsupportedError
 from headrace.state.files import (
     OP_COLUMN,
     OP_PUT,
     OP_REMOVE,
     ORDER_COLUMN,
+    discard_after,
     list_versions,
+    purge,
     read_state_file,
-    remove_quietly,
     remove_temporaries,
     write_state_file,
 )
+from headrace.state.metadata import FORMAT_VERSION, check_metadata, schema_doc
 
 __all__ = ["BACKENDS", "StateStore", "WorkCounters", "open_state_store"]
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("memory", "rocksdb")
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -83,10 +82,6 @@ class _BatchStats:
     updated: int = 0
     removed: int = 0
     ops: list[pa.Table] = field(default_factory=list)
-
-
-def _schema_doc(schema: pa.Schema) -> list[list[str]]:
-    return [[f.name, str(f.type)] for f in schema]
 
 
 class StateStore(ABC):
@@ -136,37 +131,15 @@ class StateStore(ABC):
 
     # ------------------------------------------------------------------ metadata
     def _check_metadata(self) -> None:
-        path = os.path.join(self.path, "metadata")
         doc = {
             "version": FORMAT_VERSION,
             "backend": self.backend,
-            "keySchema": _schema_doc(self.key_schema),
-            "valueSchema": _schema_doc(self.value_schema),
+            "keySchema": schema_doc(self.key_schema),
+            "valueSchema": schema_doc(self.value_schema),
             "operator": self.description,
             **self._metadata_extra(),
         }
-        try:
-            with open(path, "rb") as f:
-                old = json.loads(f.read())
-        except FileNotFoundError:
-            atomic_write(path, json.dumps(doc, indent=1).encode(), durable=self.durable)
-            self.metadata = doc
-            return
-        except ValueError as e:
-            raise CheckpointError(f"state metadata {path} is corrupt ({e}); restore it or use a new checkpointLocation") from None
-        fix = "use a new checkpointLocation for the changed query (state cannot be carried over)"
-        if old.get("backend") != self.backend:
-            raise CheckpointError(
-                f"state in {self.path} was written by the '{old.get('backend')}' state store, and this query uses "
-                f"'{self.backend}'; set the writer option stateStore={old.get('backend')!r}, or {fix}"
-            )
-        if old.get("keySchema") != doc["keySchema"] or old.get("valueSchema") != doc["valueSchema"]:
-            raise CheckpointError(
-                f"state in {self.path} was written by a different stateful operator ({old.get('operator')!r}, keys "
-                f"{old.get('keySchema')}, values {old.get('valueSchema')}); this query's is {self.description!r} "
-                f"(keys {doc['keySchema']}, values {doc['valueSchema']}); {fix}"
-            )
-        self.metadata = old
+        self.metadata = check_metadata(self.path, doc, durable=self.durable)
 
     def _metadata_extra(self) -> dict[str, Any]:
         """Backend fields of a new state folder's ``metadata`` (an existing folder keeps its own:
@@ -418,33 +391,11 @@ class StateStore(ABC):
     def _discard_after(self, version: int) -> None:
         """Delete files of versions after ``version`` (written by a run that crashed before its
         batch committed): the replay writes them again."""
-        for v in self.changelog_versions():
-            if v > version:
-                remove_quietly(self.changelog_path(v))
-        folder = os.path.join(self.path, "snapshot")
-        for name in os.listdir(folder):
-            stem = name.split(".", 1)[0]
-            if stem.isdigit() and int(stem) > version:
-                remove_quietly(os.path.join(folder, name))
+        discard_after(self.path, version)
 
     def _purge(self, version: int) -> None:
-        """Keep what restores any of the last ``retain`` versions: the newest snapshot at or
-        before the oldest of them, and every changelog after that snapshot."""
-        oldest = version - self.retain + 1
-        if oldest <= 0:
-            return
-        snaps = [s for s in self._snapshot_versions() if s <= oldest]
-        if not snaps:
-            return
-        base = snaps[-1]
-        folder = os.path.join(self.path, "snapshot")
-        for name in os.listdir(folder):
-            stem = name.split(".", 1)[0]
-            if stem.isdigit() and int(stem) < base:
-                remove_quietly(os.path.join(folder, name))
-        for v in self.changelog_versions():
-            if v <= base:
-                remove_quietly(self.changelog_path(v))
+        """Keep what restores any of the last ``retain`` versions (:func:`files.purge`)."""
+        purge(self.path, version - self.retain + 1, self._snapshot_versions())
 
 
 def open_state_store(
