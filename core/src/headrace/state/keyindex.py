@@ -214,7 +214,7 @@ class FixedKeyIndex:
         table, mask = self._table, self._mask
         pos = (h & np.uint64(mask)).astype(np.int64)
         todo = slots
-        while len(todo):
+        while len(todo) > _SCALAR_TAIL:
             free = table[pos] < 0
             # of the keys aiming at the same free bucket, the first takes it
             cand = np.flatnonzero(free)
@@ -228,6 +228,13 @@ class FixedKeyIndex:
             left[take] = False
             todo = todo[left]
             pos = (pos[left] + 1) & mask
+        for slot, p in zip(todo.tolist(), pos.tolist(), strict=True):  # the few long chains
+            while table[p] >= 0:
+                p = (p + 1) & mask
+            if table[p] == _TOMB:
+                self._tombs -= 1
+            table[p] = slot
+            self._bucket[slot] = p
 
     def _rehash(self, need: int) -> None:
         cap = 1024

@@ -11,6 +11,7 @@ snapshot (files only: the working state is not copied, so the batch does not wai
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import threading
 from typing import Any
@@ -128,22 +129,21 @@ class MemoryStateStore(StateStore):
         self._unindex(cs[had[changed]])
         self._order[cs] = ords[changed]
         self._has_order[cs] = valid[changed]
+        add = valid[changed]
         buckets = self._buckets
-        for s, o, v in zip(cs.tolist(), ords[changed].tolist(), valid[changed].tolist(), strict=True):
-            if not v:
-                continue
+        for o, grp in _by_order(cs[add], ords[changed][add]):
             b = buckets.get(o)
             if b is None:
                 buckets[o] = b = set()
                 heapq.heappush(self._heap, o)
-            b.add(s)
+            b.update(grp)
 
     def _unindex(self, slots: np.ndarray) -> None:
         buckets = self._buckets
-        for s, o in zip(slots.tolist(), self._order[slots].tolist(), strict=True):
+        for o, grp in _by_order(slots, self._order[slots]):
             b = buckets.get(o)
             if b is not None:
-                b.discard(s)
+                b.difference_update(grp)
 
     def _free_slots(self, slots: np.ndarray) -> None:
         if not len(slots):
@@ -238,6 +238,19 @@ class MemoryStateStore(StateStore):
         if self._bg is not None:
             self._bg.join()
             self._bg = None
+
+
+def _by_order(slots: np.ndarray, ords: np.ndarray) -> list[tuple[int, list[int]]]:
+    """``slots`` grouped by their order value, as Python lists (one group per window end, so
+    the event-time index is updated by a set operation per group, not a call per row)."""
+    if not len(slots):
+        return []
+    if ords.min() == ords.max():
+        return [(int(ords[0]), slots.tolist())]
+    by = np.argsort(ords, kind="stable")
+    so, ss = ords[by], slots[by]
+    bounds = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), len(so)]
+    return [(int(so[a]), ss[a:b].tolist()) for a, b in itertools.pairwise(bounds)]
 
 
 def consolidate(tables: list[pa.Table], schema: pa.Schema, key_names: list[str]) -> pa.Table:
