@@ -17,6 +17,7 @@ the changelogs after that checkpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import shutil
@@ -32,6 +33,8 @@ from headrace.state.rocksdb_codec import enc_order, key_codec, row_codec
 from headrace.state.store import StateStore
 
 __all__ = ["RocksDBStateStore"]
+
+log = logging.getLogger(__name__)
 
 _META = b"mstate"
 
@@ -121,7 +124,10 @@ class RocksDBStateStore(StateStore):
 
     def _close_db(self) -> None:
         if self._db is not None:
-            self._db.flush()  # without a write-ahead log the memtable is only kept by a flush
+            try:
+                self._db.flush()  # without a write-ahead log the memtable is only kept by a flush
+            except Exception as e:  # the changelogs are the record: the next open replays them
+                log.warning("state database %s: flush before closing failed (%s)", self._dbdir, e)
             self._db.close()
             self._db = None
 
