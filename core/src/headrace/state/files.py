@@ -3,9 +3,10 @@
 Layout of one operator's state folder (``<checkpoint>/state/<operator index>/``)::
 
     metadata                 JSON: format version, backend, key/value schema, operator description
+                             (RocksDB: ``rocksdbKeys``, its key encoding)
     changelog/<version>      the rows put and removed by batch <version> (one file per batch)
     snapshot/<version>       every live row as of <version> (memory backend), written in the
-                             background every ``snapshotInterval`` versions
+                             background (see ``StateStore._snapshot_due``)
     rocksdb/...              the RocksDB backend's working database, and
     snapshot/<version>.rocksdb/  its RocksDB checkpoints (hard links to immutable SST files)
 

@@ -1,11 +1,14 @@
 """The in-memory state store (the default, ``stateStore=memory``).
 
-The working state is a dict from key to slot plus columnar numpy storage per key and value
-column (:mod:`headrace.state.columns`); an event-time index (order value -> slots, with a heap
-of order values) makes eviction by watermark cost the rows evicted. Durability comes from the
-changelog files written by :meth:`StateStore.commit`; every ``snapshot_interval`` versions a
-background thread consolidates the previous snapshot and the changelogs since into a new
-snapshot (files only: the working state is not copied, so the batch does not wait for it).
+The working state is a key index from key to slot (:mod:`headrace.state.keyindex`: a numpy
+hash table for keys of integer, temporal and boolean columns, a dict otherwise) plus columnar
+numpy storage per key and value column (:mod:`headrace.state.columns`); an event-time index
+(order value -> slots, with a heap of order values) makes eviction by watermark cost the rows
+evicted. Durability comes from the changelog files written by :meth:`StateStore.commit`; once
+at least ``snapshot_interval`` changelogs holding at least half as many rows as the state were
+written since the last snapshot, a background thread consolidates that snapshot and the
+changelogs since into a new one (files only: the working state is not copied, so the batch
+does not wait for it).
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ batch ``n``::
     store.commit(n)                   # changelog/<n> written (atomic, fsynced, checksummed)
 
 Work per batch is proportional to the keys the batch touches: ``commit`` writes only the rows
-put or removed in the batch; a full snapshot is written every ``snapshot_interval`` versions
-(in the background for the memory backend, as a RocksDB checkpoint for the RocksDB backend),
-so a restore reads one snapshot and at most that many changelogs. Files older than what is
-needed to restore the last ``retain`` versions are deleted.
+put or removed in the batch; a snapshot is written once at least ``snapshot_interval``
+changelogs were written since the last one (in the background for the memory backend, which
+also waits until those changelogs hold half as many rows as the state, so that rewriting the
+state amortises to the rows changed; as a RocksDB checkpoint for the RocksDB backend), so a
+restore reads one snapshot and a bounded run of changelogs. Files older than what is needed to
+restore the last ``retain`` versions are deleted.
 
 Replaying batch ``n`` after a crash (even one after ``commit(n)``) loads version ``n-1``: files
 of later versions are discarded, so the replay produces the same output as the first run.
