@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from pathlib import Path
@@ -184,10 +185,11 @@ def test_damaged_snapshot_is_refused(tmp_path: Path) -> None:
     for v in range(4):
         s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
         s.commit(v)
+        s.settle()  # (a snapshot still being written when the next is due is put off)
         s.load(v)
     s.close()
-    snap = tmp_path / "snapshot" / "2"
-    assert snap.exists()
+    snap = tmp_path / "snapshot" / "3"  # two changelogs each: snapshots 1 and 3
+    assert snap.exists() and (tmp_path / "snapshot" / "1").exists()
     data = bytearray(snap.read_bytes())
     data[10] ^= 0x01
     snap.write_bytes(bytes(data))
@@ -202,8 +204,11 @@ def test_retention_keeps_what_restores_the_last_versions(backend: str, tmp_path:
     model: dict[int, set[str]] = {}
     live: set[str] = set()
     for v in range(30):
-        s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
         live.add(f"u{v}")
+        # every live row changes (the memory backend also waits for rows changed >= half the state)
+        users = sorted(live)
+        ends = [int(u[1:]) for u in users]
+        s.put(keys(users, ends), vals([v] * len(users), [0.0] * len(users), ["x"] * len(users)))
         if v % 3 == 0 and v:
             s.remove(keys([f"u{v - 1}"], [v - 1]))
             live.discard(f"u{v - 1}")
@@ -319,11 +324,16 @@ def test_restore_reads_one_snapshot_and_the_changelogs_after_it(backend: str, tm
         import shutil
 
         shutil.rmtree(tmp_path / "rocksdb")
+    snaps = sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "snapshot") if not n.endswith(".tmp"))
+    newest = snaps[-1]
+    # at least 5 changelogs between snapshots (and, memory, rows changed >= half the state)
+    assert all(b - a >= 5 for a, b in itertools.pairwise(snaps)) and 22 - newest <= 9, snaps
     s2 = store(backend, tmp_path, snapshot_interval=5)
     s2.load(22)
     assert len(s2) == 230
-    # the newest snapshot is version 20: its rows (memory backend) and changelogs 21 and 22
-    assert s2.work.restore_rows == (210 if backend == "memory" else 0) + 20
+    # the newest snapshot: its rows (memory backend) and the changelogs after it, nothing older
+    snapshot_rows = 10 * (newest + 1) if backend == "memory" else 0
+    assert s2.work.restore_rows == snapshot_rows + 10 * (22 - newest)
     s2.close()
 
 
@@ -374,11 +384,11 @@ def test_next_batch_does_not_wait_for_a_background_snapshot(tmp_path: Path) -> N
     for v in range(6):
         s.put(keys([f"u{v}"], [v]), vals([v], [0.0], ["x"]))
         s.commit(v)
-        s.load(v)  # would block here (v >= 2) if the batch waited for the snapshot
-    assert started.is_set() and not (tmp_path / "snapshot" / "2").exists()
+        s.load(v)  # would block here (v >= 1) if the batch waited for the snapshot
+    assert started.is_set() and not (tmp_path / "snapshot" / "1").exists()
     release.set()
     s.close()  # waits for it
-    assert (tmp_path / "snapshot" / "2").exists()
+    assert (tmp_path / "snapshot" / "1").exists()
 
 
 def test_packed_keys_are_injective_with_nulls() -> None:
@@ -418,3 +428,160 @@ def test_fixed_width_values_round_trip(backend_name: str, tmp_path: Path) -> Non
     assert ev.column("k").to_pylist() == [10] and ev.select(vs.names).to_pylist() == values.slice(0, 1).to_pylist()
     assert sorted(s2.scan().column("k").to_pylist()) == [20, 30]
     s2.close()
+
+
+FIXED_KEYS = pa.schema([("w", pa.timestamp("us", tz="UTC")), ("k", pa.int32()), ("b", pa.bool_())])
+
+
+def _fixed_keys(rows: list[tuple[int | None, int | None, bool | None]]) -> pa.Table:
+    w, k, b = zip(*rows, strict=True)
+    return pa.table({"w": pa.array(list(w), pa.int64()).cast(FIXED_KEYS.field("w").type),
+                     "k": pa.array(list(k), pa.int32()), "b": pa.array(list(b), pa.bool_())}, schema=FIXED_KEYS)  # fmt: skip
+
+
+def test_fixed_width_keys_with_nulls_round_trip(backend: str, tmp_path: Path) -> None:
+    """Keys of timestamps, ints and booleans (the memory backend's numpy index, the RocksDB
+    backend's numpy key encoding), with nulls and negative values, through a restore."""
+    rows = [(0, 1, True), (None, 1, True), (0, None, True), (0, 1, None), (-(2**62), -5, False), (None, None, None)]
+    vs = pa.schema([("n", pa.int64())])
+    s = open_state_store(backend, str(tmp_path), FIXED_KEYS, vs)
+    s.load(-1)
+    s.put(_fixed_keys(rows), pa.table({"n": list(range(6))}, schema=vs), order=[10, 20, None, 40, -50, 60])
+    got, found = s.get(_fixed_keys([rows[3], (7, 7, True), rows[1], rows[5]]))
+    assert found.tolist() == [True, False, True, True] and got.column("n").to_pylist() == [3, None, 1, 5]
+    s.commit(0)
+    s.close()
+    s2 = open_state_store(backend, str(tmp_path), FIXED_KEYS, vs)
+    s2.load(0)
+    ev = s2.evict(20)
+    assert sorted(ev.column("n").to_pylist()) == [0, 1, 4]
+    assert sorted(zip(ev.column("w").cast(pa.int64()).to_pylist(), ev.column("k").to_pylist(),
+                      ev.column("b").to_pylist(), ev.column("__order").to_pylist(), strict=True), key=str) == sorted(
+        [(0, 1, True, 10), (None, 1, True, 20), (-(2**62), -5, False, -50)], key=str)  # fmt: skip
+    left = s2.scan()
+    assert sorted(left.column("n").to_pylist()) == [2, 3, 5]
+    assert sorted(left.column("__order").to_pylist(), key=str) == sorted([None, 40, 60], key=str)
+    s2.close()
+
+
+def test_rocksdb_state_written_with_pickled_keys_stays_readable(tmp_path: Path) -> None:
+    """A state folder created before the fixed-width key encoding (no ``rocksdbKeys`` in its
+    metadata) keeps pickled keys, across restarts and a rebuild from its checkpoint."""
+    import json
+    import pickle
+    import shutil
+
+    vs = pa.schema([("n", pa.int64())])
+    s = open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs, snapshot_interval=2)
+    s.close()
+    meta = json.loads((tmp_path / "metadata").read_text())
+    assert meta.pop("rocksdbKeys") == "fixed"
+    (tmp_path / "metadata").write_text(json.dumps(meta))
+    shutil.rmtree(tmp_path / "rocksdb", ignore_errors=True)
+    s = open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs, snapshot_interval=2)
+    s.load(-1)
+    for v in range(4):
+        s.put(_fixed_keys([(v, v, True), (0, None, None)]), pa.table({"n": [v, v]}, schema=vs), order=[v, None])
+        s.commit(v)
+        s.load(v)
+    assert s._db.get(b"d" + pickle.dumps((0, None, None), 5)) is not None
+    s.close()
+    assert json.loads((tmp_path / "metadata").read_text()).get("rocksdbKeys") is None
+    shutil.rmtree(tmp_path / "rocksdb")  # rebuilt from checkpoint 3 (pickled keys too)
+    s2 = open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs, snapshot_interval=2)
+    s2.load(3)
+    got, found = s2.get(_fixed_keys([(2, 2, True), (0, None, None), (9, 9, True)]))
+    assert found.tolist() == [True, True, False] and got.column("n").to_pylist() == [2, 3, None]
+    assert sorted(s2.evict(1).column("k").to_pylist()) == [0, 1]
+    s2.close()
+
+
+def test_snapshots_amortise_to_the_rows_changed(backend: str, tmp_path: Path) -> None:
+    """Memory: a snapshot (a rewrite of the whole state) once the rows changed since the last
+    reach half the state, and at least ``snapshot_interval`` changelogs; RocksDB (a checkpoint
+    costs a flush of what changed): every ``snapshot_interval`` changelogs."""
+    s = store(backend, tmp_path, snapshot_interval=10, retain=1000)
+    s.load(-1)
+    users = [f"u{i}" for i in range(1000)]
+    s.put(keys(users, [0] * 1000), vals([0] * 1000, [0.0] * 1000, ["x"] * 1000))
+    for v in range(70):
+        if v:
+            k = keys(users[(v * 10) % 1000 : (v * 10) % 1000 + 10], [0] * 10)
+            s.put(k, vals([v] * 10, [0.0] * 10, ["x"] * 10))
+        s.commit(v)
+        s.settle()
+        s.load(v)
+    s.close()
+    snaps = sorted(int(n.split(".")[0]) for n in os.listdir(tmp_path / "snapshot"))
+    # memory: 1,090 rows changed by version 9 (>= 500); then 500 more rows take 50 versions
+    assert snaps == ([9, 59] if backend == "memory" else [9, 19, 29, 39, 49, 59, 69])
+    s2 = store(backend, tmp_path, snapshot_interval=10, retain=1000)
+    s2.load(69)
+    assert len(s2) == 1000 and as_dict(s2.scan())[("u0", 0)][0] == 0 and as_dict(s2.scan())[("u690", 0)][0] == 69
+    if backend == "memory":  # one snapshot and the changelogs after it
+        assert s2.work.restore_rows == 1000 + 10 * 10
+    s2.close()
+
+
+_KILLED_WRITER = """
+import os, signal, sys
+import pyarrow as pa
+from headrace.state import open_state_store
+ks = pa.schema([("k", pa.int64())]); vs = pa.schema([("n", pa.int64())])
+s = open_state_store("rocksdb", sys.argv[1], ks, vs, snapshot_interval=int(sys.argv[2]))
+s.load(-1)
+for v in range(7):
+    s.put(pa.table({"k": [v, 100]}, schema=ks), pa.table({"n": [v, v]}, schema=vs), order=[v, None])
+    s.commit(v)
+    s.load(v)
+s.put(pa.table({"k": [555]}, schema=ks), pa.table({"n": [5]}, schema=vs))  # batch 7, never committed
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("interval", [3, 1000], ids=["with-checkpoints", "no-flush-ever"])
+def test_rocksdb_without_its_wal_recovers_after_sigkill(tmp_path: Path, interval: int) -> None:
+    """RocksDB runs without its write-ahead log: a process killed mid-batch loses the memtable,
+    and the store reopens as of the last flush (or nothing) and replays the changelogs."""
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path), str(interval)], capture_output=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr.decode()
+    ks = pa.schema([("k", pa.int64())])
+    vs = pa.schema([("n", pa.int64())])
+    s = open_state_store("rocksdb", str(tmp_path), ks, vs, snapshot_interval=interval)
+    s.load(6)
+    rows = dict(zip(s.scan().column("k").to_pylist(), s.scan().column("n").to_pylist(), strict=True))
+    assert rows == {**{v: v for v in range(7)}, 100: 6} and len(s) == 8
+    assert sorted(s.evict(3).column("k").to_pylist()) == [0, 1, 2, 3]
+    s.close()
+
+
+def test_evict_after_orders_change_back_and_forth_and_slots_are_reused(backend: str, tmp_path: Path) -> None:
+    """Orders that move and come back, rows removed and their slots reused with the same
+    order: eviction returns each live row once, by its current order (the memory backend's
+    event-time index keeps stale entries and rebuilds itself once they outnumber live ones)."""
+    rng = random.Random(11)
+    s = store(backend, tmp_path)
+    s.load(-1)
+    model: dict[str, int] = {}
+    users = [f"k{i}" for i in range(150)]
+    for v in range(80):
+        batch = rng.sample(users, 100)
+        ords = [rng.choice([1, 2, 3, 50 + v]) for _ in batch]
+        s.put(keys(batch, [0] * 100), vals([v] * 100, [0.0] * 100, ["x"] * 100), order=ords)  # type: ignore[arg-type]
+        model.update(zip(batch, ords, strict=True))
+        gone = rng.sample(sorted(model), 20)
+        assert s.remove(keys(gone, [0] * 20)) == 20
+        for u in gone:
+            del model[u]
+        s.commit(v)
+        s.load(v)
+    upto = 3 + 40
+    ev = s.evict(upto)
+    got = sorted(zip(ev.column("user").to_pylist(), ev.column("__order").to_pylist(), strict=True))
+    assert got == sorted((u, o) for u, o in model.items() if o <= upto)
+    assert {k[0] for k in as_dict(s.scan())} == {u for u, o in model.items() if o > upto}
+    s.close()

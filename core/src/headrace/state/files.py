@@ -3,9 +3,10 @@
 Layout of one operator's state folder (``<checkpoint>/state/<operator index>/``)::
 
     metadata                 JSON: format version, backend, key/value schema, operator description
+                             (RocksDB: ``rocksdbKeys``, its key encoding)
     changelog/<version>      the rows put and removed by batch <version> (one file per batch)
     snapshot/<version>       every live row as of <version> (memory backend), written in the
-                             background every ``snapshotInterval`` versions
+                             background (see ``StateStore._snapshot_due``)
     rocksdb/...              the RocksDB backend's working database, and
     snapshot/<version>.rocksdb/  its RocksDB checkpoints (hard links to immutable SST files)
 
@@ -36,9 +37,12 @@ __all__ = [
     "OP_PUT",
     "OP_REMOVE",
     "ORDER_COLUMN",
+    "discard_after",
     "list_versions",
+    "purge",
     "read_state_file",
     "remove_quietly",
+    "remove_temporaries",
     "write_state_file",
 ]
 
@@ -96,8 +100,8 @@ def read_state_file(path: str) -> pa.Table:
 
 
 def list_versions(folder: str, suffix: str = "") -> list[int]:
-    """The versions with a file (``<n><suffix>``) in ``folder``, ascending; temporary files of
-    an interrupted write are removed."""
+    """The versions with a file (``<n><suffix>``) in ``folder``, ascending (temporary files
+    are skipped: see :func:`remove_temporaries`)."""
     out = []
     try:
         names = os.listdir(folder)
@@ -105,12 +109,54 @@ def list_versions(folder: str, suffix: str = "") -> list[int]:
         return []
     for n in names:
         if n.endswith(".tmp"):
-            remove_quietly(os.path.join(folder, n))
             continue
         stem = n[: len(n) - len(suffix)] if suffix and n.endswith(suffix) else (n if not suffix else "")
         if stem.isdigit():
             out.append(int(stem))
     return sorted(out)
+
+
+def discard_after(state: str, version: int) -> None:
+    """Delete the changelogs and snapshots of versions after ``version`` in the state folder
+    ``state`` (written by a run that died before its batch committed)."""
+    for sub in ("changelog", "snapshot"):
+        folder = os.path.join(state, sub)
+        for name in os.listdir(folder):
+            stem = name.split(".", 1)[0]
+            if stem.isdigit() and int(stem) > version:
+                remove_quietly(os.path.join(folder, name))
+
+
+def purge(state: str, oldest: int, snapshots: list[int]) -> None:
+    """Retention: keep what restores any version from ``oldest`` on — the newest of
+    ``snapshots`` at or before it and every changelog after that snapshot; delete the rest."""
+    if oldest <= 0:
+        return
+    older = [s for s in snapshots if s <= oldest]
+    if not older:
+        return
+    base = older[-1]
+    folder = os.path.join(state, "snapshot")
+    for name in os.listdir(folder):
+        stem = name.split(".", 1)[0]
+        if stem.isdigit() and int(stem) < base:
+            remove_quietly(os.path.join(folder, name))
+    changelogs = os.path.join(state, "changelog")
+    for v in list_versions(changelogs):
+        if v <= base:
+            remove_quietly(os.path.join(changelogs, str(v)))
+
+
+def remove_temporaries(folder: str) -> None:
+    """Delete the temporary files (``*.tmp``) an interrupted write left in ``folder``. Only
+    when no write can be under way (a background snapshot writes one while it runs)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for n in names:
+        if n.endswith(".tmp"):
+            remove_quietly(os.path.join(folder, n))
 
 
 def remove_quietly(path: str) -> None:

@@ -1,18 +1,21 @@
 """The in-memory state store (the default, ``stateStore=memory``).
 
-The working state is a dict from key to slot plus columnar numpy storage per key and value
-column (:mod:`headrace.state.columns`); an event-time index (order value -> slots, with a heap
-of order values) makes eviction by watermark cost the rows evicted. Durability comes from the
-changelog files written by :meth:`StateStore.commit`; every ``snapshot_interval`` versions a
-background thread consolidates the previous snapshot and the changelogs since into a new
-snapshot (files only: the working state is not copied, so the batch does not wait for it).
+The working state is a key index from key to slot (:mod:`headrace.state.keyindex`: a numpy
+hash table for keys of integer, temporal and boolean columns, a dict otherwise) plus columnar
+numpy storage per key and value column (:mod:`headrace.state.columns`); an event-time index
+(order value -> slots, with a heap of order values) makes eviction by watermark cost the rows
+evicted. Durability comes from the changelog files written by :meth:`StateStore.commit`; once
+at least ``snapshot_interval`` changelogs holding at least half as many rows as the state were
+written since the last snapshot, a background thread consolidates that snapshot and the
+changelogs since into a new one (files only: the working state is not copied, so the batch
+does not wait for it).
 """
 
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
-import sys
 import threading
 from typing import Any
 
@@ -20,8 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.state.columns import Column, packed_keys
+from headrace.state.columns import Column
 from headrace.state.files import OP_COLUMN, OP_PUT, ORDER_COLUMN, read_state_file, write_state_file
+from headrace.state.keyindex import key_index
 from headrace.state.store import StateStore
 
 __all__ = ["MemoryStateStore"]
@@ -33,6 +37,7 @@ class MemoryStateStore(StateStore):
     """State held in this process's memory; see the module docstring."""
 
     backend = "memory"
+    snapshot_fraction = 0.5  # a snapshot rewrites the whole state: amortise it to the rows changed
 
     def __init__(self, path: str, key_schema: pa.Schema, value_schema: pa.Schema, **kwargs: Any) -> None:
         super().__init__(path, key_schema, value_schema, **kwargs)
@@ -42,18 +47,18 @@ class MemoryStateStore(StateStore):
 
     # ------------------------------------------------------------------ working state
     def _reset(self, capacity: int = 1024) -> None:
-        self._index: dict[Any, int] = {}
+        self._index = key_index(self.key_schema)
         self._keys = [Column(f.type, capacity) for f in self.key_schema]
         self._vals = [Column(f.type, capacity) for f in self.value_schema]
-        self._pykeys = np.full(capacity, None, object)
         self._order = np.zeros(capacity, np.int64)
         self._has_order = np.zeros(capacity, np.bool_)
         self._buckets: dict[int, set[int]] = {}
         self._heap: list[int] = []
-        self._free: list[int] = []
+        self._free = np.zeros(capacity, np.int64)  # a stack of freed slots, reused first
+        self._nfree = 0
         self._next = 0
         self._capacity = capacity
-        self._last: tuple[pa.Table, list[Any], np.ndarray] | None = None
+        self._last: tuple[pa.Table, Any, np.ndarray] | None = None
 
     def _grow(self, need: int) -> None:
         if need <= self._capacity:
@@ -61,10 +66,7 @@ class MemoryStateStore(StateStore):
         cap = max(need, self._capacity * 2)
         for c in (*self._keys, *self._vals):
             c.grow(cap)
-        pk = np.full(cap, None, object)
-        pk[: self._capacity] = self._pykeys
-        self._pykeys = pk
-        for name in ("_order", "_has_order"):
+        for name in ("_order", "_has_order", "_free"):
             old = getattr(self, name)
             new = np.zeros(cap, old.dtype)
             new[: self._capacity] = old
@@ -74,15 +76,14 @@ class MemoryStateStore(StateStore):
     def __len__(self) -> int:
         return len(self._index)
 
-    def _lookup(self, keys: pa.Table) -> tuple[list[Any], np.ndarray]:
+    def _lookup(self, keys: pa.Table) -> tuple[Any, np.ndarray]:
         last = self._last
         if last is not None and last[0] is keys:
             return last[1], last[2]
-        hk = packed_keys(keys)
-        get = self._index.get
-        slots = np.fromiter((get(k, -1) for k in hk), dtype=np.int64, count=len(hk))
-        self._last = (keys, hk, slots)
-        return hk, slots
+        prepared = self._index.prepare(keys)
+        slots = self._index.lookup(prepared)
+        self._last = (keys, prepared, slots)
+        return prepared, slots
 
     def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
         _, slots = self._lookup(keys)
@@ -94,25 +95,20 @@ class MemoryStateStore(StateStore):
         return pa.Table.from_arrays(cols, schema=self.value_schema), found
 
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
-        hk, slots = self._lookup(keys)
+        prepared, slots = self._lookup(keys)
         self._last = None
         slots = slots.copy()
         new = np.flatnonzero(slots < 0)
         if len(new):
-            index = self._index
-            free = self._free
-            n_reuse = min(len(free), len(new))
+            n_reuse = min(self._nfree, len(new))
             fresh = len(new) - n_reuse
             self._grow(self._next + fresh)
-            assigned = [free.pop() for _ in range(n_reuse)]
-            assigned.extend(range(self._next, self._next + fresh))
+            arr = np.concatenate([self._free[self._nfree - n_reuse : self._nfree][::-1],
+                                  np.arange(self._next, self._next + fresh, dtype=np.int64)])  # fmt: skip
+            self._nfree -= n_reuse
             self._next += fresh
-            arr = np.asarray(assigned, dtype=np.int64)
             slots[new] = arr
-            for i, s in zip(new.tolist(), assigned, strict=True):
-                k = hk[i]
-                index[k] = s
-                self._pykeys[s] = k
+            self._index.insert(prepared, new, arr)
             for c, col in zip(self._keys, keys.columns, strict=True):
                 c.set(arr, col.take(pa.array(new)))
         for c, col in zip(self._vals, values.columns, strict=True):
@@ -136,37 +132,34 @@ class MemoryStateStore(StateStore):
         self._unindex(cs[had[changed]])
         self._order[cs] = ords[changed]
         self._has_order[cs] = valid[changed]
+        add = valid[changed]
         buckets = self._buckets
-        for s, o, v in zip(cs.tolist(), ords[changed].tolist(), valid[changed].tolist(), strict=True):
-            if not v:
-                continue
+        for o, grp in _by_order(cs[add], ords[changed][add]):
             b = buckets.get(o)
             if b is None:
                 buckets[o] = b = set()
                 heapq.heappush(self._heap, o)
-            b.add(s)
+            b.update(grp)
 
     def _unindex(self, slots: np.ndarray) -> None:
         buckets = self._buckets
-        for s, o in zip(slots.tolist(), self._order[slots].tolist(), strict=True):
+        for o, grp in _by_order(slots, self._order[slots]):
             b = buckets.get(o)
             if b is not None:
-                b.discard(s)
+                b.difference_update(grp)
 
     def _free_slots(self, slots: np.ndarray) -> None:
         if not len(slots):
             return
-        index = self._index
-        for s in slots.tolist():
-            del index[self._pykeys[s]]
-            self._pykeys[s] = None
+        self._index.remove(slots)
         had = self._has_order[slots]
         if had.any():
             self._unindex(slots[had])
         self._has_order[slots] = False
         for c in (*self._keys, *self._vals):
             c.clear(slots)
-        self._free.extend(slots.tolist())
+        self._free[self._nfree : self._nfree + len(slots)] = slots
+        self._nfree += len(slots)
 
     def _remove(self, keys: pa.Table) -> int:
         _, slots = self._lookup(keys)
@@ -198,15 +191,13 @@ class MemoryStateStore(StateStore):
         return rows
 
     def scan(self) -> pa.Table:
-        slots = np.fromiter(self._index.values(), dtype=np.int64, count=len(self._index))
-        slots.sort()
+        slots = np.sort(self._index.live_slots())
         self.work.rows_scanned += len(slots)
         return self._rows(slots)
 
     def memory_used_bytes(self) -> int:
         cols = sum(c.nbytes() for c in (*self._keys, *self._vals))
-        return int(cols + self._pykeys.nbytes + self._order.nbytes + self._has_order.nbytes + sys.getsizeof(self._index)
-                   + 64 * len(self._index))  # fmt: skip
+        return int(cols + self._index.nbytes() + self._order.nbytes + self._has_order.nbytes + self._free.nbytes)
 
     # ------------------------------------------------------------------ restore / snapshot
     def _restore(self, version: int) -> None:
@@ -217,19 +208,20 @@ class MemoryStateStore(StateStore):
             base = snaps[-1]
             self._apply_file(self.snapshot_path(base))
         for p in self._chain(base, version):
-            self._apply_file(p)
+            self._rows_since_snap += self._apply_file(p)
         self._last = None
 
-    def _snapshot(self, version: int) -> None:
+    def _snapshot(self, version: int) -> bool:
         """Consolidate the newest earlier snapshot and the changelogs since into
         ``snapshot/<version>``, on a background thread (files in, file out)."""
         if self._bg is not None:
             if self._bg.is_alive():
-                return  # still writing the previous one: skip this one (restores read more changelogs)
+                return False  # still writing the previous one: tried again at the next commit
             self._bg.join()
         self._bg = threading.Thread(target=self._write_snapshot, args=(version,), name="headrace-state-snapshot",
                                     daemon=True)  # fmt: skip
         self._bg.start()
+        return True
 
     def _write_snapshot(self, version: int) -> None:
         try:
@@ -249,6 +241,19 @@ class MemoryStateStore(StateStore):
         if self._bg is not None:
             self._bg.join()
             self._bg = None
+
+
+def _by_order(slots: np.ndarray, ords: np.ndarray) -> list[tuple[int, list[int]]]:
+    """``slots`` grouped by their order value, as Python lists (one group per window end, so
+    the event-time index is updated by a set operation per group, not a call per row)."""
+    if not len(slots):
+        return []
+    if ords.min() == ords.max():
+        return [(int(ords[0]), slots.tolist())]
+    by = np.argsort(ords, kind="stable")
+    so, ss = ords[by], slots[by]
+    bounds = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), len(so)]
+    return [(int(so[a]), ss[a:b].tolist()) for a, b in itertools.pairwise(bounds)]
 
 
 def consolidate(tables: list[pa.Table], schema: pa.Schema, key_names: list[str]) -> pa.Table:

@@ -3,9 +3,11 @@ state larger than memory.
 
 The working state is a RocksDB database (``<state>/rocksdb``, through ``rocksdict``): rows
 under ``d<key>``, an event-time index under ``o<order><key>`` (8-byte big-endian, so evicting
-by watermark is one range scan over the rows evicted), and the version it holds under
-``mstate`` (written in the same atomic write batch as the commit). The first change of a batch
-marks the database dirty in the same way, so a crash mid-batch is always detected.
+by watermark is one range scan over the rows evicted; encodings in
+:mod:`headrace.state.rocksdb_codec`), and the version it holds under ``mstate`` (written in
+the same atomic write batch as the commit). The first change of a batch marks the database
+dirty in the same way, so a crash mid-batch is always detected. RocksDB's own write-ahead log
+is off: after a crash the database is as of its last flush, whose ``mstate`` says what it holds.
 
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,
@@ -17,49 +19,26 @@ the changelogs after that checkpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import shutil
-import struct
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from headrace.errors import CheckpointError, HeadraceError
-from headrace.state.columns import from_int64, key_hashables, to_int64
 from headrace.state.files import ORDER_COLUMN, list_versions, remove_quietly
+from headrace.state.keyindex import fixed_width_keys
+from headrace.state.rocksdb_codec import enc_order, key_codec, row_codec
 from headrace.state.store import StateStore
 
 __all__ = ["RocksDBStateStore"]
 
-_ORDER = struct.Struct(">Q")
-_BIAS = 1 << 63
+log = logging.getLogger(__name__)
+
 _META = b"mstate"
-
-
-def _enc_order(o: int) -> bytes:
-    return _ORDER.pack(o + _BIAS)
-
-
-def _dec_order(b: bytes) -> int:
-    return int(_ORDER.unpack(b)[0]) - _BIAS
-
-
-def _py_columns(table: pa.Table) -> list[list[Any]]:
-    out = []
-    for c in table.columns:
-        if pa.types.is_temporal(c.type):
-            c = to_int64(c)
-        numeric = pa.types.is_integer(c.type) or pa.types.is_floating(c.type)
-        out.append(c.to_numpy().tolist() if numeric and c.null_count == 0 else c.to_pylist())
-    return out
-
-
-def _arrow(values: list[Any], type: pa.DataType) -> pa.Array:
-    if pa.types.is_temporal(type):
-        return from_int64(pa.array(values, pa.int64()), type)
-    return pa.array(values, type=type)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -70,101 +49,6 @@ def _link_or_copy(src: str, dst: str) -> None:
         except OSError:
             pass
     shutil.copy2(src, dst)
-
-
-def _fixed_width(t: pa.DataType) -> bool:
-    return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t) or pa.types.is_boolean(t)
-
-
-class _PickleCodec:
-    """Rows as ``pickle((order, values))``: any value types."""
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
-
-    def encode(self, values: pa.Table, order: pa.Array) -> list[bytes]:
-        vals = list(zip(*_py_columns(values), strict=True)) if values.num_columns else [()] * len(order)
-        dumps = pickle.dumps
-        return [dumps((o, v), 5) for o, v in zip(order.to_pylist(), vals, strict=True)]
-
-    def order_of(self, raw: bytes) -> Any:
-        return pickle.loads(raw)[0]
-
-    def decode(self, raws: list[bytes | None]) -> tuple[list[Any], list[pa.Array]]:
-        n = len(self.schema)
-        missing = (None, (None,) * n)
-        loads = pickle.loads
-        decoded = [loads(r) if r is not None else missing for r in raws]
-        cols: list[Any] = list(zip(*(d[1] for d in decoded), strict=True)) if decoded else [[] for _ in range(n)]
-        arrays = [_arrow(list(c), f.type) for c, f in zip(cols, self.schema, strict=True)]
-        return [d[0] for d in decoded], arrays
-
-
-class _FixedCodec:
-    """Rows of numbers, timestamps and booleans as fixed-width bytes, encoded and decoded by
-    numpy for a whole batch at once (no Python work per value): the order (8 bytes) and its
-    validity byte, then 8 bytes per value and a validity byte per value."""
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
-        self.k = len(schema)
-        self.width = 9 + 9 * self.k
-        self.blank = bytes(self.width)  # all nulls
-
-    @staticmethod
-    def _to_int64(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        t = col.type
-        if pa.types.is_floating(t):
-            a = col.cast(pa.float64())
-        elif pa.types.is_boolean(t):
-            a = col.cast(pa.int64())
-        else:
-            a = to_int64(col)
-        valid = np.ones(len(a), np.uint8) if a.null_count == 0 else a.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
-        if a.null_count:
-            a = a.fill_null(0)
-        vals = np.ascontiguousarray(a.to_numpy(zero_copy_only=False))
-        return vals.view(np.uint8).reshape(len(vals), 8), valid
-
-    def encode(self, values: pa.Table, order: pa.Array) -> list[bytes]:
-        n = len(order)
-        buf = np.zeros((n, self.width), np.uint8)
-        ob, ov = self._to_int64(order)
-        buf[:, 0:8] = ob
-        buf[:, 8] = ov
-        for j, col in enumerate(values.columns):
-            vb, vv = self._to_int64(col)
-            buf[:, 9 + 8 * j : 17 + 8 * j] = vb
-            buf[:, 9 + 8 * self.k + j] = vv
-        return list(buf.view(f"V{self.width}").ravel().tolist())
-
-    def order_of(self, raw: bytes) -> Any:
-        return int.from_bytes(raw[0:8], "little", signed=True) if raw[8] else None
-
-    def decode(self, raws: list[bytes | None]) -> tuple[list[Any], list[pa.Array]]:
-        n = len(raws)
-        blank = self.blank
-        data = b"".join(r if r is not None else blank for r in raws)
-        buf = np.frombuffer(data, np.uint8).reshape(n, self.width) if n else np.zeros((0, self.width), np.uint8)
-        ords = np.ascontiguousarray(buf[:, 0:8]).view(np.int64).ravel()
-        ovalid = buf[:, 8].astype(np.bool_)
-        orders = [o if v else None for o, v in zip(ords.tolist(), ovalid.tolist(), strict=True)]
-        arrays = []
-        for j, f in enumerate(self.schema):
-            raw = np.ascontiguousarray(buf[:, 9 + 8 * j : 17 + 8 * j])
-            mask = ~buf[:, 9 + 8 * self.k + j].astype(np.bool_)
-            m = mask if mask.any() else None
-            t = f.type
-            if pa.types.is_floating(t):
-                arrays.append(pa.array(raw.view(np.float64).ravel(), pa.float64(), mask=m).cast(t))
-            elif pa.types.is_boolean(t):
-                arrays.append(pa.array(raw.view(np.int64).ravel() != 0, pa.bool_(), mask=m))
-            else:
-                ints = pa.array(raw.view(np.int64).ravel(), pa.int64(), mask=m)
-                arrays.append(from_int64(ints, t) if not pa.types.is_int64(t) else ints)
-        return orders, arrays
 
 
 class RocksDBStateStore(StateStore):
@@ -187,9 +71,19 @@ class RocksDBStateStore(StateStore):
         self._db_version: int | None = None
         self._db_dirty = False
         self._last: tuple[pa.Table, list[bytes], list[Any]] | None = None
-        self._last_orders: tuple[pa.Table, list[Any]] | None = None
-        fixed = all(_fixed_width(f.type) for f in value_schema)
-        self._codec: _PickleCodec | _FixedCodec = _FixedCodec(value_schema) if fixed else _PickleCodec(value_schema)
+        self._last_orders: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
+        self._codec = row_codec(value_schema)
+        # the key encoding this state folder was created with (older folders: pickle)
+        self._keys = key_codec(key_schema, str(self.metadata.get("rocksdbKeys", "pickle")))
+        self._write_opts = self._rocksdict.WriteOptions()
+        # no RocksDB write-ahead log: the changelog files are the durable record. A process
+        # that dies loses the memtable, so the database reopens as of its last flush: a
+        # consistent prefix of the write batches, whose ``mstate`` tells its version and
+        # whether a batch was half-applied (then it is rebuilt from a checkpoint)
+        self._write_opts.disable_wal = True  # type: ignore[method-assign,assignment]  # a property (stubs: a method)
+
+    def _metadata_extra(self) -> dict[str, Any]:
+        return {"rocksdbKeys": "fixed" if fixed_width_keys(self.key_schema) else "pickle"}
 
     # ------------------------------------------------------------------ database
     def _options(self) -> Any:
@@ -204,6 +98,9 @@ class RocksDBStateStore(StateStore):
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         opts.set_block_based_table_factory(table)
+        # LZ4 decompresses about twice as fast as the default Snappy (a block read that misses
+        # the cache); files written with Snappy stay readable (the codec is per block)
+        opts.set_compression_type(rd.DBCompressionType.lz4())
         return opts
 
     def _open(self, where: str | None = None) -> None:
@@ -215,6 +112,12 @@ class RocksDBStateStore(StateStore):
                 f"state database {where or self._dbdir} cannot be opened ({e}); restore it, or use a new "
                 "checkpointLocation"
             ) from None
+        # blocks a flush writes go to the block cache too: the keys a batch touches are mostly
+        # ones recent batches wrote (open windows), so a read after a flush (every snapshot
+        # flushes) hits the cache instead of reading and decoding an SST block; the cost is
+        # the flushed rows', not the state's. Not settable through rocksdict's Options.
+        self._db.set_options({"block_based_table_factory": "{prepopulate_block_cache=kFlushOnly;}"})
+        self._db.set_write_options(self._write_opts)
         raw = self._db.get(_META)
         if raw is None:
             self._db_version, self._db_dirty, self._rows = None, False, 0
@@ -223,6 +126,10 @@ class RocksDBStateStore(StateStore):
 
     def _close_db(self) -> None:
         if self._db is not None:
+            try:
+                self._db.flush()  # without a write-ahead log the memtable is only kept by a flush
+            except Exception as e:  # the changelogs are the record: the next open replays them
+                log.warning("state database %s: flush before closing failed (%s)", self._dbdir, e)
             self._db.close()
             self._db = None
 
@@ -244,12 +151,12 @@ class RocksDBStateStore(StateStore):
         return self._rows
 
     def _lookup(self, keys: pa.Table) -> tuple[list[bytes], list[Any]]:
+        """(encoded keys, their rows or None), cached for the ``put`` of the same keys."""
         last = self._last
         if last is not None and last[0] is keys:
             return last[1], last[2]
-        kbs = [pickle.dumps(k, 5) for k in key_hashables(keys)]
-        get = self._db.get  # one call per key: faster than rocksdict's multi-get
-        raw = [get(b"d" + k) for k in kbs]
+        kbs = self._keys.encode(keys)
+        raw = list(map(self._db.get, self._keys.data_keys(kbs)))  # faster than rocksdict's multi-get
         self._last = (keys, kbs, raw)
         return kbs, raw
 
@@ -257,8 +164,8 @@ class RocksDBStateStore(StateStore):
         _, raw = self._lookup(keys)
         self.work.rows_looked_up += len(raw)
         found = np.fromiter((r is not None for r in raw), dtype=np.bool_, count=len(raw))
-        orders, arrays = self._codec.decode(raw)
-        self._last_orders = (keys, orders)
+        ords, has, arrays = self._codec.decode(raw)
+        self._last_orders = (keys, ords, has)
         return pa.Table.from_arrays(arrays, schema=self.value_schema), found
 
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
@@ -266,67 +173,57 @@ class RocksDBStateStore(StateStore):
         self._last = None
         cached = self._last_orders
         self._last_orders = None
-        old_orders = cached[1] if cached is not None and cached[0] is keys else None
-        encoded = self._codec.encode(values, order)
-        ords = order.to_pylist()
-        order_of = self._codec.order_of
+        if cached is not None and cached[0] is keys:
+            old_o, old_has = cached[1], cached[2]
+        else:
+            old_o, old_has = self._codec.orders(old)
+        if isinstance(order, pa.ChunkedArray):
+            order = order.combine_chunks()
+        new_has = np.ones(len(order), np.bool_) if not order.null_count else order.is_valid().to_numpy(zero_copy_only=False)
+        new_o = order.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        # the event-time index changes only where a row's order does (a new row has none)
+        changed = (old_has != new_has) | (old_has & new_has & (old_o != new_o))
+        drop = np.flatnonzero(changed & old_has)
+        add = np.flatnonzero(changed & new_has)
         wb = self._write_batch()
-        added = 0
-        for i, (kb, o_raw, v, o) in enumerate(zip(kbs, old, encoded, ords, strict=True)):
-            if o_raw is None:
-                added += 1
-                if o is not None:
-                    wb.put(b"o" + _enc_order(o) + kb, b"")
-            else:
-                old_o = old_orders[i] if old_orders is not None else order_of(o_raw)
-                if old_o != o:
-                    if old_o is not None:
-                        wb.delete(b"o" + _enc_order(old_o) + kb)
-                    if o is not None:
-                        wb.put(b"o" + _enc_order(o) + kb, b"")
-            wb.put(b"d" + kb, v)
-        self._rows += added
+        for k in self._keys.order_keys(kbs, drop, old_o[drop]):
+            wb.delete(k)
+        okeys = self._keys.order_keys(kbs, add, new_o[add])
+        put = wb.put
+        list(map(put, okeys, [b""] * len(okeys)))
+        list(map(put, self._keys.data_keys(kbs), self._codec.encode(values, order)))
+        self._rows += int(np.count_nonzero(np.fromiter((r is None for r in old), np.bool_, count=len(old))))
         self._write(wb)
 
     def _remove(self, keys: pa.Table) -> int:
         kbs, old = self._lookup(keys)
         self._last = self._last_orders = None
+        hit = np.fromiter((r is not None for r in old), np.bool_, count=len(old))
+        rows = np.flatnonzero(hit)
+        if not len(rows):
+            return 0
+        ords, has = self._codec.orders([old[i] for i in rows.tolist()])
         wb = self._write_batch()
-        n = 0
-        for kb, o_raw in zip(kbs, old, strict=True):
-            if o_raw is None:
-                continue
-            n += 1
-            o = self._codec.order_of(o_raw)
-            wb.delete(b"d" + kb)
-            if o is not None:
-                wb.delete(b"o" + _enc_order(o) + kb)
-        self._rows -= n
-        if n:
-            self._write(wb)
-        return n
+        hit_kbs = [kbs[i] for i in rows.tolist()]
+        for k in self._keys.data_keys(hit_kbs):
+            wb.delete(k)
+        indexed = np.flatnonzero(has)
+        for k in self._keys.order_keys(hit_kbs, indexed, ords[indexed]):
+            wb.delete(k)
+        self._rows -= len(rows)
+        self._write(wb)
+        return len(rows)
 
-    def _decode_rows(self, items: list[tuple[bytes, bytes]]) -> pa.Table:
-        nk = len(self.key_schema)
-        kcols: list[list[Any]] = [[] for _ in range(nk)]
-        for kb, _ in items:
-            k = pickle.loads(kb)
-            if nk == 1:
-                kcols[0].append(k)
-            else:
-                for j in range(nk):
-                    kcols[j].append(k[j])
-        ords, varrays = self._codec.decode([raw for _, raw in items])
-        arrays = [_arrow(c, f.type) for c, f in zip(kcols, self.key_schema, strict=True)]
-        arrays += varrays
-        arrays.append(pa.array(ords, pa.int64()))
+    def _decode_rows(self, kbs: list[bytes], raws: list[bytes]) -> pa.Table:
+        ords, has, varrays = self._codec.decode(list(raws))
+        arrays = [*self._keys.decode(kbs), *varrays, pa.array(ords, pa.int64(), mask=~has)]
         return pa.Table.from_arrays(arrays, names=[*self.key_schema.names, *self.value_schema.names, ORDER_COLUMN])
 
     def _evict(self, upto: int) -> pa.Table:
         self._last = self._last_orders = None
         it = self._db.iter()
         it.seek(b"o")
-        end = _enc_order(upto)
+        end = enc_order(upto)
         index_keys: list[bytes] = []
         while it.valid():
             k = it.key()
@@ -336,35 +233,38 @@ class RocksDBStateStore(StateStore):
             it.next()
         del it
         if not index_keys:
-            return self._decode_rows([])
+            return self._decode_rows([], [])
         kbs = [k[9:] for k in index_keys]
-        get = self._db.get
-        raw = [get(b"d" + kb) for kb in kbs]
+        dks = self._keys.data_keys(kbs)
+        raw = list(map(self._db.get, dks))
         self.work.rows_scanned += len(kbs)
         wb = self._write_batch()
-        items = []
-        for ik, kb, r in zip(index_keys, kbs, raw, strict=True):
-            wb.delete(ik)
+        for k in index_keys:
+            wb.delete(k)
+        live_kbs, live_raw = [], []
+        for kb, dk, r in zip(kbs, dks, raw, strict=True):
             if r is not None:
-                wb.delete(b"d" + kb)
-                items.append((kb, r))
-        self._rows -= len(items)
+                wb.delete(dk)
+                live_kbs.append(kb)
+                live_raw.append(r)
+        self._rows -= len(live_kbs)
         self._write(wb)
-        return self._decode_rows(items)
+        return self._decode_rows(live_kbs, live_raw)
 
     def scan(self) -> pa.Table:
         it = self._db.iter()
         it.seek(b"d")
-        items = []
+        kbs, raws = [], []
         while it.valid():
             k = it.key()
             if k[:1] != b"d":
                 break
-            items.append((k[1:], it.value()))
+            kbs.append(k[1:])
+            raws.append(it.value())
             it.next()
         del it
-        self.work.rows_scanned += len(items)
-        return self._decode_rows(items)
+        self.work.rows_scanned += len(kbs)
+        return self._decode_rows(kbs, raws)
 
     def memory_used_bytes(self) -> int:
         if self._db is None:
@@ -388,7 +288,7 @@ class RocksDBStateStore(StateStore):
     def _snapshot_versions(self) -> list[int]:
         return list_versions(os.path.join(self.path, "snapshot"), ".rocksdb")
 
-    def _snapshot(self, version: int) -> None:
+    def _snapshot(self, version: int) -> bool:
         """A RocksDB checkpoint of the working database (flushes the memtable, hard-links the
         SST files): ``snapshot/<version>.rocksdb``."""
         final = self.snapshot_path(version) + ".rocksdb"
@@ -398,6 +298,7 @@ class RocksDBStateStore(StateStore):
         self._rocksdict.Checkpoint(self._db).create_checkpoint(tmp)
         os.replace(tmp, final)
         self.work.snapshots += 1
+        return True
 
     def _restore(self, version: int) -> None:
         self._last = self._last_orders = None

@@ -10,10 +10,12 @@ batch ``n``::
     store.commit(n)                   # changelog/<n> written (atomic, fsynced, checksummed)
 
 Work per batch is proportional to the keys the batch touches: ``commit`` writes only the rows
-put or removed in the batch; a full snapshot is written every ``snapshot_interval`` versions
-(in the background for the memory backend, as a RocksDB checkpoint for the RocksDB backend),
-so a restore reads one snapshot and at most that many changelogs. Files older than what is
-needed to restore the last ``retain`` versions are deleted.
+put or removed in the batch; a snapshot is written once at least ``snapshot_interval``
+changelogs were written since the last one (in the background for the memory backend, which
+also waits until those changelogs hold half as many rows as the state, so that rewriting the
+state amortises to the rows changed; as a RocksDB checkpoint for the RocksDB backend), so a
+restore reads one snapshot and a bounded run of changelogs. Files older than what is needed to
+restore the last ``retain`` versions are deleted.
 
 Replaying batch ``n`` after a crash (even one after ``commit(n)``) loads version ``n-1``: files
 of later versions are discarded, so the replay produces the same output as the first run.
@@ -22,7 +24,6 @@ A damaged or missing file that the restore needs is refused with ``CheckpointErr
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -34,25 +35,26 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from headrace.checkpoint import atomic_write
 from headrace.errors import CheckpointError, UnsupportedError
 from headrace.state.files import (
     OP_COLUMN,
     OP_PUT,
     OP_REMOVE,
     ORDER_COLUMN,
+    discard_after,
     list_versions,
+    purge,
     read_state_file,
-    remove_quietly,
+    remove_temporaries,
     write_state_file,
 )
+from headrace.state.metadata import FORMAT_VERSION, check_metadata, schema_doc
 
 __all__ = ["BACKENDS", "StateStore", "WorkCounters", "open_state_store"]
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("memory", "rocksdb")
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -82,10 +84,6 @@ class _BatchStats:
     updated: int = 0
     removed: int = 0
     ops: list[pa.Table] = field(default_factory=list)
-
-
-def _schema_doc(schema: pa.Schema) -> list[list[str]]:
-    return [[f.name, str(f.type)] for f in schema]
 
 
 class StateStore(ABC):
@@ -125,41 +123,30 @@ class StateStore(ABC):
         self._dirty = False  # changed since the last load/commit
         self.work = WorkCounters()
         self._batch = _BatchStats()
+        self._snap_base = -1  # version of the newest snapshot (-1: none)
+        self._rows_since_snap = 0  # changelog rows written since it (restores and commits)
         self._last_metrics: dict[str, Any] = {}
+        self.metadata: dict[str, Any] = {}  # the state folder's metadata document
         os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
         os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
         self._check_metadata()
 
     # ------------------------------------------------------------------ metadata
     def _check_metadata(self) -> None:
-        path = os.path.join(self.path, "metadata")
         doc = {
             "version": FORMAT_VERSION,
             "backend": self.backend,
-            "keySchema": _schema_doc(self.key_schema),
-            "valueSchema": _schema_doc(self.value_schema),
+            "keySchema": schema_doc(self.key_schema),
+            "valueSchema": schema_doc(self.value_schema),
             "operator": self.description,
+            **self._metadata_extra(),
         }
-        try:
-            with open(path, "rb") as f:
-                old = json.loads(f.read())
-        except FileNotFoundError:
-            atomic_write(path, json.dumps(doc, indent=1).encode(), durable=self.durable)
-            return
-        except ValueError as e:
-            raise CheckpointError(f"state metadata {path} is corrupt ({e}); restore it or use a new checkpointLocation") from None
-        fix = "use a new checkpointLocation for the changed query (state cannot be carried over)"
-        if old.get("backend") != self.backend:
-            raise CheckpointError(
-                f"state in {self.path} was written by the '{old.get('backend')}' state store, and this query uses "
-                f"'{self.backend}'; set the writer option stateStore={old.get('backend')!r}, or {fix}"
-            )
-        if old.get("keySchema") != doc["keySchema"] or old.get("valueSchema") != doc["valueSchema"]:
-            raise CheckpointError(
-                f"state in {self.path} was written by a different stateful operator ({old.get('operator')!r}, keys "
-                f"{old.get('keySchema')}, values {old.get('valueSchema')}); this query's is {self.description!r} "
-                f"(keys {doc['keySchema']}, values {doc['valueSchema']}); {fix}"
-            )
+        self.metadata = check_metadata(self.path, doc, durable=self.durable)
+
+    def _metadata_extra(self) -> dict[str, Any]:
+        """Backend fields of a new state folder's ``metadata`` (an existing folder keeps its own:
+        read them from :attr:`metadata`)."""
+        return {}
 
     # ------------------------------------------------------------------ paths
     def changelog_path(self, version: int) -> str:
@@ -183,9 +170,13 @@ class StateStore(ABC):
         if not self._dirty and self.version == version:
             return  # a background snapshot may still be running: it only reads committed files
         self._wait_background()
+        for folder in ("changelog", "snapshot"):
+            remove_temporaries(os.path.join(self.path, folder))
         t0 = time.monotonic()
+        self._rows_since_snap = 0
         self._restore(version)
         self._discard_after(version)
+        self._snap_base = max([s for s in self._snapshot_versions() if s <= version], default=-1)
         self.version = version
         self._dirty = False
         log.info("state %s restored to version %d in %.1f ms", self.path, version, (time.monotonic() - t0) * 1e3)
@@ -252,12 +243,15 @@ class StateStore(ABC):
         t0 = time.monotonic()
         ops = self._batch.ops
         write_state_file(self.changelog_path(version), self.file_schema, ops, durable=self.durable)
-        self.work.changelog_rows += sum(t.num_rows for t in ops)
+        logged = sum(t.num_rows for t in ops)
+        self.work.changelog_rows += logged
+        self._rows_since_snap += logged
         self._commit_backend(version)
         self.version = version
         self._dirty = False
-        if version % self.snapshot_interval == 0 and version > 0:
-            self._snapshot(version)
+        if self._snapshot_due(version) and self._snapshot(version):
+            self._snap_base = version
+            self._rows_since_snap = 0
         if version % self.snapshot_interval == 1 or self.snapshot_interval == 1:
             self._purge(version)
         self._last_metrics = {
@@ -289,6 +283,12 @@ class StateStore(ABC):
     def memory_used_bytes(self) -> int:
         """An estimate of the memory the working state uses."""
 
+    def settle(self) -> None:
+        """Wait until background work (a snapshot being written) is done. Never needed for
+        correctness; benches call it to keep an earlier batch's deferred work out of the
+        batches they time."""
+        self._wait_background()
+
     def close(self) -> None:
         """Finish background work and release files. Idempotent."""
         self._wait_background()
@@ -310,8 +310,25 @@ class StateStore(ABC):
     def _commit_backend(self, version: int) -> None:
         """Backend bookkeeping after the changelog is durable."""
 
-    def _snapshot(self, version: int) -> None:
-        """Write (or start writing) a snapshot of ``version``."""
+    #: a snapshot also waits until the rows changed since the last one reach this fraction of
+    #: the state's rows (0: every ``snapshot_interval`` versions); see :meth:`_snapshot_due`
+    snapshot_fraction: float = 0.0
+
+    def _snapshot_due(self, version: int) -> bool:
+        """Whether to snapshot ``version``: at least ``snapshot_interval`` changelogs since the
+        last snapshot (Spark's ``minDeltasForSnapshot``) and, when the backend's snapshot costs
+        the state's size (``snapshot_fraction`` > 0), once the changelog rows since then reach
+        that fraction of the rows in state. The second rule amortises a snapshot's cost to the
+        rows changed (at most ``(1 + f) / f`` rows written per row changed) while a restore
+        still reads at most one snapshot plus about ``f`` times the state in changelogs."""
+        if version - self._snap_base < self.snapshot_interval:
+            return False
+        return self._rows_since_snap >= self.snapshot_fraction * len(self)
+
+    def _snapshot(self, version: int) -> bool:
+        """Write (or start writing) a snapshot of ``version``; False when it was not started
+        (it is then tried again at the next commit)."""
+        return False
 
     def _wait_background(self) -> None:
         """Wait for a background snapshot."""
@@ -355,8 +372,8 @@ class StateStore(ABC):
             paths.append(p)
         return paths
 
-    def _apply_file(self, path: str) -> None:
-        """Apply one changelog's operations, in order."""
+    def _apply_file(self, path: str) -> int:
+        """Apply one changelog's (or snapshot's) operations, in order; returns its rows."""
         table = read_state_file(path)
         self.work.restore_rows += table.num_rows
         keys_n = len(self.key_schema)
@@ -371,37 +388,16 @@ class StateStore(ABC):
                 self._put(keys, values, rb.column(ORDER_COLUMN))
             else:
                 self._remove(keys)
+        return int(table.num_rows)
 
     def _discard_after(self, version: int) -> None:
         """Delete files of versions after ``version`` (written by a run that crashed before its
         batch committed): the replay writes them again."""
-        for v in self.changelog_versions():
-            if v > version:
-                remove_quietly(self.changelog_path(v))
-        folder = os.path.join(self.path, "snapshot")
-        for name in os.listdir(folder):
-            stem = name.split(".", 1)[0]
-            if stem.isdigit() and int(stem) > version:
-                remove_quietly(os.path.join(folder, name))
+        discard_after(self.path, version)
 
     def _purge(self, version: int) -> None:
-        """Keep what restores any of the last ``retain`` versions: the newest snapshot at or
-        before the oldest of them, and every changelog after that snapshot."""
-        oldest = version - self.retain + 1
-        if oldest <= 0:
-            return
-        snaps = [s for s in self._snapshot_versions() if s <= oldest]
-        if not snaps:
-            return
-        base = snaps[-1]
-        folder = os.path.join(self.path, "snapshot")
-        for name in os.listdir(folder):
-            stem = name.split(".", 1)[0]
-            if stem.isdigit() and int(stem) < base:
-                remove_quietly(os.path.join(folder, name))
-        for v in self.changelog_versions():
-            if v <= base:
-                remove_quietly(self.changelog_path(v))
+        """Keep what restores any of the last ``retain`` versions (:func:`files.purge`)."""
+        purge(self.path, version - self.retain + 1, self._snapshot_versions())
 
 
 def open_state_store(
