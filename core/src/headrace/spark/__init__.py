@@ -103,9 +103,13 @@ class HeadraceDataSource(DataSource):
 
     Spark creates an instance per ``load()`` / ``start()`` on the driver and pickles it (with
     cloudpickle: the generated subclass travels by value) to every Python process that builds a
-    reader or writer. Instances hold only Spark's option strings. Each process looks the
-    connector up in its own plugin registry (so the plugin must be installed on executors too),
-    except for a ``ConnectorSpec`` that no installed plugin provides, which travels inline.
+    reader or writer. Instances hold only Spark's option strings. The connector's
+    ``ConnectorSpec`` travels with the class (``inline_spec``), so Spark's Python processes do
+    not run plugin discovery (an entry-point scan of every installed distribution, slow there
+    because ``pyspark.zip`` is on their ``sys.path``: about 0.25 s in each fresh process, such
+    as the streaming source runner Spark starts for every query); the connector's classes are
+    still imported there by module path, so the plugin must be installed on executors too. A
+    spec that cannot be pickled is looked up by name in each process's registry instead.
     """
 
     connector: ClassVar[str] = ""
@@ -162,9 +166,9 @@ def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: R
     """The Spark ``DataSource`` class for one connector (a name looked up in the registry, or a
     ``ConnectorSpec``). ``alias`` registers it under ``headrace.<alias>`` instead of its name.
 
-    An installed connector is referred to by name (Spark's workers look it up in their own
-    registry); a spec no installed plugin provides (an application's private connector) is
-    carried inline, pickled with the class. Register the class with
+    The spec is carried inline, pickled with the class, so Spark's Python processes need no
+    plugin discovery; an installed connector whose spec cannot be pickled is referred to by
+    name instead (Spark's workers look it up in their own registry). Register the class with
     ``spark.dataSource.register(cls)``. ``max_tasks``: the default of the reader option
     ``headraceMaxTasks`` (at most this many Spark tasks per micro-batch; None: one per
     partition of the source).
@@ -172,11 +176,11 @@ def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: R
     r = reg or registry()
     spec = connector if isinstance(connector, ConnectorSpec) else r.get(connector)
     inline: ConnectorSpec | None = spec
-    if reg is None:
+    if reg is None and not _picklable(spec):
         try:
             found = r.get(spec.name)
             if (found.source, found.sink) == (spec.source, spec.sink):
-                inline = None
+                inline = None  # an installed connector: each process finds it by name
         except HeadraceError:
             pass
     safe = "".join(c if c.isalnum() else "_" for c in (alias or spec.name))
@@ -220,6 +224,19 @@ def register(spark: SparkSession, *connectors: str | ConnectorSpec, aliases: boo
             names.append(cls.name())
     return names
 
+
+def _picklable(spec: ConnectorSpec) -> bool:
+    """Whether ``spec`` survives Spark's cloudpickle (validators in option schemas are plain
+    functions, usually fine; a spec holding a live object is not)."""
+    from pyspark import cloudpickle
+
+    try:
+        cloudpickle.dumps(spec)
+    except Exception as e:
+        log.debug("headrace.spark: connector '%s' is looked up by name in Spark's workers: its spec "
+                  "cannot be pickled (%s)", spec.name, e)  # fmt: skip
+        return False
+    return True
 
 
 def _default_parallelism(spark: SparkSession) -> int | None:
