@@ -52,6 +52,7 @@ import pyarrow.dataset as ds  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import headrace as hr  # noqa: E402
+from headrace.spark import default_max_tasks  # noqa: E402
 
 
 def write_files(folder: Path, files: int, rows: int, offset: int = 0) -> int:
@@ -113,7 +114,8 @@ class _FloorMessage:
 def floor_data_source() -> type:
     """The floor: the least a PySpark Python data source can do for this pipeline, written
     straight against PySpark's API (no headrace). Its reader lists the folder once, admits
-    ``maxFilesPerTrigger`` files per batch, cuts them into Spark's default parallelism tasks and
+    ``maxFilesPerTrigger`` files per batch, cuts them into as many tasks as the adapter does
+    by default (``headrace.spark.default_max_tasks``: half of Spark's default parallelism) and
     yields each file's record batches with pyarrow; its Arrow writer writes one Parquet file per
     task straight under the output folder, and its commit does nothing. It pays every cost that
     Spark puts on a Python data source (the streaming source runner process, the planner and
@@ -210,7 +212,7 @@ def run_floor(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, ver
     schema = spark.read.parquet(str(src)).schema  # given, as to the others
     t0 = time.perf_counter()
     df = (spark.readStream.format("bench_floor").schema(schema).option("maxFilesPerTrigger", str(per_trigger))
-          .option("tasks", str(spark.sparkContext.defaultParallelism)).load(str(src)))  # fmt: skip
+          .option("tasks", str(default_max_tasks(spark.sparkContext.defaultParallelism))).load(str(src)))  # fmt: skip
     q = (df.writeStream.format("bench_floor").option("path", str(out)).option("checkpointLocation", str(chk))
          .trigger(availableNow=True).start())  # fmt: skip
     q.awaitTermination()
