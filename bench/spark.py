@@ -8,17 +8,27 @@ files per trigger, trigger availableNow, in ONE local Spark session (``local[2]`
 2. Spark + adapter: ``spark.readStream.format("headrace.cloudFiles")`` (parquet,
    ``cloudFiles.maxFilesPerTrigger``) -> ``writeStream.format("headrace.files")`` (parquet).
 3. headrace alone (no Spark): ``hr.read_stream.format("cloudFiles")`` -> ``format("files")``.
+4. The floor (``--no-floor`` skips it): a minimal PySpark Python data source written here
+   against PySpark's API alone (list the folder, 5 files per batch, read with pyarrow; write
+   one Parquet file per task, no-op commit; no state, staging, fsync or exactly-once
+   bookkeeping). It pays what Spark charges any Python data source and nothing else, so it
+   is the most a Python data source can reach on this workload: what the adapter loses to it
+   is headrace's, the rest is Spark's.
 
-Each round runs the three once, interleaved (the machine may be shared); after one warm-up
-round (not counted) ``--rounds`` rounds (default 3) follow and the medians are printed as rows/s
-(rows / wall time from ``start()`` to the end of ``awaitTermination()``) with the ratios
-adapter / native and headrace alone / native. Every output is checked (row count and id sum).
-Also printed: the median CPU seconds of each (this process and its descendants: the JVM and
-PySpark's Python workers), which other work on a shared machine disturbs less than wall time.
-Fairness: the schema is given to all three (Spark's file source needs it; without it
-cloudFiles would infer it and add a ``_rescued_data`` column); ``spark.sql.shuffle.partitions``
-is the core count; Spark's Arrow and worker settings are its defaults.
-``--verbose`` prints Spark's per-batch durations. Measures; asserts only the outputs.
+Each round runs them once, interleaved (the machine may be shared); after one warm-up round
+(not counted) ``--rounds`` rounds (default 3) follow and the medians are printed as rows/s
+(rows / wall time from ``readStream`` to the end of ``awaitTermination()``) with the ratios to
+Spark native. Every output is checked (row count and id sum). Also printed: the median CPU
+seconds of each (this process and its descendants: the JVM and PySpark's Python workers),
+which other work on a shared machine disturbs less than wall time, and, for the Spark runs,
+the wall time split into the query start (until the first micro-batch starts: for a Python
+data source, Spark starts its streaming source runner process then) and the sum of the
+micro-batches' ``triggerExecution``.
+Fairness: the schema is given to all (Spark's file source needs it; without it cloudFiles
+would infer it and add a ``_rescued_data`` column); ``spark.sql.shuffle.partitions`` is the
+core count; every Spark setting (Arrow batch size, Python workers) is Spark's default, the
+same for all runs. ``--verbose`` prints Spark's per-batch durations. Measures; asserts only
+the outputs.
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +52,7 @@ import pyarrow.dataset as ds  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 import headrace as hr  # noqa: E402
+from headrace.spark import default_max_tasks  # noqa: E402
 
 
 def write_files(folder: Path, files: int, rows: int, offset: int = 0) -> int:
@@ -92,7 +104,122 @@ def check(out: Path, total: int, id_sum: int) -> None:
     assert got == (total, id_sum), f"{out}: {got} != {(total, id_sum)}"
 
 
-def run_native(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> float:
+class _FloorMessage:
+    """The floor writer's commit message: the file one task wrote."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+def floor_data_source() -> type:
+    """The floor: the least a PySpark Python data source can do for this pipeline, written
+    straight against PySpark's API (no headrace). Its reader lists the folder once, admits
+    ``maxFilesPerTrigger`` files per batch, cuts them into as many tasks as the adapter does
+    by default (``headrace.spark.default_max_tasks``: half of Spark's default parallelism) and
+    yields each file's record batches with pyarrow; its Arrow writer writes one Parquet file per
+    task straight under the output folder, and its commit does nothing. It pays every cost that
+    Spark puts on a Python data source (the streaming source runner process, the planner and
+    commit round trips, the Arrow <-> row conversions in the JVM) and nothing else: no options
+    schema, no file index or state, no staging, no fsync, no exactly-once bookkeeping.
+    """
+    from pyspark import TaskContext
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamArrowWriter,
+        DataSourceStreamReader,
+        InputPartition,
+        WriterCommitMessage,
+    )
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.streaming.datasource import ReadMaxFiles, SupportsTriggerAvailableNow
+
+    class FloorMessage(WriterCommitMessage, _FloorMessage):
+        pass
+
+    class FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+        def __init__(self, path: str, per_trigger: int, tasks: int, schema: Any) -> None:
+            self.files = sorted(str(p) for p in Path(path).glob("*.parquet"))
+            self.per_trigger, self.tasks = per_trigger, tasks
+            self.target = to_arrow_schema(schema, timezone="UTC")
+            self.end = len(self.files)
+
+        def initialOffset(self) -> dict:
+            return {"i": 0}
+
+        def getDefaultReadLimit(self) -> Any:
+            return ReadMaxFiles(self.per_trigger)
+
+        def prepareForTriggerAvailableNow(self) -> None:
+            self.end = len(self.files)
+
+        def latestOffset(self, start: dict, limit: Any) -> dict:
+            n = limit.max_files if isinstance(limit, ReadMaxFiles) else self.end
+            return {"i": min(start["i"] + n, self.end)}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            files = self.files[start["i"]:end["i"]]
+            k = max(1, min(self.tasks, len(files)))
+            return [InputPartition(files[i::k]) for i in range(k)] if files else []
+
+        def read(self, partition: Any) -> Any:
+            import pyarrow.parquet as pq
+
+            for f in partition.value:
+                for b in pq.ParquetFile(f).iter_batches(batch_size=1 << 20):
+                    yield pa.Table.from_batches([b]).cast(self.target).to_batches()[0]
+
+        def commit(self, end: dict) -> None:
+            pass
+
+    class FloorWriter(DataSourceStreamArrowWriter):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def write(self, iterator: Any) -> Any:
+            import uuid
+
+            ctx = TaskContext.get()
+            name = f"{self.path}/part-{ctx.getLocalProperty('streaming.sql.batchId')}-{ctx.partitionId()}-{uuid.uuid4().hex}.parquet"
+            os.makedirs(self.path, exist_ok=True)
+            writer = None
+            for b in iterator:
+                if writer is None:
+                    writer = pq.ParquetWriter(name, b.schema)
+                writer.write_batch(b)
+            if writer is not None:
+                writer.close()
+            return FloorMessage(name)
+
+        def commit(self, messages: Any, batchId: int) -> None:
+            pass
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_floor"
+
+        def streamReader(self, schema: Any) -> Any:
+            return FloorReader(self.options["path"], int(self.options["maxfilespertrigger"]),
+                               int(self.options["tasks"]), schema)  # fmt: skip
+
+        def streamWriter(self, schema: Any, overwrite: bool) -> Any:
+            return FloorWriter(self.options["path"])
+
+    return FloorSource
+
+
+def run_floor(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> Run:
+    schema = spark.read.parquet(str(src)).schema  # given, as to the others
+    t0 = time.perf_counter()
+    df = (spark.readStream.format("bench_floor").schema(schema).option("maxFilesPerTrigger", str(per_trigger))
+          .option("tasks", str(default_max_tasks(spark.sparkContext.defaultParallelism))).load(str(src)))  # fmt: skip
+    q = (df.writeStream.format("bench_floor").option("path", str(out)).option("checkpointLocation", str(chk))
+         .trigger(availableNow=True).start())  # fmt: skip
+    q.awaitTermination()
+    return _done(q, t0, "floor", verbose)
+
+
+def run_native(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> Run:
     schema = spark.read.parquet(str(src)).schema  # not timed: given, as the adapter's source knows it
     t0 = time.perf_counter()
     df = spark.readStream.format("parquet").schema(schema).option("maxFilesPerTrigger", per_trigger).load(str(src))
@@ -102,7 +229,7 @@ def run_native(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, ve
     return _done(q, t0, "native", verbose)
 
 
-def run_adapter(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> float:
+def run_adapter(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> Run:
     schema = spark.read.parquet(str(src)).schema  # given, as to Spark's own reader
     t0 = time.perf_counter()
     df = (spark.readStream.format("headrace.cloudFiles").schema(schema).option("cloudFiles.format", "parquet")
@@ -115,17 +242,32 @@ def run_adapter(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, v
     return _done(q, t0, "adapter", verbose)
 
 
-def _done(q: Any, t0: float, what: str, verbose: bool) -> float:
+class Run:
+    """One timed run: wall seconds from ``readStream`` to the end of ``awaitTermination()``;
+    for Spark, the part before the first micro-batch started (query start: for a Python data
+    source, Spark's streaming source runner process) and the sum of the micro-batches'
+    ``triggerExecution``."""
+
+    def __init__(self, wall: float, startup: float = 0.0, batches: float = 0.0) -> None:
+        self.wall, self.startup, self.batches, self.cpu = wall, startup, batches, 0.0
+
+
+def _done(q: Any, t0: float, what: str, verbose: bool) -> Run:
     elapsed = time.perf_counter() - t0
+    started = time.time() - elapsed  # wall clock at t0
+    progress = q.recentProgress
     if verbose:
-        for p in q.recentProgress:
+        for p in progress:
             d = p["durationMs"]
             print(f"  {what} batch {p['batchId']}: {p['numInputRows']} rows, " +
                   ", ".join(f"{k} {v}" for k, v in d.items()))  # fmt: skip
-    return elapsed
+    if not progress:
+        return Run(elapsed)
+    first = datetime.fromisoformat(progress[0]["timestamp"].replace("Z", "+00:00")).timestamp()
+    return Run(elapsed, first - started, sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000)
 
 
-def run_headrace(src: Path, out: Path, chk: Path, per_trigger: int) -> float:
+def run_headrace(src: Path, out: Path, chk: Path, per_trigger: int) -> Run:
     schema = pq.read_schema(next(src.glob("*.parquet")))  # given, as to Spark
     t0 = time.perf_counter()
     q = (hr.read_stream.format("cloudFiles").schema(schema).option("cloudFiles.format", "parquet")
@@ -134,7 +276,7 @@ def run_headrace(src: Path, out: Path, chk: Path, per_trigger: int) -> float:
          .write_stream.format("files").option("checkpointLocation", str(chk))
          .trigger(available_now=True).start(str(out)))  # fmt: skip
     q.await_termination()
-    return time.perf_counter() - t0
+    return Run(time.perf_counter() - t0)
 
 
 def start_spark(cores: int) -> Any:
@@ -159,10 +301,14 @@ def main() -> None:
     ap.add_argument("--files-per-trigger", type=int, default=5, help="files per trigger (default 5)")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N] (default 2)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds after the warm-up (default 3)")
+    ap.add_argument("--no-floor", action="store_true", help="skip the minimal Python data source (the floor)")
     ap.add_argument("--verbose", action="store_true", help="print Spark's per-batch durations")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="headrace-bench-spark-"))
+    kinds = ["native", "adapter", "headrace"] + ([] if args.no_floor else ["floor"])
+    label = {"native": "Spark native parquet -> parquet", "adapter": "Spark + headrace.spark adapter",
+             "floor": "Spark + minimal Python data source", "headrace": "headrace alone (no Spark)"}  # fmt: skip
     try:
         total = write_files(work / "in", args.files, args.rows)
         id_sum = total * (total - 1) // 2
@@ -170,43 +316,57 @@ def main() -> None:
               f"{args.files_per_trigger} files per trigger, local[{args.cores}], one session")  # fmt: skip
         t0 = time.perf_counter()
         spark = start_spark(args.cores)
+        if not args.no_floor:
+            spark.dataSource.register(floor_data_source())
         print(f"session start {time.perf_counter() - t0:.1f} s (not counted)")
-        times: dict[str, list[float]] = {"native": [], "adapter": [], "headrace": []}
-        cpu: dict[str, list[float]] = {"native": [], "adapter": [], "headrace": []}
+        runs: dict[str, list[Run]] = {k: [] for k in kinds}
         for r in range(args.rounds + 1):
-            k = f"r{r}"
             verbose = args.verbose and r > 0
-            c0 = tree_cpu()
-            tn = run_native(spark, work / "in", work / f"out-native-{k}", work / f"chk-native-{k}",
-                            args.files_per_trigger, verbose)  # fmt: skip
-            c1 = tree_cpu()
-            ta = run_adapter(spark, work / "in", work / f"out-adapter-{k}", work / f"chk-adapter-{k}",
-                             args.files_per_trigger, verbose)  # fmt: skip
-            c2 = tree_cpu()
-            th = run_headrace(work / "in", work / f"out-hr-{k}", work / f"chk-hr-{k}", args.files_per_trigger)
-            c3 = tree_cpu()
-            for name in ("native", "adapter", "hr"):
-                check(work / f"out-{name}-{k}", total, id_sum)
-                shutil.rmtree(work / f"out-{name}-{k}", ignore_errors=True)
+            got: dict[str, Run] = {}
+            for kind in kinds:
+                out, chk = work / f"out-{kind}-r{r}", work / f"chk-{kind}-r{r}"
+                c0 = tree_cpu()
+                if kind == "headrace":
+                    run = run_headrace(work / "in", out, chk, args.files_per_trigger)
+                else:
+                    fn = {"native": run_native, "adapter": run_adapter, "floor": run_floor}[kind]
+                    run = fn(spark, work / "in", out, chk, args.files_per_trigger, verbose)
+                run.cpu = tree_cpu() - c0
+                check(out, total, id_sum)
+                shutil.rmtree(out, ignore_errors=True)
+                got[kind] = run
             if r == 0:
-                print(f"warm-up round (not counted): native {tn:.2f} s, adapter {ta:.2f} s, headrace {th:.2f} s")
+                print("warm-up round (not counted): " + ", ".join(f"{k} {v.wall:.2f} s" for k, v in got.items()))
                 continue
-            for name, t, c in (("native", tn, c1 - c0), ("adapter", ta, c2 - c1), ("headrace", th, c3 - c2)):
-                times[name].append(t)
-                cpu[name].append(c)
+            for kind, run in got.items():
+                runs[kind].append(run)
         spark.stop()
-        med = {k: statistics.median(v) for k, v in times.items()}
-        label = {"native": "Spark native parquet -> parquet", "adapter": "Spark + headrace.spark adapter",
-                 "headrace": "headrace alone (no Spark)"}  # fmt: skip
+
+        def med(kind: str, attr: str) -> float:
+            return statistics.median(getattr(x, attr) for x in runs[kind])
+
         print(f"medians of {args.rounds} interleaved rounds (every output checked: {total:,} rows, ids summed):")
-        for k in ("native", "adapter", "headrace"):
-            runs = " ".join(f"{t:.2f}" for t in times[k])
-            print(f"  {label[k]:34s} {total / med[k]:>12,.0f} rows/s  ({med[k]:.2f} s; runs {runs}; "
-                  f"CPU {statistics.median(cpu[k]):.2f} s)")  # fmt: skip
-        print(f"  ratio adapter / Spark native        {med['native'] / med['adapter']:.2f}   (goal >= 0.8)")
-        print(f"  ratio headrace alone / Spark native {med['native'] / med['headrace']:.2f}")
-        cn, ca = statistics.median(cpu["native"]), statistics.median(cpu["adapter"])
-        print(f"  CPU seconds adapter / native        {ca / cn:.2f}   (JVM + Python workers; less load-sensitive)")
+        for k in kinds:
+            w = med(k, "wall")
+            walls = " ".join(f"{x.wall:.2f}" for x in runs[k])
+            spark_part = f"; start {med(k, 'startup'):.2f} s + batches {med(k, 'batches'):.2f} s" if k != "headrace" else ""
+            print(f"  {label[k]:35s} {total / w:>12,.0f} rows/s  ({w:.2f} s; runs {walls}; CPU {med(k, 'cpu'):.2f} s"
+                  f"{spark_part})")  # fmt: skip
+        n = med("native", "wall")
+        print(f"  ratio adapter / Spark native         {n / med('adapter', 'wall'):.2f}   (goal >= 0.8)")
+        if "floor" in runs:
+            print(f"  ratio minimal Python source / native {n / med('floor', 'wall'):.2f}   (the ceiling of any "
+                  "Python data source)")  # fmt: skip
+        print(f"  ratio headrace alone / Spark native  {n / med('headrace', 'wall'):.2f}")
+        cn = med("native", "cpu")
+        print(f"  CPU seconds adapter / native         {med('adapter', 'cpu') / cn:.2f}   (JVM + Python workers; "
+              "less load-sensitive)")  # fmt: skip
+        if "floor" in runs:
+            print(f"  CPU seconds minimal source / native  {med('floor', 'cpu') / cn:.2f}")
+        sn, sa = med("native", "startup"), med("adapter", "startup")
+        bn, ba = med("native", "batches"), med("adapter", "batches")
+        print(f"  micro-batches only, adapter / native {bn / ba:.2f}   (sum of triggerExecution: {ba:.2f} s vs {bn:.2f} s;"
+              f" query start {sa:.2f} s vs {sn:.2f} s)")  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

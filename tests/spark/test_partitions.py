@@ -35,6 +35,12 @@ def test_group_partitions_keeps_order_and_balances(parts: int, max_groups: int |
     assert [p.n for g in groups for p in g] == list(range(parts))  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(("parallelism", "tasks"), [(None, None), (1, 1), (2, 1), (3, 1), (8, 4)],
+                         ids=["unknown", "one-core", "two-cores", "three-cores", "eight-cores"])  # fmt: skip
+def test_default_max_tasks_is_half_the_parallelism(parallelism: int | None, tasks: int | None) -> None:
+    assert headrace.spark.default_max_tasks(parallelism) == tasks
+
+
 def test_input_partition_holds_one_or_many() -> None:
     one, two = _P(1), _P(2)
     assert HeadraceInputPartition(one, None, 0).partitions == (one,)
@@ -42,9 +48,10 @@ def test_input_partition_holds_one_or_many() -> None:
     assert many.partitions == (one, two) and many.partition is one
 
 
-@pytest.mark.parametrize(("max_tasks", "tasks"), [(None, 2), ("0", 4), ("3", 3)], ids=["default-parallelism", "zero-one-per-partition", "three"])
+@pytest.mark.parametrize(("max_tasks", "tasks"), [(None, 1), ("0", 4), ("2", 2), ("3", 3)],
+                         ids=["default-half-parallelism", "zero-one-per-partition", "two", "three"])
 def test_micro_batch_runs_in_at_most_max_tasks(spark: Any, tmp_path: Path, max_tasks: str | None, tasks: int) -> None:
-    headrace.spark.register(spark, "rate-micro-batch", RECORD_SPEC)  # local[2]: default parallelism 2
+    headrace.spark.register(spark, "rate-micro-batch", RECORD_SPEC)  # local[2]: default parallelism 2, so 1 task
     opts: dict[str, Any] = {"rowsPerBatch": 12, "numPartitions": 4, "totalRows": 24,
                             "headraceStatePath": str(tmp_path / "chk" / "sources" / "0" / "headrace")}  # fmt: skip
     if max_tasks is not None:

@@ -104,9 +104,10 @@ def group_partitions(parts: Sequence[Partition], max_groups: int | None) -> list
     (one each when ``max_groups`` is None, 0 or not smaller than ``len(parts)``).
 
     Each Spark task costs a scheduling round, two Python worker hand-offs (the read and the
-    write) and an Arrow <-> row conversion set-up, so a micro-batch is not cut into more
-    tasks than Spark runs at once (its default parallelism), as Spark's own file source packs
-    files into ``defaultParallelism``-sized splits.
+    write) and an Arrow <-> row conversion set-up, and keeps about two cores busy, so a
+    micro-batch is cut into no more tasks than half of Spark's default parallelism by default
+    (see :func:`headrace.spark.default_max_tasks`), as Spark's own file source packs files
+    into splits.
     """
     if not max_groups or max_groups >= len(parts):
         return [[p] for p in parts]
