@@ -40,7 +40,8 @@ def test_later_batches_are_planned_while_a_batch_runs_and_every_row_arrives_once
     q.await_termination(60)
     assert sorted(seen) == list(range(PER_BATCH * BATCHES))
     assert ahead[0] == []  # the run's first batch is planned alone
-    assert len(ahead[1]) >= 1  # from the second on, the next entries are written while it runs
+    # from the second on, the next entries are written (in the background) while a batch runs
+    assert sum(1 for v in ahead.values() if v) >= BATCHES // 2
     assert max(max(v, default=0) - k for k, v in ahead.items()) <= LOOK_AHEAD
     cp = Checkpoint(str(chk))
     assert cp.pending() == [] and cp.committed_ids()[-1] == BATCHES - 1

@@ -283,6 +283,11 @@ class Checkpoint:
         write-ahead log must guarantee. Entries appear in the order of the calls."""
         return self.writer().offsets(entry.batch_id, entry.to_json())
 
+    def write_offsets_many(self, entries: list[OffsetEntry]) -> list[Future[None]]:
+        """``write_offsets_async`` for several consecutive batches planned ahead at once (one
+        background job for all); one future each."""
+        return self.writer().offsets_many([(e.batch_id, e.to_json()) for e in entries])
+
     def writer(self) -> LogWriter:
         """The background writer of this checkpoint's log (created on first use)."""
         if self._writer is None:

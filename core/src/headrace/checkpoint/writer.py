@@ -68,51 +68,61 @@ class LogWriter:
     def offsets(self, batch_id: int, data: bytes) -> Future[None]:
         """Write ``offsets/<batch_id>``; the future is done once it is durable. Entries appear
         in the order of these calls. The same job then makes earlier markers durable."""
-        seq = self._submitted
-        self._submitted += 1
-        done: Future[None] = Future()
-        self._pool.submit(self._offsets_job, seq, batch_id, data, done)
-        return done
+        return self.offsets_many([(batch_id, data)])[0]
 
-    def _offsets_job(self, seq: int, batch_id: int, data: bytes, done: Future[None]) -> None:
+    def offsets_many(self, entries: list[tuple[int, bytes]]) -> list[Future[None]]:
+        """Write several consecutive ``offsets/<n>`` entries in one background job (one thread
+        hand-off for all: the engine plans ahead a few batches at a time); one future each,
+        done once the entry is durable."""
+        seq = self._submitted
+        self._submitted += len(entries)
+        futures: list[Future[None]] = [Future() for _ in entries]
+        self._pool.submit(self._offsets_job, seq, entries, futures)
+        return futures
+
+    def _offsets_job(self, seq: int, entries: list[tuple[int, bytes]], futures: list[Future[None]]) -> None:
         try:
-            self._write_offsets(seq, batch_id, data)
+            self._write_offsets(seq, entries)
         except BaseException as e:
-            done.set_exception(e)
+            for f in futures:
+                f.set_exception(e)
         else:
-            done.set_result(None)
+            for f in futures:
+                f.set_result(None)
         self._sync_commits()
 
-    def _write_offsets(self, seq: int, batch_id: int, data: bytes) -> None:
-        path = os.path.join(self.offsets_dir, str(batch_id))
-        tmp: str | None = None
+    def _write_offsets(self, seq: int, entries: list[tuple[int, bytes]]) -> None:
+        paths = [os.path.join(self.offsets_dir, str(batch_id)) for batch_id, _ in entries]
+        tmps: list[str] = []
         err: BaseException | None = None
         try:
-            tmp = write_temp(path, data, durable=self.durable)
+            for path, (_, data) in zip(paths, entries, strict=True):
+                tmps.append(write_temp(path, data, durable=self.durable))
         except BaseException as e:
             err = e
         with self._turn:
             while self._renamed != seq:
                 self._turn.wait()
             try:
-                if err is None and self._broken is None and tmp is not None:
-                    publish(tmp, path)
-                    tmp = None
+                if err is None and self._broken is None:
+                    while tmps:
+                        publish(tmps[0], paths[len(paths) - len(tmps)])
+                        tmps.pop(0)
             except BaseException as e:
                 err = e
             finally:
-                if tmp is not None:
+                for tmp in tmps:
                     with contextlib.suppress(OSError):
                         os.unlink(tmp)
                 if err is not None and self._broken is None:
                     self._broken = err
-                self._renamed += 1
+                self._renamed += len(entries)
                 self._turn.notify_all()
         if err is not None:
             raise err
         if self._broken is not None:
             raise CheckpointError(
-                f"offsets entry {path} was not written because an earlier entry failed ({self._broken}); "
+                f"offsets entry {paths[0]} was not written because an earlier entry failed ({self._broken}); "
                 "the query stops and replays from its last committed batch on restart"
             )
         if self.durable:
