@@ -45,6 +45,7 @@ class Run:
     per_batch_ms: float  # median
     mean_batch_ms: float
     cpu_ms: float  # user + system per batch, all threads
+    fixed_ms: float = 0.0  # start to first batch end + last batch end to termination (query start and stop)
 
 
 def _cpu() -> float:
@@ -98,7 +99,9 @@ def engine(rows: int, batches: int, partitions: int, fsync: bool = True) -> tupl
     n = sum(p["numInputRows"] for p in progress)
     assert n == rows * batches, n
     gaps = [b - a for a, b in itertools.pairwise(ends)] or [elapsed]
-    return Run(n / elapsed, statistics.median(gaps) * 1e3, elapsed / batches * 1e3, cpu / batches * 1e3), progress
+    fixed = (ends[0] - t) + (t + elapsed - ends[-1]) if ends else elapsed
+    return Run(n / elapsed, statistics.median(gaps) * 1e3, elapsed / batches * 1e3, cpu / batches * 1e3,
+               fixed * 1e3), progress
 
 
 @contextlib.contextmanager
@@ -123,12 +126,18 @@ def listeners() -> list[str]:
     return [pm.get_name(i.plugin) or "?" for i in pm.hook.headrace_query_progress.get_hookimpls()]
 
 
-def compare(rows: int, batches: int, partitions: int, rounds: int) -> dict[str, list[Run]]:
-    out: dict[str, list[Run]] = {"direct": [], "durable": [], "nosync": []}
-    for _ in range(rounds):  # interleave to share the machine's noise
+def compare(rows: int, batches: int, partitions: int, rounds: int, alone: bool) -> dict[str, list[Run]]:
+    """Every variant once per round, interleaved (also with and without listener plugins), so
+    that the machine's noise falls on all of them alike."""
+    out: dict[str, list[Run]] = {k: [] for k in ("direct", "durable", "nosync", "durable-alone", "nosync-alone")}
+    for _ in range(rounds):
         out["direct"].append(direct(rows, batches, partitions))
         out["durable"].append(engine(rows, batches, partitions)[0])
         out["nosync"].append(engine(rows, batches, partitions, fsync=False)[0])
+        if alone:
+            with without_listeners():
+                out["durable-alone"].append(engine(rows, batches, partitions)[0])
+                out["nosync-alone"].append(engine(rows, batches, partitions, fsync=False)[0])
     return out
 
 
@@ -136,17 +145,21 @@ def med(runs: list[Run], attr: str) -> float:
     return statistics.median(getattr(r, attr) for r in runs)
 
 
-def report(title: str, res: dict[str, list[Run]]) -> None:
+def report(res: dict[str, list[Run]]) -> None:
     d = res["direct"]
-    print(title)
     print(f"  direct iteration        : {med(d, 'rows_per_s'):>14,.0f} rows/s, {med(d, 'per_batch_ms'):.3f} ms a batch "
           f"(median), cpu {med(d, 'cpu_ms'):.3f} ms a batch")
-    for key, label in (("durable", "headrace, fsync on"), ("nosync", "headrace, fsync off")):
+    variants = (("durable", "headrace, fsync on"), ("nosync", "headrace, fsync off"),
+                ("durable-alone", "fsync on, no listeners"), ("nosync-alone", "fsync off, no listeners"))  # fmt: skip
+    for key, label in variants:
         r = res[key]
+        if not r:
+            continue
         over = med(r, "per_batch_ms") - med(d, "per_batch_ms")
         mean_over = med(r, "mean_batch_ms") - med(d, "mean_batch_ms")
         print(f"  {label:<24}: {med(r, 'rows_per_s'):>14,.0f} rows/s, ratio {med(r, 'rows_per_s') / med(d, 'rows_per_s'):.2f}; "
-              f"per-batch overhead median {over:.3f} ms (mean {mean_over:.3f} ms); cpu {med(r, 'cpu_ms'):.3f} ms a batch")
+              f"per-batch overhead median {over:.3f} ms (mean {mean_over:.3f} ms); cpu {med(r, 'cpu_ms'):.3f} ms a batch; "
+              f"start + stop {med(r, 'fixed_ms'):.0f} ms")
 
 
 def main() -> None:
@@ -160,13 +173,9 @@ def main() -> None:
     engine(args.rows, 5, args.partitions)  # warm up imports and caches
     direct(args.rows, 5, args.partitions)
     names = listeners()
-    report(f"rate-micro-batch -> noop, {args.batches} batches of {args.rows:,} rows, {args.partitions} partition(s); "
-           f"listeners: {', '.join(names) or 'none'} (goal: overhead < 0.5 ms)",
-           compare(args.rows, args.batches, args.partitions, args.rounds))  # fmt: skip
-    if args.no_listeners:
-        with without_listeners():
-            report("  the same without listener plugins (the engine alone):",
-                   compare(args.rows, args.batches, args.partitions, args.rounds))
+    print(f"rate-micro-batch -> noop, {args.batches} batches of {args.rows:,} rows, {args.partitions} partition(s); "
+          f"listener plugins: {', '.join(names) or 'none'} (goal: overhead < 0.5 ms)")
+    report(compare(args.rows, args.batches, args.partitions, args.rounds, args.no_listeners))
     big_rows = 1 << 20
     big_base = direct(big_rows, 20, args.partitions)
     big_ours = engine(big_rows, 20, args.partitions)[0]
