@@ -4,10 +4,11 @@ at a time, and commit markers that cost no data write.
 What recovery relies on, and how the writer keeps it without the engine waiting for the disk:
 
 - ``offsets/<n>`` (the write-ahead entry) is written to a temporary file and fsynced on a pool
-  thread, renamed into place strictly in batch order (a later entry waits for the rename of the
-  earlier one, so a crash never leaves a gap in the log), then the folder is fsynced; its
-  future is done once all that is done (durable). Several entries' fsyncs overlap, and one
-  folder fsync serves every entry renamed meanwhile (:class:`DirSync`, a group commit).
+  thread (a group of consecutive entries per job when the engine plans ahead: one thread
+  hand-off for all), renamed into place strictly in batch order (a later entry waits for the
+  rename of the earlier one, so a crash never leaves a gap in the log), then the folder is
+  fsynced; its future is done once all that is done (durable). The jobs' fsyncs overlap, and
+  one folder fsync serves every entry renamed meanwhile (:class:`DirSync`, a group commit).
 - ``commits/<n>`` is a *hard link* to ``offsets/<n>`` made after the sink committed
   (:meth:`LogWriter.publish_commit`, one ``link`` call on the engine's thread): visible at once,
   never half written, and its content (the batch's entry, which is durable already: a
@@ -38,7 +39,7 @@ __all__ = ["LogWriter", "purge"]
 
 log = logging.getLogger(__name__)
 
-_THREADS = 12  # fsyncs in flight at once: enough for the engine's look-ahead (6 batches ahead)
+_THREADS = 12  # background jobs at once (each writes a group of offsets entries, or fsyncs markers)
 
 
 class LogWriter:

@@ -10,6 +10,7 @@ later point of the loop, on the loop's thread, in batch order, each batch once. 
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -24,29 +25,42 @@ class SourceCommits:
 
     ``add`` once per batch, after its marker is published; ``settle`` at every batch (commits
     what is durable, waits only when more than ``max_pending`` batches are waiting) and with
-    ``wait=True`` when the loop idles, before a real-time batch and when the query ends."""
+    ``wait=True`` when the loop idles, before a real-time batch and when the query ends.
 
-    def __init__(self, sources: Sequence[Source], max_pending: int = 6, flush: Callable[[], None] | None = None) -> None:
+    A marker becomes durable when the checkpoint's writer next fsyncs the commits folder (with
+    the next offsets entries); when the oldest marker has waited ``max_delay`` seconds,
+    ``settle`` asks for that fsync at once (``flush``), so a source is told at most about that
+    long after its batch (plus an fsync), however the batches are planned."""
+
+    def __init__(self, sources: Sequence[Source], max_pending: int = 6, flush: Callable[[], None] | None = None,
+                 max_delay: float = 0.1) -> None:  # fmt: skip
         self._sources = sources
         self._flush = flush  # asks the writer to make the markers durable now (before waiting)
         self._max = max(1, max_pending)
-        self._pending: deque[tuple[Future[None], list[Offset]]] = deque()
+        self._max_delay = max_delay
+        self._flushed = 0.0  # when flush was last called (time.monotonic())
+        self._pending: deque[tuple[Future[None], list[Offset], float]] = deque()
 
     def __len__(self) -> int:
         return len(self._pending)
 
     def add(self, durable: Future[None], ends: list[Offset]) -> None:
-        self._pending.append((durable, ends))
+        self._pending.append((durable, ends, time.monotonic()))
 
     def settle(self, *, wait: bool = False) -> None:
         """``Source.commit(end)`` for every batch, oldest first, whose marker is durable; with
         ``wait`` (or while too many are waiting) wait for the markers first. Raises the error
         of a marker that could not be written (its batch is then replayed on restart)."""
         while self._pending:
-            done, ends = self._pending[0]
+            done, ends, since = self._pending[0]
             if not (wait or done.done() or len(self._pending) > self._max):
+                now = time.monotonic()
+                if self._flush is not None and now - max(since, self._flushed) > self._max_delay:
+                    self._flushed = now
+                    self._flush()
                 return
             if not done.done() and self._flush is not None:
+                self._flushed = time.monotonic()
                 self._flush()
             self._pending.popleft()
             done.result()

@@ -44,7 +44,7 @@ __all__ = ["LOOK_AHEAD", "PlannedBatch", "Planner"]
 
 log = logging.getLogger(__name__)
 
-LOOK_AHEAD = 6  # batches planned ahead of the running one (available_now only)
+LOOK_AHEAD = 24  # batches planned ahead of the running one (available_now only), refilled by halves
 
 
 @dataclass
