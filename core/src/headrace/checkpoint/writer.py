@@ -40,6 +40,7 @@ __all__ = ["LogWriter", "purge"]
 log = logging.getLogger(__name__)
 
 _THREADS = 12  # background jobs at once (each writes a group of offsets entries, or fsyncs markers)
+_FSYNC_THREADS = 8  # files of one group written and fsynced at once
 
 
 class LogWriter:
@@ -55,6 +56,7 @@ class LogWriter:
         self.durable = durable
         self.retain = retain
         self._pool = ThreadPoolExecutor(_THREADS, thread_name_prefix="headrace-checkpoint-io")
+        self._fsyncs = ThreadPoolExecutor(_FSYNC_THREADS, thread_name_prefix="headrace-checkpoint-fsync")
         self._turn = threading.Condition()
         self._submitted = 0  # offsets entries handed to the pool
         self._renamed = 0  # offsets entries whose turn to be renamed has passed
@@ -94,13 +96,7 @@ class LogWriter:
 
     def _write_offsets(self, seq: int, entries: list[tuple[int, bytes]]) -> None:
         paths = [os.path.join(self.offsets_dir, str(batch_id)) for batch_id, _ in entries]
-        tmps: list[str] = []
-        err: BaseException | None = None
-        try:
-            for path, (_, data) in zip(paths, entries, strict=True):
-                tmps.append(write_temp(path, data, durable=self.durable))
-        except BaseException as e:
-            err = e
+        tmps, err = self._write_temps(paths, [data for _, data in entries])
         with self._turn:
             while self._renamed != seq:
                 self._turn.wait()
@@ -128,6 +124,33 @@ class LogWriter:
             )
         if self.durable:
             self._offsets_sync.sync()
+
+    def _write_temps(self, paths: list[str], datas: list[bytes]) -> tuple[list[str], BaseException | None]:
+        """Write (and fsync) a group's temporary files; several at once on the fsync threads
+        (each file needs its own fsync, and concurrent ones share the journal's commits).
+        Returns the files written, in order, and the first error (then none are returned)."""
+        tmps: list[str] = []
+        err: BaseException | None = None
+        if len(paths) == 1 or not self.durable:
+            for p, d in zip(paths, datas, strict=True):
+                try:
+                    tmps.append(write_temp(p, d, durable=self.durable))
+                except BaseException as e:
+                    err = e
+                    break
+        else:
+            futures = [self._fsyncs.submit(write_temp, p, d, durable=True) for p, d in zip(paths, datas, strict=True)]
+            for f in futures:
+                try:
+                    tmps.append(f.result())
+                except BaseException as e:
+                    err = err or e
+        if err is not None:
+            for tmp in tmps:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            return [], err
+        return tmps, None
 
     # ------------------------------------------------------------------ commits
     def publish_commit(self, batch_id: int) -> Future[None]:
@@ -210,6 +233,7 @@ class LogWriter:
         with contextlib.suppress(RuntimeError):  # already shut down
             self._pool.submit(self._sync_commits)
         self._pool.shutdown(wait=True)
+        self._fsyncs.shutdown(wait=True)
 
 
 def purge(offsets_dir: str, commits_dir: str, batch_id: int) -> None:
