@@ -1,91 +1,189 @@
 """Engine overhead: rate-micro-batch -> noop through headrace vs iterating the same Arrow batches.
 
-Prints rows/s both ways and their ratio (goal >= 0.9 at 64k-row batches), the same at 1M-row batches, and the median
-per-batch engine overhead with a checkpoint on local disk (goal < 5 ms): the time of a batch
-that is not spent reading or writing rows (triggerExecution - addBatch), and the whole time of a
-1-row batch.
+What it measures (issue 17, "small batches"):
 
-    .venv/bin/python bench/core_overhead.py [--batches 100] [--rows 65536]
+- ``direct``: the same batches read straight from the source class (latest_offset, partitions,
+  read), no engine, no checkpoint: the time of a batch spent on its rows.
+- ``headrace``: the query, ``trigger(available_now=True)``, with a checkpoint on local disk and
+  ``checkpointFsync`` on (durable offsets entries and commit markers), the default; and the
+  same with ``checkpointFsync=false``.
+- **per-batch overhead** = median time between two batch ends through headrace (taken in an
+  ``on_progress`` callback) - median time of one direct batch; and the mean the same way
+  ((wall - direct wall) / batches). Both include everything per batch: offsets log, commit
+  markers, source commits, progress report, history, listener plugins, thread hand-offs.
+- rows/s both ways and their ratio, at 64k-row and 1M-row batches; the whole time of a 1-row
+  batch.
+
+Every variant runs interleaved (direct, durable, not durable; three times) so that a shared
+machine's noise falls on all of them; CPU time per batch (user + system, all threads) is printed
+too. Installed listener plugins (e.g. headrace-prometheus) are part of the default figures;
+``--no-listeners`` also measures without them (the engine alone).
+
+    .venv/bin/python bench/core_overhead.py [--batches 300] [--rows 65536] [--rounds 3] [--no-listeners]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
+import resource
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import headrace as hr
 from headrace.plugins import registry
 from headrace.protocols import ReadLimit, SourceContext
 
 
-def direct(rows: int, batches: int, partitions: int) -> float:
+@dataclass
+class Run:
+    rows_per_s: float
+    per_batch_ms: float  # median
+    mean_batch_ms: float
+    cpu_ms: float  # user + system per batch, all threads
+    fixed_ms: float = 0.0  # start to first batch end + last batch end to termination (query start and stop)
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def direct(rows: int, batches: int, partitions: int) -> Run:
     """The same batches, read straight from the source class: no engine, no checkpoint."""
     spec = registry().get("rate-micro-batch")
     opts = spec.source_options.parse({"rowsPerBatch": rows, "totalRows": rows * batches, "numPartitions": partitions})
     src = spec.load_source()(opts, SourceContext())
     start = src.initial_offset()
     n = 0
+    times = []
+    c0 = _cpu()
     t = time.perf_counter()
     for _ in range(batches):
+        tb = time.perf_counter()
         end = src.latest_offset(start, ReadLimit(max_rows=rows))
         for p in src.partitions(start, end):
             for b in src.read(p):
                 n += b.num_rows
         start = end
+        times.append(time.perf_counter() - tb)
     elapsed = time.perf_counter() - t
     assert n == rows * batches
-    return n / elapsed
+    return Run(n / elapsed, statistics.median(times) * 1e3, elapsed / batches * 1e3, (_cpu() - c0) / batches * 1e3)
 
 
-def engine(rows: int, batches: int, partitions: int, fsync: bool = True) -> tuple[float, list[dict]]:
+def engine(rows: int, batches: int, partitions: int, fsync: bool = True) -> tuple[Run, list[dict]]:
     progress: list[dict] = []
+    ends: list[float] = []
+
+    def on_progress(p: hr.QueryProgress) -> None:
+        ends.append(time.perf_counter())
+        progress.append(p.to_dict())
+
     with tempfile.TemporaryDirectory() as chk:
+        c0 = _cpu()
         t = time.perf_counter()
         q = (hr.read_stream.format("rate-micro-batch")
              .options(rowsPerBatch=rows, totalRows=rows * batches, numPartitions=partitions).load()
              .write_stream.format("noop").option("checkpointLocation", chk)
              .option("checkpointFsync", fsync)
-             .on_progress(lambda p: progress.append(p.to_dict()))
+             .on_progress(on_progress)
              .trigger(available_now=True).start())  # fmt: skip
         q.await_termination()
         elapsed = time.perf_counter() - t
+        cpu = _cpu() - c0
     n = sum(p["numInputRows"] for p in progress)
     assert n == rows * batches, n
-    return n / elapsed, progress
+    gaps = [b - a for a, b in itertools.pairwise(ends)] or [elapsed]
+    fixed = (ends[0] - t) + (t + elapsed - ends[-1]) if ends else elapsed
+    return Run(n / elapsed, statistics.median(gaps) * 1e3, elapsed / batches * 1e3, cpu / batches * 1e3,
+               fixed * 1e3), progress
+
+
+@contextlib.contextmanager
+def without_listeners() -> Iterator[list[str]]:
+    """Unregister the plugins that listen to progress (for the engine-alone figures)."""
+    pm = registry().pm
+    registry().hook  # noqa: B018 - loads the entry points
+    gone = [(name, plugin) for name, plugin in pm.list_name_plugin()
+            if name and any(i.plugin is plugin for i in pm.hook.headrace_query_progress.get_hookimpls())]  # fmt: skip
+    for _, plugin in gone:
+        pm.unregister(plugin)
+    try:
+        yield [name for name, _ in gone]
+    finally:
+        for name, plugin in gone:
+            pm.register(plugin, name=name)
+
+
+def listeners() -> list[str]:
+    pm = registry().pm
+    registry().hook  # noqa: B018 - loads the entry points
+    return [pm.get_name(i.plugin) or "?" for i in pm.hook.headrace_query_progress.get_hookimpls()]
+
+
+def compare(rows: int, batches: int, partitions: int, rounds: int, alone: bool) -> dict[str, list[Run]]:
+    """Every variant once per round, interleaved (also with and without listener plugins), so
+    that the machine's noise falls on all of them alike."""
+    out: dict[str, list[Run]] = {k: [] for k in ("direct", "durable", "nosync", "durable-alone", "nosync-alone")}
+    for _ in range(rounds):
+        out["direct"].append(direct(rows, batches, partitions))
+        out["durable"].append(engine(rows, batches, partitions)[0])
+        out["nosync"].append(engine(rows, batches, partitions, fsync=False)[0])
+        if alone:
+            with without_listeners():
+                out["durable-alone"].append(engine(rows, batches, partitions)[0])
+                out["nosync-alone"].append(engine(rows, batches, partitions, fsync=False)[0])
+    return out
+
+
+def med(runs: list[Run], attr: str) -> float:
+    return statistics.median(getattr(r, attr) for r in runs)
+
+
+def report(res: dict[str, list[Run]]) -> None:
+    d = res["direct"]
+    print(f"  direct iteration        : {med(d, 'rows_per_s'):>14,.0f} rows/s, {med(d, 'per_batch_ms'):.3f} ms a batch "
+          f"(median), cpu {med(d, 'cpu_ms'):.3f} ms a batch")
+    variants = (("durable", "headrace, fsync on"), ("nosync", "headrace, fsync off"),
+                ("durable-alone", "fsync on, no listeners"), ("nosync-alone", "fsync off, no listeners"))  # fmt: skip
+    for key, label in variants:
+        r = res[key]
+        if not r:
+            continue
+        over = med(r, "per_batch_ms") - med(d, "per_batch_ms")
+        mean_over = med(r, "mean_batch_ms") - med(d, "mean_batch_ms")
+        print(f"  {label:<24}: {med(r, 'rows_per_s'):>14,.0f} rows/s, ratio {med(r, 'rows_per_s') / med(d, 'rows_per_s'):.2f}; "
+              f"per-batch overhead median {over:.3f} ms (mean {mean_over:.3f} ms); cpu {med(r, 'cpu_ms'):.3f} ms a batch; "
+              f"start + stop {med(r, 'fixed_ms'):.0f} ms")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", type=int, default=100)
+    ap.add_argument("--batches", type=int, default=300)
     ap.add_argument("--rows", type=int, default=65536)
     ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--no-listeners", action="store_true", help="also measure without progress listener plugins")
     args = ap.parse_args()
     engine(args.rows, 5, args.partitions)  # warm up imports and caches
     direct(args.rows, 5, args.partitions)
-    base, ours, nosync = [], [], []
-    for _ in range(3):  # interleave to share the machine's noise
-        base.append(direct(args.rows, args.batches, args.partitions))
-        rate, progress = engine(args.rows, args.batches, args.partitions)
-        ours.append(rate)
-        nosync.append(engine(args.rows, args.batches, args.partitions, fsync=False)[0])
-    b, o, n = statistics.median(base), statistics.median(ours), statistics.median(nosync)
-    overhead = statistics.median(p["durationMs"]["triggerExecution"] - p["durationMs"]["addBatch"] for p in progress)
+    names = listeners()
+    print(f"rate-micro-batch -> noop, {args.batches} batches of {args.rows:,} rows, {args.partitions} partition(s); "
+          f"listener plugins: {', '.join(names) or 'none'} (goal: overhead < 0.5 ms)")
+    report(compare(args.rows, args.batches, args.partitions, args.rounds, args.no_listeners))
     big_rows = 1 << 20
     big_base = direct(big_rows, 20, args.partitions)
     big_ours = engine(big_rows, 20, args.partitions)[0]
-    _, tiny = engine(1, 200, 1)
-    tiny_total = statistics.median(p["durationMs"]["triggerExecution"] for p in tiny)
-    print(f"rate-micro-batch -> noop, {args.batches} batches of {args.rows:,} rows, {args.partitions} partition(s)")
-    print(f"  direct iteration : {b:,.0f} rows/s")
-    print(f"  through headrace : {o:,.0f} rows/s")
-    print(f"  ratio            : {o / b:.2f}  (goal >= 0.9)")
-    print(f"  with checkpointFsync=false: {n:,.0f} rows/s, ratio {n / b:.2f}")
-    print(f"  at {big_rows:,}-row batches: direct {big_base:,.0f} rows/s, headrace {big_ours:,.0f} rows/s, "
-          f"ratio {big_ours / big_base:.2f}")
-    print(f"  median per-batch engine overhead (triggerExecution - addBatch): {overhead:.1f} ms  (goal < 5 ms)")
-    print(f"  median whole batch of 1 row (offsets + commit + progress):       {tiny_total:.1f} ms")
+    print(f"  at {big_rows:,}-row batches: direct {big_base.rows_per_s:,.0f} rows/s, headrace {big_ours.rows_per_s:,.0f} "
+          f"rows/s, ratio {big_ours.rows_per_s / big_base.rows_per_s:.2f}")
+    tiny, _ = engine(1, 300, 1)
+    print(f"  batches of 1 row, fsync on: {tiny.per_batch_ms:.3f} ms a batch (median between batch ends), "
+          f"cpu {tiny.cpu_ms:.3f} ms a batch")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ run that ``terminated.json`` does not and its process is alive.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -52,21 +53,35 @@ _FLUSH_EVERY = 0.05  # seconds between two appends: bounds the writer's share of
 _USERINFO = re.compile(r"(?<=://)[^/@\s:]+:[^/@\s]+@")
 
 
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    lower = key.lower()
+    return any(m in lower for m in _SECRET_MARKERS)
+
+
 def redact(value: Any) -> Any:
     """A copy of a JSON-like value with every value under a credential-looking key
     (password, secret, token, ...) replaced by ``***``, and the ``user:password@`` of URLs too.
-    Applied to every record written."""
+    Applied to every record written (the verdict per key is cached: a query's records repeat
+    the same keys every batch)."""
     if isinstance(value, Mapping):
         out = {}
         for k, v in value.items():
-            lower = str(k).lower()
-            out[k] = "***" if any(m in lower for m in _SECRET_MARKERS) and v not in (None, "") else redact(v)
+            if _secret_key(k if type(k) is str else str(k)) and v not in (None, ""):
+                out[k] = "***"
+            elif type(v) in _PLAIN:
+                out[k] = v
+            else:
+                out[k] = redact(v)
         return out
     if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
+        return [v if type(v) in _PLAIN else redact(v) for v in value]
     if isinstance(value, str) and "://" in value:
         return _USERINFO.sub("***@", value)
     return value
+
+
+_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 class ProgressHistory:
@@ -84,6 +99,7 @@ class ProgressHistory:
         self._pending: deque[dict[str, Any]] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self._waiting = False
         self._thread: threading.Thread | None = None
         self._run_id = ""
         self._segments: dict[int, int] = {}  # seq -> records in it
@@ -107,7 +123,8 @@ class ProgressHistory:
             self._pending.append(dict(progress))
             while len(self._pending) > self.keep:  # fell behind: the oldest would be purged anyway
                 self._pending.popleft()
-            self._cond.notify()
+            if self._waiting:  # wake the writer only when it waits for records, not while it paces itself
+                self._cond.notify()
 
     def finish(self, *, run_id: str, exception: str | None, batch_id: int | None) -> None:
         """Write the pending records and ``terminated.json`` (``batchId``: the batch that failed,
@@ -137,7 +154,9 @@ class ProgressHistory:
         while True:
             with self._cond:
                 while not self._pending and not self._closed:
+                    self._waiting = True
                     self._cond.wait()
+                    self._waiting = False
                 if not self._pending and self._closed:
                     return
                 batch = list(self._pending)

@@ -253,9 +253,9 @@ class Source(ABC):
     def commit(self, end: Offset) -> None:
         """Everything up to ``end`` is durably processed: acknowledge upstream, clean up.
 
-        Called once per batch after the batch is committed (its ``commits/<n>`` durable), on
-        the driver, possibly after the next batch's ``latest_offset``, ``partitions`` and reads
-        (before its sink commit), as Spark defers it. May be a no-op.
+        Called once per batch, in batch order, after the batch is committed (its ``commits/<n>``
+        durable), on the driver; possibly after later batches' ``latest_offset``, ``partitions``,
+        reads and sink commits (Spark defers it to the next batch likewise). May be a no-op.
         """
 
     def metrics(self, latest: Offset) -> Mapping[str, Any]:

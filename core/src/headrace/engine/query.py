@@ -1,16 +1,13 @@
 """``StreamingQuery``: the checkpointed micro-batch loop, triggers, progress, stop and await.
 
-Per batch, with Spark's semantics:
+Per batch, with Spark's semantics (``headrace.engine.planner`` plans a batch,
+``headrace.engine.microbatch`` runs it, ``headrace.engine.report`` reports it):
 
 1. ``end = source.latest_offset(start, limit)`` for each source; no new data -> no batch.
-2. ``offsets/<n>`` written (write-ahead, atomic) before any data is read.
-3. Partitions read (``headrace.engine.reader``), the stream's plan applied
-   (``headrace.engine.plan``: stateless steps in the reader threads, stateful ones on the
-   consumer), ``sink.write`` then ``sink.commit(n, messages)``.
-4. ``commits/<n>`` written on the checkpoint's I/O thread (after ``offsets/<n>``, before
-   ``offsets/<n+1>``: one thread, in order), and ``source.commit(end)`` once it is durable:
-   in the next batch just before its sink commit, when the loop finds no new data, or when
-   the query ends (Spark defers ``Source.commit`` to the next batch likewise).
+2. ``offsets/<n>`` written (write-ahead, atomic, durable before the sink commits anything).
+3. Partitions read, the stream's plan applied, ``sink.write`` then ``sink.commit(n, messages)``.
+4. ``commits/<n>`` renamed into place, and ``source.commit(end)`` once it is durable
+   (``headrace.engine.commits``; Spark defers ``Source.commit`` to the next batch likewise).
 
 With ``with_watermark``, ``offsets/<n>`` also records the batch's watermark
 (``headrace.engine.watermark``), and when the watermark moves while no new data arrives, a
@@ -38,32 +35,30 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.checkpoint import Checkpoint, OffsetEntry
+from headrace.checkpoint import Checkpoint
+from headrace.engine.commits import SourceCommits
 from headrace.engine.crash import CrashHook
-from headrace.engine.deadletters import (
-    close_dead_letter_sinks,
-    open_dead_letter_sinks,
-    settle_bad_records,
-    transform_bad_record_metrics,
-)
+from headrace.engine.deadletters import close_dead_letter_sinks, settle_bad_records
+from headrace.engine.loop import run_loop
 from headrace.engine.plan import PlanRunner
-from headrace.engine.reader import BatchCounts, read_partitions
+from headrace.engine.planner import LOOK_AHEAD, Planner
+from headrace.engine.reader import BatchCounts
 from headrace.engine.real_time import run_real_time_batch
+from headrace.engine.report import report_progress
+from headrace.engine.setup import resolve_plan, setup_query
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
 from headrace.engine.watermark import EventTimeTracker
 from headrace.errors import (
     HeadraceError,
     StreamingQueryException,
-    UnsupportedError,
     redact,
-    redact_url,
     scrub_exception,
 )
 from headrace.history import ProgressHistory
 from headrace.options import Options
 from headrace.progress import QueryProgress
-from headrace.protocols import Offset, Partition, ReadLimit, Sink, SinkContext, Source, SourceContext
-from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+from headrace.protocols import Offset, Sink, Source
+from headrace.transforms.operator import Operator
 from headrace.transforms.stateless import MapBatchesOperator
 
 __all__ = ["StreamingQuery"]
@@ -139,7 +134,11 @@ class StreamingQuery:
         self._processed_batches = 0
         self._idle_checks = 0
         self._last_watermark: int | None = None
-        self._deferred_commit: tuple[Future[None], list[Offset]] | None = None
+        self._planner = Planner(self)
+        self._source_commits = SourceCommits(self._sources, max_pending=LOOK_AHEAD + 2, flush=self._flush_commits)
+        self._marker_in_flight: Future[None] | None = None  # a marker written whole, not yet visible
+        self._ran = 0  # micro-batches this run has finished (the planner plans ahead after the first)
+        self._hook: Any = None  # the plugin hooks (progress listeners), from the run's start
 
     # ------------------------------------------------------------------ public API
     @property
@@ -228,108 +227,24 @@ class StreamingQuery:
         return self
 
     def _resolve_plan(self, schema: pa.Schema) -> PlanRunner:
-        """Validate the plan against the input schema (every expression run on an empty
-        table), then its output mode and trigger. Raises before any data is read."""
-        runner = PlanRunner(self._operators, schema)
-        runner.check_output_mode(self.output_mode)
-        if self.trigger.kind == "real_time":
-            problems = runner.check_real_time(self.output_mode)
-            if problems:
-                raise UnsupportedError(
-                    "this plan cannot run with the real-time trigger: " + "; ".join(problems)
-                    + ". Use trigger(processing_time=...) instead"
-                )
-        return runner
+        return resolve_plan(self, schema)
+
+    def _new_history(self, location: str) -> ProgressHistory:
+        return ProgressHistory(location, keep=self._keep)
 
     def _setup(self) -> None:
-        if self.trigger.kind == "real_time":
-            self._check_real_time()
-        if self.output_mode not in getattr(self._sink_class, "output_modes", ("append",)):
-            raise UnsupportedError(
-                f"sink '{self._sink_connector}' does not support output mode '{self.output_mode}'; "
-                f"it supports: {', '.join(getattr(self._sink_class, 'output_modes', ('append',)))}"
-            )
-        if self._plans[0].user_schema is not None:  # validate before the checkpoint is touched
-            self._resolve_plan(self._plans[0].user_schema)
-        cp = Checkpoint(self._checkpoint_location, durable=self._fsync)
-        meta = cp.open(
-            name=self.name,
-            sources=[{"connector": p.connector, "path": redact_url(p.path) if p.path else p.path} for p in self._plans],
-            sink={"connector": self._sink_connector},
-        )
-        self._checkpoint = cp
-        self.id = meta["id"]
-        committed = bool(cp.committed_ids())
-        self._history = ProgressHistory(cp.location, keep=self._keep)
-        try:
-            for i, plan in enumerate(self._plans):
-                ctx = SourceContext(
-                    query_id=self.id,
-                    run_id=self.run_id,
-                    source_index=i,
-                    state_path=cp.source_state_path(i),
-                    user_schema=plan.user_schema,
-                    has_committed_batches=committed,
-                )
-                self._sources.append(plan.source_class(plan.options, ctx))
-            runner = self._resolve_plan(self._sources[0].schema)
-            self._runner = runner  # before open(): operator contexts read it
-            self._tracker = EventTimeTracker(runner.watermarks)
-            schema = runner.sink_schema
-            sctx = SinkContext(
-                query_id=self.id,
-                run_id=self.run_id,
-                query_name=self.name,
-                output_mode=self.output_mode,
-                state_path=cp.sink_state_path(),
-                schema=schema,
-            )
-            self._sink = self._sink_class(self._sink_options, sctx)
-            runner.open(self._operator_context)
-            open_dead_letter_sinks(self, cp)
-        except BaseException:
-            self._close_all()
-            raise
+        setup_query(self)
         log.info(
             "query '%s' (id %s, run %s) starting: %s -> %s, trigger %s, delivery %s, checkpoint %s",
             self.name, self.id, self.run_id, ", ".join(p.describe() for p in self._plans),
             self._sink_connector, self.trigger, self.delivery_guarantee, self._checkpoint_location,
         )  # fmt: skip
 
-    def _operator_context(self, index: int, op: Operator) -> OperatorContext:
-        assert self._checkpoint is not None and self._runner is not None
-        options = {"checkpointFsync": self._fsync, **self._runner.operator_options(index)}
-        return OperatorContext(
-            index=index,
-            query_id=self.id,
-            state_path=self._checkpoint.state_path(index) if op.stateful else None,
-            state_backend=self._state_store,
-            retain=self._checkpoint.retain,
-            output_mode=self.output_mode,
-            real_time=self.trigger.kind == "real_time",
-            options=options,
-        )
-
-    def _check_real_time(self) -> None:
-        problems = []
-        if len(self._plans) != 1:
-            problems.append("it reads exactly one source")
-        for p in self._plans:
-            if not getattr(p.source_class, "supports_real_time", False):
-                problems.append(f"source '{p.connector}' does not support it")
-        if not getattr(self._sink_class, "supports_real_time", False):
-            problems.append(f"sink '{self._sink_connector}' does not support it")
-        if problems:
-            raise UnsupportedError(
-                "the real-time trigger needs a source and a sink that support it: " + "; ".join(problems)
-                + ". Use trigger(processing_time=...) instead, or a real-time capable pair (e.g. kafka -> kafka)"
-            )
-
     # ------------------------------------------------------------------ loop
     def _run(self) -> None:
         from headrace.plugins import registry
 
-        hook = registry().hook
+        hook = self._hook = registry().hook
         with contextlib.suppress(Exception):
             hook.headrace_query_started(
                 event={"id": self.id, "runId": self.run_id, "name": self.name, "timestamp": time.time(),
@@ -345,9 +260,10 @@ class StreamingQuery:
         try:
             self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
             try:
-                batch_id = self._loop()
+                batch_id = run_loop(self)
             finally:
-                self._settle_commit()  # the last batch's marker durable, its sources committed
+                self._planner.discard()  # batches planned ahead that did not run: forgotten
+                self._settle_commit()  # the last batches' markers durable, their sources committed
         except BaseException as e:
             e = scrub_exception(e)  # no secret in q.exception(), its traceback or the log line
             self._exception = StreamingQueryException(self.name or self.id, self._current_batch, e)
@@ -393,200 +309,25 @@ class StreamingQuery:
         if self._temp_checkpoint:
             shutil.rmtree(self._checkpoint_location, ignore_errors=True)
 
-    def _loop(self) -> int | None:
-        assert self._checkpoint is not None
-        pending = self._checkpoint.pending()
-        entry, committed = self._checkpoint.latest()
-        self._last_watermark = self._tracker.watermark_ms
-        if entry is None:
-            batch_id = 0
-            current: list[Offset] = [s.initial_offset() for s in self._sources]
-        elif committed:
-            if any(e is None for e in entry.ends):
-                raise HeadraceError(f"checkpoint batch {entry.batch_id} is committed without an end offset")
-            self._tracker.restore(entry.metadata, self._checkpoint.read_commit(entry.batch_id) or {})
-            self._last_watermark = entry.metadata.get("batchWatermarkMs", self._tracker.watermark_ms)
-            batch_id = entry.batch_id + 1
-            current = [dict(e) for e in entry.ends if e is not None]
-        else:
-            # uncommitted batches (the one a crash interrupted, or those `checkpoint reset` rolled
-            # back) are replayed first, each with exactly its recorded range, batch id and watermark
-            for k, entry in enumerate(pending):
-                if self._stop.is_set():
-                    return None
-                log.info("query '%s': replaying uncommitted batch %d", self.name, entry.batch_id)
-                self._tracker.restore(entry.metadata)
-                if entry.real_time and any(e is None for e in entry.ends):
-                    if k != len(pending) - 1:
-                        raise HeadraceError(f"checkpoint batch {entry.batch_id} has no end offset but later batches do")
-                    self._real_time_batch(entry.batch_id, list(entry.starts), entry.metadata)
-                else:
-                    ends = [e for e in entry.ends if e is not None]
-                    self._batch(entry.batch_id, list(entry.starts), ends, replay=True, metadata=entry.metadata)
-            assert self._checkpoint is not None
-            latest, _ = self._checkpoint.latest()
-            assert latest is not None and entry is not None
-            batch_id = entry.batch_id + 1
-            current = [dict(e) for e in latest.ends if e is not None]
-            if self.trigger.kind == "once":
-                return entry.batch_id
-
-        kind = self.trigger.kind
-        limits = [s.default_read_limit() for s in self._sources]
-        if kind == "once":
-            limits = [ReadLimit.all_available() for _ in self._sources]
-        elif kind == "available_now":
-            prepared = [s.prepare_for_available_now() for s in self._sources]
-            if not all(prepared):
-                limits = [ReadLimit.all_available() for _ in self._sources]
-                kind = "once"
-
-        last_batch: int | None = None
-        while not self._stop.is_set():
-            if kind == "real_time":
-                current = self._real_time_batch(batch_id, current)
-                last_batch = batch_id
-                batch_id += 1
-                continue
-            t0 = time.monotonic()
-            self._status = {"message": "Getting offsets from sources", "isDataAvailable": False, "isTriggerActive": True}
-            ends = [s.latest_offset(st, lim) for s, st, lim in zip(self._sources, current, limits, strict=True)]
-            t_latest = time.monotonic() - t0
-            if all(e == st for e, st in zip(ends, current, strict=True)):
-                if self._needs_no_data_batch():
-                    self._batch(batch_id, current, current, t0=t0, t_latest=t_latest)
-                    last_batch = batch_id
-                    batch_id += 1
-                    continue
-                self._settle_commit()
-                self._status = {"message": "Waiting for data to arrive", "isDataAvailable": False, "isTriggerActive": False}
-                self._idle_checks += 1
-                if kind in ("once", "available_now"):
-                    break
-                self._stop.wait(self.trigger.interval if kind == "processing_time" else 0.01)
-                continue
-            self._batch(batch_id, current, ends, t0=t0, t_latest=t_latest)
-            last_batch = batch_id
-            batch_id += 1
-            current = ends
-            if kind == "once":
-                break
-            if kind == "processing_time":
-                remaining = self.trigger.interval - (time.monotonic() - t0)
-                if remaining > 0:
-                    self._status = {"message": "Waiting for next trigger", "isDataAvailable": True, "isTriggerActive": False}
-                    self._stop.wait(remaining)
-        return last_batch
-
-    def _needs_no_data_batch(self) -> bool:
-        """Whether the watermark moved past the one the last batch ran with, in a plan with
-        stateful operators (which then emit and evict in a batch without data)."""
-        return (
-            self._runner is not None and self._runner.has_stateful and self._tracker.enabled
-            and self._tracker.watermark_ms != self._last_watermark
-        )  # fmt: skip
-
     def _settle_commit(self) -> None:
-        """Wait until the last batch's ``commits/<n>`` is durable, then ``source.commit(end)``
-        for it (on the loop's thread, as every source call). Called before the next batch's
-        sink commit, when a trigger finds no new data, before a real-time batch and when the
-        loop ends. A crash before this point replays batch ``n`` (its marker may be missing),
-        exactly as a crash between a synchronous marker and ``source.commit`` did."""
-        deferred, self._deferred_commit = self._deferred_commit, None
-        if deferred is None:
-            return
-        done, ends = deferred
-        done.result()
-        for src, en in zip(self._sources, ends, strict=True):
-            src.commit(en)
+        """Wait until every finished batch's ``commits/<n>`` is durable, then
+        ``source.commit(end)`` for each, in order (on the loop's thread, as every source call).
+        Called when a trigger finds no new data, before a real-time batch and when the loop ends;
+        at every batch, :meth:`SourceCommits.settle` commits what is durable without waiting."""
+        self._wait_marker()
+        self._source_commits.settle(wait=True)
 
-    # ------------------------------------------------------------------ one batch
-    def _batch(
-        self,
-        batch_id: int,
-        starts: list[Offset],
-        ends: list[Offset],
-        *,
-        replay: bool = False,
-        t0: float | None = None,
-        t_latest: float = 0.0,
-        metadata: dict[str, Any] | None = None,
-    ) -> None:
-        assert self._checkpoint is not None and self._sink is not None and self._runner is not None
-        t0 = time.monotonic() if t0 is None else t0
-        wall = time.time()
-        if metadata is None:
-            metadata = self._tracker.metadata(int(wall * 1000))
-        info = BatchInfo(batch_id, metadata.get("batchWatermarkMs") if self._tracker.enabled else None)
-        self._current_batch = batch_id
-        self._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
-        crash = self._crash
-        crash("before_offsets", batch_id)
-        t = time.monotonic()
-        wal = None
-        if not replay:
-            entry = OffsetEntry(batch_id, starts, list(ends), int(wall * 1000), metadata=metadata)
-            wal = self._checkpoint.write_offsets_async(entry)
-            if crash.point:  # crash tests need the entry on disk at the named point
-                wal.result()
-        t_wal = time.monotonic() - t
-        crash("after_offsets", batch_id)
+    def _flush_commits(self) -> None:
+        if self._checkpoint is not None:
+            self._checkpoint.flush_commits()
 
-        parts: list[tuple[int, Partition]] = []
-        for i, (src, st, en) in enumerate(zip(self._sources, starts, ends, strict=True)):
-            if st != en:
-                parts.extend((i, p) for p in src.partitions(st, en))
-        counts = BatchCounts([0] * len(self._sources))
-        t = time.monotonic()
-        messages: list[Any] = []
-        runner = self._runner
-        runner.begin(info)
-        read = read_partitions(self._sources, parts, runner.prefix_transform, counts, batch_id=batch_id, pool=self._pool,
-                               crash=crash)  # fmt: skip
-        data = runner.run(read, info)
-        try:
-            messages.append(self._sink.write(batch_id, data))
-            if not runner.finished:
-                raise HeadraceError(
-                    f"sink '{self._sink_connector}' returned from write() without reading the whole batch; "
-                    "a sink must consume every record batch it is given"
-                )
-            if wal is not None:
-                tw = time.monotonic()
-                wal.result()  # the write-ahead entry is durable before anything is committed
-                t_wal += time.monotonic() - tw
-            self._settle_bad_records(batch_id, counts)  # dead letters: after the WAL, before the commit
-            tc = time.monotonic()
-            self._settle_commit()  # the previous batch's marker is durable; its sources commit
-            t_commit = time.monotonic() - tc
-            crash("before_sink_commit", batch_id)
-            self._sink.commit(batch_id, messages)
-        except BaseException:
-            if wal is not None:
-                with contextlib.suppress(Exception):
-                    wal.result()
-            with contextlib.suppress(Exception):
-                self._sink.abort(batch_id, messages or [None])
-            raise
-        finally:
-            data.close()
-            read.close()
-        t_add = time.monotonic() - t - t_commit
-        crash("after_sink_commit", batch_id)
-        event_time = self._tracker.after_batch(info.watermark_ms)
-        self._last_watermark = info.watermark_ms
-        t = time.monotonic()
-        done = self._checkpoint.write_commit_async(batch_id, self._tracker.commit_info())
-        if crash.point:  # crash tests need the marker on disk at the named point
-            done.result()
-        crash("after_commit", batch_id)
-        self._deferred_commit = (done, list(ends))  # source.commit once the marker is durable
-        t_commit += time.monotonic() - t
-        total = time.monotonic() - t0
-        self._report(batch_id, wall, starts, ends, counts.input_rows, runner.rows_out,
-                     {"latestOffset": t_latest, "walCommit": t_wal, "addBatch": t_add,
-                      "commitOffsets": t_commit, "triggerExecution": total},
-                     event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip
+    def _wait_marker(self) -> None:
+        """Wait until the last batch's marker is visible, when it was written whole in the
+        background (with a watermark): before the next sink commit, so a crash never replays a
+        batch before the last one the sink committed."""
+        pending, self._marker_in_flight = self._marker_in_flight, None
+        if pending is not None:
+            pending.result()
 
     def _settle_bad_records(self, batch_id: int, counts: BatchCounts) -> None:
         settle_bad_records(self, batch_id, counts)
@@ -605,66 +346,8 @@ class StreamingQuery:
         event_time: dict[str, str] | None = None,
         state_operators: list[dict[str, Any]] | None = None,
     ) -> None:
-        srcs = []
-        for plan, src, st, en, n in zip(self._plans, self._sources, starts, ends, counts, strict=True):
-            try:
-                metrics = dict(src.metrics(en))
-            except Exception as e:  # metrics must never fail a batch
-                metrics = {"error": redact(e)}
-            bad = getattr(src, "bad_records", None)
-            if bad is not None:
-                metrics.update(bad.metrics())
-            srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
-        sink_metrics: dict[str, Any] = {}
-        get_metrics = getattr(self._sink, "metrics", None)  # duck-typed sinks may lack it
-        if callable(get_metrics):
-            try:
-                sink_metrics = dict(get_metrics())
-            except Exception as e:  # metrics must never fail a batch
-                sink_metrics = {"error": redact(e)}
-        sink_bad = getattr(self._sink, "bad_records", None)
-        if sink_bad is not None:
-            sink_metrics.update(sink_bad.metrics())
-        sink_metrics.update(transform_bad_record_metrics(self))
-        skipped = sink_metrics.get("numRowsSkipped")
-        if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
-            # the sink already held this batch (a replay): its rows are not output again
-            out_rows = max(0, out_rows - skipped)
-        progress = QueryProgress.build(
-            id=self.id,
-            run_id=self.run_id,
-            name=self.name,
-            batch_id=batch_id,
-            started=wall,
-            durations=durations,
-            previous_trigger=self._last_trigger,
-            sources=srcs,
-            sink=(self._sink_connector, out_rows, sink_metrics),
-            latencies=latencies,
-            event_time=event_time,
-            state_operators=state_operators,
-        )
-        self._last_trigger = wall
-        self._progress.append(progress)
-        if len(self._progress) > self._keep:
-            del self._progress[0]
-        self._processed_batches += 1
-        for cb in self._callbacks:
-            cb(progress)
-        from headrace.plugins import registry
-
-        hook = registry().hook
-        listeners = bool(hook.headrace_query_progress.get_hookimpls())
-        d = progress.to_dict() if listeners or self._history is not None else {}
-        if self._history is not None:
-            self._history.append(d)
-        if listeners:
-            try:
-                hook.headrace_query_progress(progress=d)
-            except Exception as e:
-                log.warning("a progress listener failed: %s", redact(e))
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("%s", progress.line())
+        report_progress(self, batch_id, wall, starts, ends, counts, out_rows, durations, latencies,
+                        event_time=event_time, state_operators=state_operators)  # fmt: skip
 
     def _real_time_batch(self, batch_id: int, starts: list[Offset], metadata: dict[str, Any] | None = None) -> list[Offset]:
         self._settle_commit()

@@ -1,27 +1,5 @@
-"""The checkpoint: a write-ahead offsets log, a commits log, metadata and connector state.
-
-Layout (like Spark's)::
-
-    <location>/
-      metadata            {"version": 1, "id": <query id>, "name": ..., "sources": [...], "createdAt": ...}
-      offsets/<n>         {"version": 1, "batchId": n, "timestamp": ms, "sources": [{"start": .., "end": ..}],
-                           "metadata": {"batchWatermarkMs": ..}}  (metadata only with a watermark)
-      commits/<n>         {"version": 1, "batchId": n, "timestamp": ms}
-      sources/<i>/...     each source's own state (file index, staged data, schema versions)
-      sinks/0/...         the sink's own state
-      state/<i>/...       the state of the plan's stateful operator number i (versioned by batch)
-      .lock               held (flock) by the running query
-
-Every write is atomic: a temporary file in the same folder, flushed and fsynced, then renamed
-over the target. ``offsets/<n>`` is written before batch ``n`` reads any data and
-``commits/<n>`` after the sink committed it, so a batch with an offsets entry and no commits
-entry is replayed over the same range with the same batch id. Only the last
-``retain`` batches are kept (Spark's ``minBatchesToRetain``, 100), so the log's size and the
-cost of a batch do not grow with history.
-
-A checkpoint written by another query (a different query name, or a different set of sources)
-is refused, never silently reused; so is a corrupt entry, with the file named.
-"""
+"""The checkpoint folder: opening, locking and verifying it, reading its log, and writing it
+(through :mod:`headrace.checkpoint.writer`). The layout is described in :mod:`headrace.checkpoint`."""
 
 from __future__ import annotations
 
@@ -30,108 +8,21 @@ import fcntl
 import json
 import logging
 import os
-import random
 import shutil
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future
 from typing import Any
 
-from headrace.errors import CheckpointError
-from headrace.protocols import Offset
+from headrace.checkpoint import rollback
+from headrace.checkpoint.entries import FORMAT_VERSION, OffsetEntry, commit_json
+from headrace.checkpoint.files import atomic_write, remove_temps
+from headrace.checkpoint.writer import LogWriter, purge
+from headrace.errors import CheckpointError, redact_url
 
-__all__ = ["Checkpoint", "OffsetEntry", "atomic_write"]
+__all__ = ["Checkpoint"]
 
-FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
-
-
-def _is_offset(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-
-
-def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
-    # random.getrandbits, not uuid4: os.urandom cost ~0.1 ms a call on a busy machine (twice a batch)
-    tmp = f"{path}.{os.getpid()}.{random.getrandbits(32):08x}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-@dataclass(frozen=True)
-class OffsetEntry:
-    """One ``offsets/<n>`` entry: per source, where the batch starts and ends.
-
-    ``ends`` items are ``None`` for a real-time batch still running (its end is written when the
-    interval closes). ``metadata`` is what the batch must be replayed with (Spark's
-    ``OffsetSeqMetadata``): ``batchWatermarkMs``, ``batchTimestampMs`` and the event-time
-    maxima the watermark was computed from (``eventTimeMaxMs``); empty without a watermark.
-    """
-
-    batch_id: int
-    starts: list[Offset]
-    ends: list[Offset | None]
-    timestamp_ms: int
-    real_time: bool = False
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> bytes:
-        doc = {
-            "version": FORMAT_VERSION,
-            "batchId": self.batch_id,
-            "timestamp": self.timestamp_ms,
-            "realTime": self.real_time,
-            "sources": [{"start": s, "end": e} for s, e in zip(self.starts, self.ends, strict=True)],
-        }
-        if self.metadata:
-            doc["metadata"] = self.metadata
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> OffsetEntry:
-        """Parse an entry, checking its structure; raises ValueError saying what is wrong."""
-        srcs = data.get("sources")
-        if not isinstance(srcs, list) or not srcs:
-            raise ValueError(f"'sources' must be a non-empty list, not {json.dumps(srcs)[:80]}")
-        batch_id = data.get("batchId")
-        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
-            raise ValueError(f"'batchId' must be a batch number, not {json.dumps(batch_id)[:80]}")
-        timestamp = data.get("timestamp", 0)
-        if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
-            raise ValueError(f"'timestamp' must be a number, not {json.dumps(timestamp)[:80]}")
-        real_time = data.get("realTime", False)
-        if not isinstance(real_time, bool):
-            raise ValueError(f"'realTime' must be true or false, not {json.dumps(real_time)[:80]}")
-        metadata = data.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise ValueError(f"'metadata' must be an object, not {json.dumps(metadata)[:80]}")
-        for i, src in enumerate(srcs):
-            if not isinstance(src, dict) or "start" not in src or "end" not in src:
-                raise ValueError(f"sources[{i}] must be an object with 'start' and 'end'")
-            if not _is_offset(src["start"]):
-                raise ValueError(f"sources[{i}].start must be an offset object, not {json.dumps(src['start'])[:80]}")
-            if not (_is_offset(src["end"]) or (src["end"] is None and real_time)):
-                raise ValueError(f"sources[{i}].end must be an offset object, not {json.dumps(src['end'])[:80]}")
-        return cls(
-            batch_id=batch_id,
-            starts=[s["start"] for s in srcs],
-            ends=[s["end"] for s in srcs],
-            timestamp_ms=int(timestamp),
-            real_time=real_time,
-            metadata=dict(metadata),
-        )
 
 
 class Checkpoint:
@@ -152,9 +43,7 @@ class Checkpoint:
         self.durable = durable
         self._lock_fd: int | None = None
         self.metadata: dict[str, Any] = {}
-        self._io: ThreadPoolExecutor | None = None  # offsets entries, in order
-        self._commit_io: ThreadPoolExecutor | None = None  # commit markers, in order
-        self._purge_io: ThreadPoolExecutor | None = None  # old entries' deletion, off both
+        self._writer: LogWriter | None = None  # background writes of offsets entries and markers
 
     # ------------------------------------------------------------------ paths
     def _p(self, *parts: str) -> str:
@@ -181,6 +70,8 @@ class Checkpoint:
             os.makedirs(self._p("offsets"), exist_ok=True)
             os.makedirs(self._p("commits"), exist_ok=True)
             self._lock()
+            for folder in ("offsets", "commits"):  # what a killed run was writing: never renamed into place
+                remove_temps(self._p(folder))
         except OSError as e:
             raise self._unusable(e) from None
         try:
@@ -233,7 +124,8 @@ class Checkpoint:
             "sink": sink,
             "createdAt": int(time.time() * 1000),
         }
-        atomic_write(self._p("metadata"), json.dumps(meta, indent=1, sort_keys=True).encode(), durable=self.durable)
+        atomic_write(self._p("metadata"), json.dumps(meta, indent=1, sort_keys=True).encode(), durable=self.durable,
+                     sync_dir=True)  # fmt: skip
         return meta
 
     def _take_over(self, meta: dict[str, Any], *, name: str, sources: list[dict[str, Any]]) -> None:
@@ -307,11 +199,9 @@ class Checkpoint:
 
     def close(self) -> None:
         """Finish background writes and release the lock. Idempotent."""
-        for name in ("_io", "_commit_io", "_purge_io"):
-            pool = getattr(self, name)
-            if pool is not None:
-                pool.shutdown(wait=True)
-                setattr(self, name, None)
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         if self._lock_fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
@@ -381,47 +271,61 @@ class Checkpoint:
         return entry
 
     def write_offsets(self, entry: OffsetEntry) -> None:
-        """Write-ahead: record the batch's range before reading it. Called once per batch."""
-        atomic_write(self._p("offsets", str(entry.batch_id)), entry.to_json(), durable=self.durable)
+        """Write-ahead: record the batch's range before reading it, durably (file and folder
+        fsynced). Called once per batch (twice per real-time batch)."""
+        atomic_write(self._p("offsets", str(entry.batch_id)), entry.to_json(), durable=self.durable, sync_dir=True)
 
     def write_offsets_async(self, entry: OffsetEntry) -> Future[None]:
-        """``write_offsets`` on the checkpoint's I/O thread. The engine reads the batch's data
-        meanwhile and waits for the future before the sink commits anything: the entry is
-        durable before any output of the batch can become visible, which is what the
-        write-ahead log must guarantee, and the fsync no longer adds to the batch's time."""
-        return self._executor().submit(self.write_offsets, entry)
+        """``write_offsets`` on the checkpoint's I/O threads; the future is done once the entry
+        is durable. The engine reads the batch's data meanwhile (or runs earlier batches, when
+        it plans ahead) and waits for the future before the sink commits anything: the entry
+        is durable before any output of the batch can become visible, which is what the
+        write-ahead log must guarantee. Entries appear in the order of the calls."""
+        return self.writer().offsets(entry.batch_id, entry.to_json())
 
-    def _executor(self, name: str = "_io") -> ThreadPoolExecutor:
-        pool: ThreadPoolExecutor | None = getattr(self, name)
-        if pool is None:
-            pool = ThreadPoolExecutor(1, thread_name_prefix=f"headrace-checkpoint{name}")
-            setattr(self, name, pool)
-        return pool
+    def write_offsets_many(self, entries: list[OffsetEntry]) -> list[Future[None]]:
+        """``write_offsets_async`` for several consecutive batches planned ahead at once (one
+        background job for all); one future each."""
+        return self.writer().offsets_many([(e.batch_id, e.to_json()) for e in entries])
+
+    def writer(self) -> LogWriter:
+        """The background writer of this checkpoint's log (created on first use)."""
+        if self._writer is None:
+            self._writer = LogWriter(self.location, durable=self.durable, retain=self.retain)
+        return self._writer
 
     def write_commit(self, batch_id: int, info: dict[str, Any] | None = None) -> None:
-        """Record that batch ``batch_id`` is committed in the sink. Called once per batch."""
-        doc = {"version": FORMAT_VERSION, "batchId": batch_id, "timestamp": int(time.time() * 1000), **(info or {})}
-        atomic_write(self._p("commits", str(batch_id)), json.dumps(doc).encode(), durable=self.durable)
+        """Record that batch ``batch_id`` is committed in the sink, durably. Called once per
+        real-time batch (micro-batches use the asynchronous forms)."""
+        atomic_write(self._p("commits", str(batch_id)), commit_json(batch_id, info), durable=self.durable,
+                     sync_dir=True)  # fmt: skip
         old = batch_id - self.retain
         if old >= 0:
-            # one old batch drops out per new batch (constant work per batch), off the loop's
-            # thread and off the threads that write entries (deleting never delays the log)
-            self._executor("_purge_io").submit(self._purge, old)
+            purge(self._p("offsets"), self._p("commits"), old)
 
     def write_commit_async(self, batch_id: int, info: dict[str, Any] | None = None) -> Future[None]:
-        """``write_commit`` on the checkpoint's commit thread (markers in order, one thread).
+        """``write_commit`` on the checkpoint's I/O threads: the future is done once the marker
+        is visible and durable. For a marker whose body is known only after the batch (a
+        watermark's); the others are published as links (``publish_commit``)."""
+        return self.writer().commit(batch_id, info)
 
-        The caller submits it only once the batch's offsets entry is durable, so a marker never
-        exists without its entry; it may reach the disk before or after the next batch's offsets
-        entry (written meanwhile on the offsets thread): either way a restart finds the batches
-        after the last marker and replays them in order. The engine calls ``Source.commit`` and
-        the next batch's ``Sink.commit`` only once the future is done."""
-        return self._executor("_commit_io").submit(self.write_commit, batch_id, info)
+    def publish_commit(self, batch_id: int) -> Future[None]:
+        """Mark batch ``batch_id`` committed: ``commits/<n>`` linked to its durable offsets entry,
+        visible now; the future is done once the marker is durable. Called once per batch, after
+        its sink commit (see :meth:`LogWriter.publish_commit`)."""
+        return self.writer().publish_commit(batch_id)
 
-    def _purge(self, batch_id: int) -> None:
-        for folder in ("offsets", "commits"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self._p(folder, str(batch_id)))
+    def flush_commits(self) -> None:
+        """Have the markers published so far made durable now (before waiting for them)."""
+        if self._writer is not None:
+            self._writer.flush()
+
+    def forget_planned(self, batch_id: int) -> None:
+        """Delete the offsets entry of a batch planned ahead that never ran (nothing of it was
+        read or committed: as if the process had stopped before planning it). Called for the
+        planned batches from the last one back, when a query stops."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._p("offsets", str(batch_id)))
 
     def read_commit(self, batch_id: int) -> dict[str, Any] | None:
         """The ``commits/<n>`` entry (with what the engine recorded in it), or None."""
@@ -452,67 +356,14 @@ class Checkpoint:
             )
         return [self.read_offsets(i) for i in ids]
 
-    def reset_to(self, batch_id: int, *, force: bool = False) -> list[int]:
-        """Roll the query back to just after batch ``batch_id`` (``-1``: to the start). Returns
-        the batch ids rolled back. Refuses while a query holds the lock.
 
-        By default the rolled-back batches keep their offsets entries and lose only their
-        commits entries: the next run replays each of them with exactly its recorded range and
-        batch id, so a sink that skips batch ids it has already committed skips exactly the rows
-        it already holds, and one whose output was rolled back (a Delta table restored to an
-        older version) gets them again. Nothing is lost, even from a time-driven source such as
-        ``rate`` whose re-planned ranges would differ. When a recorded range is no longer there
-        (only the last ``retain`` batches are kept), the reset is refused, unless ``force``:
-        then the batches are forgotten entirely and re-planned on the next run (new ranges; a
-        sink keyed by batch id may skip them as already committed, losing those rows).
-        """
-        self._lock()
-        try:
-            ids = self.batch_ids()
-            if batch_id >= 0 and batch_id not in ids:
-                raise CheckpointError(
-                    f"checkpoint {self.location} has no batch {batch_id}; batches kept: "
-                    f"{[*ids[:1], '...', *ids[-1:]] if ids else 'none'}"
-                )
-            removed = sorted({i for i in ids + self.committed_ids() if i > batch_id})
-            kept = [i for i in ids if i > batch_id]
-            if not force and kept and kept != list(range(batch_id + 1, kept[-1] + 1)):
-                raise CheckpointError(
-                    f"checkpoint {self.location}: cannot roll back to batch {batch_id} safely: the ranges of batches "
-                    f"{batch_id + 1}..{kept[0] - 1} are no longer recorded (only the last {self.retain} batches are "
-                    "kept), so they cannot be replayed exactly. Fix: roll back to a batch from "
-                    f"{kept[0] - 1 if kept[0] > 0 else 0} on, or add --force to re-plan them (a time-driven source "
-                    "such as rate then reads other ranges, and a sink that skips committed batch ids skips them: "
-                    "rows can be lost), or start over with a new checkpointLocation"
-                )
-            for i in removed:
-                folders = ("commits", "offsets") if force else ("commits",)
-                for folder in folders:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(self._p(folder, str(i)))
-            return removed
-        finally:
-            self.close()
+    def reset_to(self, batch_id: int, *, force: bool = False) -> list[int]:
+        """Roll the query back to just after batch ``batch_id``; see :func:`headrace.checkpoint.rollback.reset_to`."""
+        return rollback.reset_to(self, batch_id, force=force)
 
     def describe(self) -> dict[str, Any]:
         """A summary for ``headrace checkpoint show``."""
-        meta = self._read_json(self._p("metadata")) or {}
-        ids = self.batch_ids() if os.path.isdir(self._p("offsets")) else []
-        committed = set(self.committed_ids()) if os.path.isdir(self._p("commits")) else set()
-        last = self.read_offsets(ids[-1]) if ids else None
-        return {
-            "location": self.location,
-            "metadata": meta,
-            "batches": len(ids),
-            "firstBatch": ids[0] if ids else None,
-            "lastBatch": ids[-1] if ids else None,
-            "lastCommitted": max(committed) if committed else None,
-            "pendingReplay": bool(ids) and ids[-1] not in committed,
-            "batchesToReplay": [i for i in ids if i > max(committed, default=-1)],
-            "lastOffsets": (
-                [{"start": s, "end": e} for s, e in zip(last.starts, last.ends, strict=True)] if last else None
-            ),
-        }
+        return rollback.describe(self)
 
 
 def _describe(ss: list[dict[str, Any]]) -> str:
@@ -520,6 +371,4 @@ def _describe(ss: list[dict[str, Any]]) -> str:
 
 
 def _norm(ss: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    from headrace.errors import redact_url
-
     return [(str(s.get("connector", "")).lower(), redact_url(str(s.get("path") or ""))) for s in ss]

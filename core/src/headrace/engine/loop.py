@@ -1,0 +1,126 @@
+"""The micro-batch loop of a query: replay what a crash left, then plan and run batches as the
+trigger says (``headrace.engine.planner`` plans, ``headrace.engine.microbatch`` runs,
+``headrace.engine.real_time`` runs real-time batches)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from headrace.engine.microbatch import run_batch
+from headrace.errors import HeadraceError
+from headrace.protocols import Offset, ReadLimit
+
+if TYPE_CHECKING:
+    from headrace.engine.query import StreamingQuery
+
+__all__ = ["needs_no_data_batch", "run_loop"]
+
+log = logging.getLogger(__name__)
+
+
+def run_loop(q: StreamingQuery) -> int | None:
+    """Replay the batches a crash (or a reset) left uncommitted, then run batches as the trigger
+    says until it is done or the query is stopped; returns the last batch id run. Called once
+    per run, on the query's thread."""
+    assert q._checkpoint is not None
+    pending = q._checkpoint.pending()
+    entry, committed = q._checkpoint.latest()
+    q._last_watermark = q._tracker.watermark_ms
+    if entry is None:
+        batch_id = 0
+        current: list[Offset] = [s.initial_offset() for s in q._sources]
+    elif committed:
+        if any(e is None for e in entry.ends):
+            raise HeadraceError(f"checkpoint batch {entry.batch_id} is committed without an end offset")
+        q._tracker.restore(entry.metadata, q._checkpoint.read_commit(entry.batch_id) or {})
+        q._last_watermark = entry.metadata.get("batchWatermarkMs", q._tracker.watermark_ms)
+        batch_id = entry.batch_id + 1
+        current = [dict(e) for e in entry.ends if e is not None]
+    else:
+        # uncommitted batches (the one a crash interrupted, or those `checkpoint reset` rolled
+        # back) are replayed first, each with exactly its recorded range, batch id and watermark
+        for k, entry in enumerate(pending):
+            if q._stop.is_set():
+                return None
+            log.info("query '%s': replaying uncommitted batch %d", q.name, entry.batch_id)
+            q._tracker.restore(entry.metadata)
+            if entry.real_time and any(e is None for e in entry.ends):
+                if k != len(pending) - 1:
+                    raise HeadraceError(f"checkpoint batch {entry.batch_id} has no end offset but later batches do")
+                q._real_time_batch(entry.batch_id, list(entry.starts), entry.metadata)
+            else:
+                ends = [e for e in entry.ends if e is not None]
+                run_batch(q, q._planner.plan(entry.batch_id, list(entry.starts), ends, replay=True,
+                                                   metadata=entry.metadata))  # fmt: skip
+        assert q._checkpoint is not None
+        latest, _ = q._checkpoint.latest()
+        assert latest is not None and entry is not None
+        batch_id = entry.batch_id + 1
+        current = [dict(e) for e in latest.ends if e is not None]
+        if q.trigger.kind == "once":
+            return entry.batch_id
+
+    kind = q.trigger.kind
+    limits = [s.default_read_limit() for s in q._sources]
+    if kind == "once":
+        limits = [ReadLimit.all_available() for _ in q._sources]
+    elif kind == "available_now":
+        prepared = [s.prepare_for_available_now() for s in q._sources]
+        if not all(prepared):
+            limits = [ReadLimit.all_available() for _ in q._sources]
+            kind = "once"
+    if kind == "available_now" and not q._tracker.enabled:
+        q._planner.enable_look_ahead(limits)
+
+    last_batch: int | None = None
+    while not q._stop.is_set():
+        if kind == "real_time":
+            current = q._real_time_batch(batch_id, current)
+            last_batch = batch_id
+            batch_id += 1
+            continue
+        planned = q._planner.take()
+        if planned is None:
+            t0 = time.monotonic()
+            q._status = {"message": "Getting offsets from sources", "isDataAvailable": False,
+                            "isTriggerActive": True}  # fmt: skip
+            ends = [s.latest_offset(st, lim) for s, st, lim in zip(q._sources, current, limits, strict=True)]
+            t_latest = time.monotonic() - t0
+            if all(e == st for e, st in zip(ends, current, strict=True)):
+                if needs_no_data_batch(q):
+                    run_batch(q, q._planner.plan(batch_id, current, current, t0=t0, t_latest=t_latest))
+                    last_batch = batch_id
+                    batch_id += 1
+                    continue
+                q._settle_commit()
+                q._status = {"message": "Waiting for data to arrive", "isDataAvailable": False,
+                                "isTriggerActive": False}  # fmt: skip
+                q._idle_checks += 1
+                if kind in ("once", "available_now"):
+                    break
+                q._stop.wait(q.trigger.interval if kind == "processing_time" else 0.01)
+                continue
+            planned = q._planner.plan(batch_id, current, ends, t0=t0, t_latest=t_latest)
+        run_batch(q, planned)
+        last_batch = planned.batch_id
+        batch_id = planned.batch_id + 1
+        current = planned.ends
+        t0 = planned.t0
+        if kind == "once":
+            break
+        if kind == "processing_time":
+            remaining = q.trigger.interval - (time.monotonic() - t0)
+            if remaining > 0:
+                q._status = {"message": "Waiting for next trigger", "isDataAvailable": True, "isTriggerActive": False}
+                q._stop.wait(remaining)
+    return last_batch
+
+def needs_no_data_batch(q: StreamingQuery) -> bool:
+    """Whether the watermark moved past the one the last batch ran with, in a plan with
+    stateful operators (which then emit and evict in a batch without data)."""
+    return (
+        q._runner is not None and q._runner.has_stateful and q._tracker.enabled
+        and q._tracker.watermark_ms != q._last_watermark
+    )  # fmt: skip

@@ -1,0 +1,89 @@
+"""Planning ahead with ``available_now``: the next batches' offsets entries are on disk while a
+batch runs, a stop forgets the batches planned ahead, and SIGKILLs while batches are planned
+ahead lose and duplicate nothing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import headrace as hr
+from headrace.checkpoint import Checkpoint
+from headrace.connectors.files import read_files
+from headrace.engine.planner import LOOK_AHEAD
+from headrace.testing import run_pipeline
+
+PER_BATCH, BATCHES = 10, 20
+
+
+def _query(chk: Path, fn: Any, batches: int = BATCHES) -> hr.StreamingQuery:
+    return (hr.read_stream.format("rate-micro-batch")
+            .options(rowsPerBatch=PER_BATCH, totalRows=PER_BATCH * batches).load()
+            .write_stream.foreach_batch(fn).option("checkpointLocation", str(chk))
+            .trigger(available_now=True).start())  # fmt: skip
+
+
+def test_later_batches_are_planned_while_a_batch_runs_and_every_row_arrives_once(tmp_path: Path) -> None:
+    chk = tmp_path / "chk"
+    seen: list[int] = []
+    ahead: dict[int, list[int]] = {}
+
+    def fn(table: pa.Table, batch_id: int) -> None:
+        seen.extend(table.column("value").to_pylist())
+        ahead[batch_id] = [n for n in Checkpoint(str(chk)).batch_ids() if n > batch_id]
+
+    q = _query(chk, fn)
+    q.await_termination(60)
+    assert sorted(seen) == list(range(PER_BATCH * BATCHES))
+    assert ahead[0] == []  # the run's first batch is planned alone
+    # from the second on, the next entries are written (in the background) while a batch runs
+    assert sum(1 for v in ahead.values() if v) >= BATCHES // 2
+    assert max(max(v, default=0) - k for k, v in ahead.items()) <= LOOK_AHEAD
+    cp = Checkpoint(str(chk))
+    assert cp.pending() == [] and cp.committed_ids()[-1] == BATCHES - 1
+    assert [p["batchId"] for p in q.recent_progress] == list(range(BATCHES))
+
+
+def test_a_stop_forgets_the_batches_planned_ahead_and_a_restart_continues_exactly(tmp_path: Path) -> None:
+    chk = tmp_path / "chk"
+    seen: list[int] = []
+    holder: dict[str, hr.StreamingQuery] = {}
+
+    def fn(table: pa.Table, batch_id: int) -> None:
+        seen.extend(table.column("value").to_pylist())
+        if batch_id == 3:
+            holder["q"].stop()
+
+    holder["q"] = q = _query(chk, fn)
+    q.await_termination(60)
+    cp = Checkpoint(str(chk))
+    assert cp.batch_ids() == cp.committed_ids() == [0, 1, 2, 3]  # nothing planned ahead is left to replay
+    q2 = _query(chk, lambda t, b: seen.extend(t.column("value").to_pylist()))
+    q2.await_termination(60)
+    assert sorted(seen) == list(range(PER_BATCH * BATCHES))
+
+
+@pytest.mark.parametrize(
+    ("point", "batch"),
+    [("after_offsets", 4), ("mid_write", 2), ("before_sink_commit", 2), ("after_commit", 2)],
+    ids=["entry-planned-ahead", "mid-write-with-entries-ahead", "before-sink-commit", "after-commit"],
+)
+def test_a_kill_while_batches_are_planned_ahead_loses_and_duplicates_nothing(tmp_path: Path, point: str, batch: int) -> None:
+    total = 200 * 30
+    spec = {
+        "source": {"format": "rate-micro-batch", "options": {"rowsPerBatch": 200, "totalRows": total, "numPartitions": 2}},
+        "sink": {"format": "files", "options": {"path": str(tmp_path / "out")}},
+        "checkpoint": str(tmp_path / "chk"),
+        "name": "ahead",
+        "trigger": {"available_now": True},
+    }
+    assert run_pipeline(spec, crash=f"{point}:{batch}").killed
+    cp = Checkpoint(str(tmp_path / "chk"))
+    assert len(cp.pending()) >= 2  # the killed batch and at least one planned ahead of it are replayed
+    run_pipeline(spec).check()
+    got = Counter(read_files(str(tmp_path / "out")).column("value").to_pylist())
+    assert sorted(got) == list(range(total)) and set(got.values()) == {1}
