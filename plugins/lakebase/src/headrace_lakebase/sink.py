@@ -40,7 +40,6 @@ from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec
-from headrace_lakebase import autocdc
 from headrace_lakebase._options import (
     BATCHINTERVAL,
     BATCHSIZE,
@@ -178,6 +177,8 @@ class LakebaseSink(Sink):
                 raise HeadraceError("lakebase: write() on a closed sink; create a new one")
             it = iter(data)
             if self.cdc.enabled:
+                from headrace_lakebase import autocdc  # AUTO CDC only: not at query start
+
                 it = autocdc.cdc_batches(it, self.cdc)
             first = next((b for b in it if b.num_rows), None)
             if first is None:
@@ -315,6 +316,8 @@ class LakebaseSink(Sink):
     def _flush_cdc(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
         """AUTO CDC: apply one chunk of events in one transaction with its bookkeeping row
         (see headrace_lakebase.autocdc). False when it was already recorded."""
+        from headrace_lakebase import autocdc
+
         work = autocdc.chunk_work(plan, self.cdc, self._bk, batch_id, writer, chunk, self)
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
         return written
