@@ -1,6 +1,6 @@
 """Benchmark: headrace's pubsub source and sink vs plain google-cloud-pubsub, same run, same emulator.
 
-    .venv/bin/python bench/pubsub.py [--messages 20000] [--size 100]
+    .venv/bin/python bench/pubsub.py [--messages 20000] [--size 100] [--rounds 3] [--only source|sink]
 
 Source: N messages are published once to a topic with one subscription per run (all created
 alike: ack deadline 60 s, no ordering, no filter); then each consumer drains its own subscription:
@@ -178,13 +178,70 @@ def bench_headrace_sink(emu: PubSubEmulator, topic_id: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, partitions: int) -> None:
+    sub_client = emu.subscriber()
+    topic_id = _name("bench")
+    topic = f"projects/{PROJECT}/topics/{topic_id}"
+    pub.create_topic(name=topic)
+    subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace")}
+    for r in range(rounds):
+        subs[f"unary{r}"], subs[f"headrace{r}"] = _name("unary"), _name("headrace")
+    for s in subs.values():  # every subscription alike
+        sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
+    _publish(emu, topic, n, size)
+    path = f"projects/{PROJECT}/subscriptions/"
+    stream = bench_streaming_pull(emu, path + subs["stream"], n)
+    # warm-up of both (the emulator's JIT; pyarrow's first pa.array imports pandas, ~0.5 s), not counted
+    bench_unary_pull(emu, path + subs["warm-unary"], n)
+    bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, partitions)
+    unarys, hrs, cpu_u, cpu_h = [], [], [], []
+    for r in range(rounds):  # interleaved rounds, medians: the machine is shared
+        rate, py, jvm = _measured(emu, bench_unary_pull, emu, path + subs[f"unary{r}"], n)
+        unarys.append(rate)
+        cpu_u.append((py, jvm))
+        (rate, rows), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"headrace{r}"], n, partitions)
+        assert rows == n, (rows, n)
+        hrs.append(rate)
+        cpu_h.append((py, jvm))
+    unary, hr_src = statistics.median(unarys), statistics.median(hrs)
+    print(f"source ({n} msgs of {size} B, numFetchPartitions={partitions}; medians of {rounds} "
+          "interleaved rounds after one warm-up each):")
+    print(f"  plain streaming pull + ack   {stream:10,.0f} msgs/s  (one round)")
+    print(f"  plain unary pull + ack       {unary:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in unarys)})")
+    print(f"  headrace pubsub -> batch fn  {hr_src:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hrs)}; staged + acked + read back)")
+    for label, cpu in (("plain", cpu_u), ("headrace", cpu_h)):
+        py, jvm = statistics.median(c[0] for c in cpu), statistics.median(c[1] for c in cpu)
+        print(f"  CPU {label:9} this process {py:5.2f} s, emulator {jvm:5.2f} s  "
+              f"({1e6 * py / n:5.1f} + {1e6 * jvm / n:5.1f} us/msg)")  # fmt: skip
+    print(f"  ratio vs streaming pull      {hr_src / stream:10.2f}   (goal >= 0.8)")
+    print(f"  ratio vs unary pull loop     {hr_src / unary:10.2f}   (goal >= 0.8)")
+
+
+def bench_sink(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int) -> None:
+    sink_topics = [_name("sink"), _name("sink")]
+    for t in sink_topics:
+        pub.create_topic(name=f"projects/{PROJECT}/topics/{t}")
+    bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n // 4, size)  # warm-up
+    bench_headrace_sink(emu, sink_topics[1], n // 4)
+    plains, hr_sinks = [], []
+    for _ in range(rounds):
+        plains.append(bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n, size))
+        hr_sinks.append(bench_headrace_sink(emu, sink_topics[1], n))
+    plain, hr_sink = statistics.median(plains), statistics.median(hr_sinks)
+    print(f"sink ({n} msgs of {size} B, batchMaxMessages=100; medians of {rounds} interleaved rounds):")
+    print(f"  plain PublisherClient.publish {plain:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in plains)})")
+    print(f"  headrace rate -> pubsub       {hr_sink:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hr_sinks)})")
+    print(f"  ratio                         {hr_sink / plain:9.2f}   (goal >= 0.8)")
+
+
 def main() -> None:
     global _SIZE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--messages", type=int, default=20000, help="messages per run (full size: 100000)")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=1, help="numFetchPartitions of the headrace source")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are printed)")
+    ap.add_argument("--only", choices=("source", "sink"), help="run one half of the bench")
     args = ap.parse_args()
     n, _SIZE = args.messages, args.size
     emu = PubSubEmulator(project_id=PROJECT)
@@ -193,59 +250,10 @@ def main() -> None:
         import headrace_pubsub.source  # noqa: F401  (import cost outside the timings, as for the baselines)
 
         pub = emu.publisher()
-        sub_client = emu.subscriber()
-        topic_id = _name("bench")
-        topic = f"projects/{PROJECT}/topics/{topic_id}"
-        pub.create_topic(name=topic)
-        rounds = args.rounds
-        subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace")}
-        for r in range(rounds):
-            subs[f"unary{r}"], subs[f"headrace{r}"] = _name("unary"), _name("headrace")
-        for s in subs.values():
-            sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
-        _publish(emu, topic, n, args.size)
-        path = f"projects/{PROJECT}/subscriptions/"
-        stream = bench_streaming_pull(emu, path + subs["stream"], n)
-        # warm-up of both (the emulator's JIT; pyarrow's first pa.array imports pandas, ~0.5 s), not counted
-        bench_unary_pull(emu, path + subs["warm-unary"], n)
-        bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, args.partitions)
-        unarys, hrs, cpu_u, cpu_h = [], [], [], []
-        for r in range(rounds):  # interleaved rounds, medians: the machine is shared
-            rate, py, jvm = _measured(emu, bench_unary_pull, emu, path + subs[f"unary{r}"], n)
-            unarys.append(rate)
-            cpu_u.append((py, jvm))
-            (rate, rows), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"headrace{r}"], n,
-                                              args.partitions)  # fmt: skip
-            assert rows == n, (rows, n)
-            hrs.append(rate)
-            cpu_h.append((py, jvm))
-        unary, hr_src = statistics.median(unarys), statistics.median(hrs)
-        print(f"source ({n} msgs of {args.size} B, numFetchPartitions={args.partitions}; medians of {rounds} "
-              "interleaved rounds after one warm-up each):")
-        print(f"  plain streaming pull + ack   {stream:10,.0f} msgs/s  (one round)")
-        print(f"  plain unary pull + ack       {unary:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in unarys)})")
-        print(f"  headrace pubsub -> batch fn  {hr_src:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hrs)}; staged + acked + read back)")
-        for label, cpu in (("plain", cpu_u), ("headrace", cpu_h)):
-            py, jvm = statistics.median(c[0] for c in cpu), statistics.median(c[1] for c in cpu)
-            print(f"  CPU {label:9} this process {py:5.2f} s, emulator {jvm:5.2f} s  "
-                  f"({1e6 * py / n:5.1f} + {1e6 * jvm / n:5.1f} us/msg)")  # fmt: skip
-        print(f"  ratio vs streaming pull      {hr_src / stream:10.2f}   (goal >= 0.8)")
-        print(f"  ratio vs unary pull loop     {hr_src / unary:10.2f}   (goal >= 0.8)")
-
-        sink_topics = [_name("sink"), _name("sink")]
-        for t in sink_topics:
-            pub.create_topic(name=f"projects/{PROJECT}/topics/{t}")
-        bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n // 4, args.size)  # warm-up
-        bench_headrace_sink(emu, sink_topics[1], n // 4)
-        plains, hr_sinks = [], []
-        for _ in range(rounds):
-            plains.append(bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n, args.size))
-            hr_sinks.append(bench_headrace_sink(emu, sink_topics[1], n))
-        plain, hr_sink = statistics.median(plains), statistics.median(hr_sinks)
-        print(f"sink ({n} msgs of {args.size} B, batchMaxMessages=100; medians of {rounds} interleaved rounds):")
-        print(f"  plain PublisherClient.publish {plain:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in plains)})")
-        print(f"  headrace rate -> pubsub       {hr_sink:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hr_sinks)})")
-        print(f"  ratio                         {hr_sink / plain:9.2f}   (goal >= 0.8)")
+        if args.only != "sink":
+            bench_source(emu, pub, n, args.size, args.rounds, args.partitions)
+        if args.only != "source":
+            bench_sink(emu, pub, n, args.size, args.rounds)
     finally:
         emu.stop()
 

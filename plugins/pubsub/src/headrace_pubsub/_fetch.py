@@ -219,8 +219,8 @@ class FetchRun:
                 self.fetched += len(taken)
                 self.bytes += size
                 self._waiting += len(taken)
+                self.lease.add(taken)  # before the stager can take (and un-lease) them
                 self._cond.notify_all()
-            self.lease.add(taken)
             part.budget.give_back(len(received) - len(taken))
             if not budget.add_bytes(size, len(taken)):
                 budget.close()  # the byte budget is spent: every puller stops
