@@ -8,6 +8,8 @@ alike: ack deadline 60 s, no ordering, no filter); then each consumer drains its
   - the reference (issue 17): a plain unary loop, Pull (max 1000 messages; the emulator hands out
     100) then Acknowledge those, until it has N; it keeps every message id and payload, and the
     ids are checked afterwards (N distinct);
+  - shown once: the same loop not told N, ending once the subscription delivered nothing for
+    200 ms (the end condition of the headrace run below);
   - headrace: a pubsub -> foreach_batch query with trigger(available_now=True), from start() to
     the end: pull, stage to the checkpoint as Arrow IPC (fsync), ack, read back; the batch
     function keeps the messageId column, checked afterwards (N distinct). It must also find the
@@ -105,6 +107,33 @@ def bench_unary_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
     return n / elapsed
 
 
+def bench_unary_drain(emu: PubSubEmulator, sub: str, n: int, idle: float = 0.2) -> float:
+    """The plain loop without being told N: it stops, as available-now does, once the
+    subscription delivered nothing for ``idle`` seconds (the headrace run's fetchIdleTimeout)."""
+    from google.api_core import exceptions as gexc
+    from google.pubsub_v1 import PullResponse
+
+    client = emu.subscriber()
+    t0 = time.perf_counter()
+    message_ids: list[str] = []
+    last = time.perf_counter()
+    while time.perf_counter() - last < idle:
+        try:  # a short deadline: the emulator answers at once when it holds nothing (< 1 s left)
+            resp = PullResponse.pb(client.pull(request={"subscription": sub, "max_messages": 1000}, timeout=idle))
+        except gexc.DeadlineExceeded:
+            continue
+        if not resp.received_messages:
+            time.sleep(0.02)
+            continue
+        last = time.perf_counter()
+        message_ids.extend(m.message.message_id for m in resp.received_messages)
+        client.acknowledge(subscription=sub, ack_ids=[m.ack_id for m in resp.received_messages])
+    elapsed = time.perf_counter() - t0
+    client.close()
+    assert len(set(message_ids)) == n == len(message_ids), (len(set(message_ids)), n)
+    return n / elapsed
+
+
 def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: int, partitions: int) -> tuple[float, int]:
     import pyarrow.compute as pc
 
@@ -185,7 +214,7 @@ def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, 
     pub.create_topic(name=topic)
     subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace")}
     for r in range(rounds):
-        subs[f"unary{r}"], subs[f"headrace{r}"] = _name("unary"), _name("headrace")
+        subs[f"unary{r}"], subs[f"drain{r}"], subs[f"headrace{r}"] = _name("unary"), _name("drain"), _name("headrace")
     for s in subs.values():  # every subscription alike
         sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
     _publish(emu, topic, n, size)
@@ -194,20 +223,22 @@ def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, 
     # warm-up of both (the emulator's JIT; pyarrow's first pa.array imports pandas, ~0.5 s), not counted
     bench_unary_pull(emu, path + subs["warm-unary"], n)
     bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, partitions)
-    unarys, hrs, cpu_u, cpu_h = [], [], [], []
+    unarys, drains, hrs, cpu_u, cpu_h = [], [], [], [], []
     for r in range(rounds):  # interleaved rounds, medians: the machine is shared
         rate, py, jvm = _measured(emu, bench_unary_pull, emu, path + subs[f"unary{r}"], n)
         unarys.append(rate)
         cpu_u.append((py, jvm))
+        drains.append(bench_unary_drain(emu, path + subs[f"drain{r}"], n))
         (rate, rows), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"headrace{r}"], n, partitions)
         assert rows == n, (rows, n)
         hrs.append(rate)
         cpu_h.append((py, jvm))
-    unary, hr_src = statistics.median(unarys), statistics.median(hrs)
+    unary, drain, hr_src = statistics.median(unarys), statistics.median(drains), statistics.median(hrs)
     print(f"source ({n} msgs of {size} B, numFetchPartitions={partitions}; medians of {rounds} "
           "interleaved rounds after one warm-up each):")
     print(f"  plain streaming pull + ack   {stream:10,.0f} msgs/s  (one round)")
     print(f"  plain unary pull + ack       {unary:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in unarys)})")
+    print(f"  same, until 200 ms idle      {drain:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in drains)}; not told N)")
     print(f"  headrace pubsub -> batch fn  {hr_src:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hrs)}; staged + acked + read back)")
     for label, cpu in (("plain", cpu_u), ("headrace", cpu_h)):
         py, jvm = statistics.median(c[0] for c in cpu), statistics.median(c[1] for c in cpu)
@@ -215,6 +246,7 @@ def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, 
               f"({1e6 * py / n:5.1f} + {1e6 * jvm / n:5.1f} us/msg)")  # fmt: skip
     print(f"  ratio vs streaming pull      {hr_src / stream:10.2f}   (goal >= 0.8)")
     print(f"  ratio vs unary pull loop     {hr_src / unary:10.2f}   (goal >= 0.8)")
+    print(f"  ratio vs that loop until idle{hr_src / drain:10.2f}   (shown too: both must find the end)")
 
 
 def bench_sink(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int) -> None:

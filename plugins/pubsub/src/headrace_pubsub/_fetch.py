@@ -1,6 +1,6 @@
 """One micro-batch's fetch: pullers, the ack-deadline lease, and the hand-off of chunks to staging.
 
-``numFetchPartitions`` fetch partitions, each with ``_PULLS_IN_FLIGHT`` pull requests at once (one
+``numFetchPartitions`` fetch partitions, each with ``PULLS_IN_FLIGHT`` pull requests at once (one
 thread each), pull into one :class:`~headrace_pubsub._schema.Columns` per partition. The source's
 thread takes what has gathered (:meth:`FetchRun.take`) whenever ``stage_rows`` messages are
 waiting, stages it as one segment and acknowledges it, while the pullers go on: staging overlaps
@@ -30,13 +30,13 @@ from headrace_pubsub._schema import Columns
 if TYPE_CHECKING:
     from headrace_pubsub.source import PubSubSource
 
-__all__ = ["ACK_CHUNK", "MAX_PULL", "FetchRun", "Lease"]
+__all__ = ["ACK_CHUNK", "MAX_PULL", "PULLS_IN_FLIGHT", "FetchRun", "Lease"]
 
 log = logging.getLogger(__name__)
 
 MAX_PULL = 1000  # messages per Pull request (server maximum)
 ACK_CHUNK = 1000  # ack ids per Acknowledge / ModifyAckDeadline request (request size limit 512 KiB)
-_PULLS_IN_FLIGHT = 2  # pull requests at once per fetch partition: the next pull travels while one is handled
+PULLS_IN_FLIGHT = 2  # pull requests at once per fetch partition: the next pull travels while one is handled
 _IDLE_POLL = 0.02  # seconds between pulls while the subscription has nothing to deliver
 
 
@@ -120,7 +120,7 @@ class FetchRun:
         self._stopped = False
         # under a byte cap one pull at a time per partition: each pull is sized by the bytes left,
         # and pulls in flight together would each overshoot the (soft) cap by themselves
-        n = src.num_fetch_partitions * (_PULLS_IN_FLIGHT if max_bytes is None else 1)
+        n = src.num_fetch_partitions * (PULLS_IN_FLIGHT if max_bytes is None else 1)
         self._active = n
         executor = pool(n)
         self._futures: list[Future[None]] = [executor.submit(self._puller, self.partitions[i % len(self.partitions)])

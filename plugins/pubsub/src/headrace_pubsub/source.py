@@ -46,7 +46,7 @@ from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_pubsub._acks import Acker
 from headrace_pubsub._client import PubSubError, describe_api_error, resolve_endpoint, subscriber_client
-from headrace_pubsub._fetch import FetchRun
+from headrace_pubsub._fetch import PULLS_IN_FLIGHT, FetchRun
 from headrace_pubsub._options import (  # typed option handles
     ACK_DEADLINE_SECONDS,
     DEDUP_WINDOW,
@@ -193,13 +193,13 @@ class PubSubSource(Source):
         return True
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
-        """Pull, stage and ack the next micro-batch; return ``{"seq": n}`` naming its segment, or
+        """Pull, stage and ack the next micro-batch; return ``{"seq": n}``, its last segment, or
         ``start`` when nothing arrived within ``fetchIdleTimeout``.
 
         Called once per trigger, on the driver, before ``offsets/<n>`` is written: this is where
-        messages are pulled, written durably to the checkpoint, and only then acknowledged. A
-        segment staged by a run that died before writing ``offsets/<n>`` is returned again
-        instead of pulling."""
+        messages are pulled, written durably to the checkpoint chunk by chunk, and each chunk
+        acknowledged once it is durable. Segments staged by a run that died before writing
+        ``offsets/<n>`` are returned again instead of pulling."""
         s = int(start["seq"])
         pending = [q for q in self._store.staged() if q > s]
         if pending:
@@ -261,8 +261,10 @@ class PubSubSource(Source):
         return acks
 
     def _puller_pool(self, n: int) -> ThreadPoolExecutor:
+        """The pullers' threads, made once: enough for every fetch (``n`` varies with the limit)."""
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(n, thread_name_prefix="headrace-pubsub-fetch")
+            size = max(n, self.num_fetch_partitions * PULLS_IN_FLIGHT)
+            self._pool = ThreadPoolExecutor(size, thread_name_prefix="headrace-pubsub-fetch")
         return self._pool
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
