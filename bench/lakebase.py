@@ -9,11 +9,20 @@ already) through headrace, against the same work done by hand with psycopg in th
 
 Run from the repository root: ``.venv/bin/python bench/lakebase.py [--rows N]``. It starts its
 own PostgreSQL (tests/services). Measures and prints; asserts nothing.
+
+It first prints the plugin's import cost (issue 17: "importing the lakebase plugin costs ~0.37 s
+at query start"), from ``python -X importtime`` in fresh processes (``--import-runs``, medians),
+split by who pays it: every query start loads the plugin module (``_plugin``: options, no
+client library); a query with the sink loads ``headrace_lakebase.sink`` (psycopg needed for its
+first connection); one with the change source ``headrace_lakebase.cdc_source``.
+``--imports-only`` stops after that.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -96,12 +105,54 @@ def run_executemany(conn: psycopg.Connection, table: str, data: pa.Table, batchs
     return time.perf_counter() - t0
 
 
+_IMPORT_STEPS = [
+    ("every query start: headrace_lakebase._plugin", "import headrace", "import headrace_lakebase._plugin"),
+    ("lakebase sink: headrace_lakebase.sink", "import headrace, headrace_lakebase._plugin", "import headrace_lakebase.sink"),
+    ("change source: headrace_lakebase.cdc_source", "import headrace, headrace_lakebase._plugin",
+     "import headrace_lakebase.cdc_source"),
+]  # fmt: skip
+
+
+def _import_ms(before: str, what: str) -> dict[str, float]:
+    """Milliseconds of ``what`` in a fresh interpreter that already ran ``before``, by owner
+    (sum of each module's own time from ``-X importtime``)."""
+    code = f"{before}; import sys; sys.stderr.write('--mark--\\n'); {what}"
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT).stderr  # fmt: skip
+    out = {"total": 0.0, "psycopg": 0.0, "plugin": 0.0, "pyarrow": 0.0, "other": 0.0}
+    for line in err.split("--mark--", 1)[1].splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        own, _, name = line[len("import time:"):].split("|")
+        ms, name = int(own) / 1000, name.strip()
+        root = name.split(".")[0]
+        key = {"psycopg": "psycopg", "psycopg_binary": "psycopg", "headrace_lakebase": "plugin",
+               "pyarrow": "pyarrow"}.get(root, "other")  # fmt: skip
+        out[key] += ms
+        out["total"] += ms
+    return out
+
+
+def print_import_costs(runs: int) -> None:
+    print(f"lakebase plugin import cost (ms, -X importtime, fresh process, median of {runs}):")
+    for label, before, what in _IMPORT_STEPS:
+        got = [_import_ms(before, what) for _ in range(runs)]
+        med = {k: statistics.median(g[k] for g in got) for k in got[0]}
+        print(f"  {label:46s} {med['total']:6.1f}  (plugin's own modules {med['plugin']:5.1f}, psycopg "
+              f"{med['psycopg']:5.1f}, pyarrow {med['pyarrow']:5.1f}, other {med['other']:5.1f})")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--batchsize", type=int, default=10_000)
     ap.add_argument("--executemany-rows", type=int, default=100_000)
+    ap.add_argument("--import-runs", type=int, default=5)
+    ap.add_argument("--imports-only", action="store_true")
     args = ap.parse_args()
+    print_import_costs(args.import_runs)
+    if args.imports_only:
+        return
     n = args.rows
     data = make_data(n)
     prefill = data.filter(pa.compute.less(data["id"], n // 2))

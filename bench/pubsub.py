@@ -1,13 +1,21 @@
 """Benchmark: headrace's pubsub source and sink vs plain google-cloud-pubsub, same run, same emulator.
 
-    .venv/bin/python bench/pubsub.py [--messages 20000] [--size 100]
+    .venv/bin/python bench/pubsub.py [--messages 20000] [--size 100] [--rounds 3] [--only source|sink]
 
-Source: N messages are published once to a topic with three subscriptions; then each consumer
-drains its own subscription:
-  - baseline: the client's streaming pull (``SubscriberClient.subscribe``) acking each message;
-  - also shown: a unary pull-and-ack loop (what headrace does underneath);
-  - headrace: a pubsub -> noop query with trigger(available_now=True) (pull, stage to the
-    checkpoint as Arrow IPC, ack, read back), from start() to the end.
+Source: N messages are published once to a topic with one subscription per run (all created
+alike: ack deadline 60 s, no ordering, no filter); then each consumer drains its own subscription:
+  - shown once: the client's streaming pull (``SubscriberClient.subscribe``) acking each message;
+  - the reference (issue 17): a plain unary loop, Pull (max 1000 messages; the emulator hands out
+    100) then Acknowledge those, until it has N; it keeps every message id and payload, and the
+    ids are checked afterwards (N distinct);
+  - shown once: the same loop not told N, ending once the subscription delivered nothing for
+    200 ms (the end condition of the headrace run below);
+  - headrace: a pubsub -> foreach_batch query with trigger(available_now=True), from start() to
+    the end: pull, stage to the checkpoint as Arrow IPC (fsync), ack, read back; the batch
+    function keeps the messageId column, checked afterwards (N distinct). It must also find the
+    end of the backlog (fetchIdleTimeout 200 ms of empty pulls), which the plain loop, told N,
+    does not; and it starts a query (checkpoint, subscription check).
+Each side's CPU time is shown too: this process's (user+sys) and the emulator JVM's.
 Sink: N rows published to a topic:
   - baseline: ``PublisherClient.publish`` per message with the same batch settings, then every future;
   - headrace: rate-micro-batch -> map_batches (value -> bytes) -> pubsub sink, available_now.
@@ -19,12 +27,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import sys
 import tempfile
 import threading
 import time
 import uuid
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -81,31 +91,83 @@ def bench_unary_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
     client = emu.subscriber()
     t0 = time.perf_counter()
     got = 0
+    message_ids: list[str] = []
+    payloads: list[bytes] = []
     while got < n:
         resp = PullResponse.pb(client.pull(request={"subscription": sub, "max_messages": 1000}))
-        ids = [m.ack_id for m in resp.received_messages]
-        payloads = [m.message.data for m in resp.received_messages]
-        got += len(payloads)
-        if ids:
-            client.acknowledge(subscription=sub, ack_ids=ids)
+        ack_ids = [m.ack_id for m in resp.received_messages]
+        message_ids.extend(m.message.message_id for m in resp.received_messages)
+        payloads.extend(m.message.data for m in resp.received_messages)
+        got += len(ack_ids)
+        if ack_ids:
+            client.acknowledge(subscription=sub, ack_ids=ack_ids)
     elapsed = time.perf_counter() - t0
     client.close()
+    assert len(set(message_ids)) == n == len(payloads), (len(set(message_ids)), n)
+    return n / elapsed
+
+
+def bench_unary_drain(emu: PubSubEmulator, sub: str, n: int, idle: float = 0.2) -> float:
+    """The plain loop without being told N: it stops, as available-now does, once the
+    subscription delivered nothing for ``idle`` seconds (the headrace run's fetchIdleTimeout)."""
+    from google.api_core import exceptions as gexc
+    from google.pubsub_v1 import PullResponse
+
+    client = emu.subscriber()
+    t0 = time.perf_counter()
+    message_ids: list[str] = []
+    last = time.perf_counter()
+    while time.perf_counter() - last < idle:
+        try:  # a short deadline: the emulator answers at once when it holds nothing (< 1 s left)
+            resp = PullResponse.pb(client.pull(request={"subscription": sub, "max_messages": 1000}, timeout=idle))
+        except gexc.DeadlineExceeded:
+            continue
+        if not resp.received_messages:
+            time.sleep(0.02)
+            continue
+        last = time.perf_counter()
+        message_ids.extend(m.message.message_id for m in resp.received_messages)
+        client.acknowledge(subscription=sub, ack_ids=[m.ack_id for m in resp.received_messages])
+    elapsed = time.perf_counter() - t0
+    client.close()
+    assert len(set(message_ids)) == n == len(message_ids), (len(set(message_ids)), n)
     return n / elapsed
 
 
 def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: int, partitions: int) -> tuple[float, int]:
+    import pyarrow.compute as pc
+
     import headrace as hr
 
     chk = tempfile.mkdtemp(prefix="bench-pubsub-")
     opts = {"projectId": PROJECT, "topicId": topic_id, "subscriptionId": sub_id, "endpoint": emu.host,
             "maxRecordsPerFetch": 10000, "numFetchPartitions": partitions, "fetchIdleTimeout": "200 ms"}  # fmt: skip
+    ids: list[pa.ChunkedArray] = []
     t0 = time.perf_counter()
-    q = hr.read_stream.format("pubsub").options(opts).load().write_stream.format("noop") \
+    q = hr.read_stream.format("pubsub").options(opts).load().write_stream \
+        .foreach_batch(lambda table, _batch_id: ids.append(table.column("messageId"))) \
         .option("checkpointLocation", chk).trigger(available_now=True).start()  # fmt: skip
     q.await_termination()
     elapsed = time.perf_counter() - t0
     rows = sum(p["numInputRows"] for p in q.recent_progress)
+    distinct = pc.count_distinct(pa.chunked_array([c for a in ids for c in a.chunks], pa.string())).as_py()
+    assert distinct == rows, (distinct, rows)
     return rows / elapsed, rows
+
+
+def _emulator_cpu(emu: PubSubEmulator) -> float:
+    """CPU seconds (user + sys) the emulator's JVM has used so far."""
+    with open(f"/proc/{emu.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(emu: PubSubEmulator, fn: Any, *args: Any) -> tuple[Any, float, float]:
+    """``fn(*args)`` and the CPU seconds it cost this process and the emulator."""
+    r0, e0 = resource.getrusage(resource.RUSAGE_SELF), _emulator_cpu(emu)
+    out = fn(*args)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    return out, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, _emulator_cpu(emu) - e0
 
 
 def bench_plain_publish(emu: PubSubEmulator, topic: str, n: int, size: int) -> float:
@@ -145,13 +207,73 @@ def bench_headrace_sink(emu: PubSubEmulator, topic_id: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, partitions: int) -> None:
+    sub_client = emu.subscriber()
+    topic_id = _name("bench")
+    topic = f"projects/{PROJECT}/topics/{topic_id}"
+    pub.create_topic(name=topic)
+    subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace")}
+    for r in range(rounds):
+        subs[f"unary{r}"], subs[f"drain{r}"], subs[f"headrace{r}"] = _name("unary"), _name("drain"), _name("headrace")
+    for s in subs.values():  # every subscription alike
+        sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
+    _publish(emu, topic, n, size)
+    path = f"projects/{PROJECT}/subscriptions/"
+    stream = bench_streaming_pull(emu, path + subs["stream"], n)
+    # warm-up of both (the emulator's JIT; pyarrow's first pa.array imports pandas, ~0.5 s), not counted
+    bench_unary_pull(emu, path + subs["warm-unary"], n)
+    bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, partitions)
+    unarys, drains, hrs, cpu_u, cpu_h = [], [], [], [], []
+    for r in range(rounds):  # interleaved rounds, medians: the machine is shared
+        rate, py, jvm = _measured(emu, bench_unary_pull, emu, path + subs[f"unary{r}"], n)
+        unarys.append(rate)
+        cpu_u.append((py, jvm))
+        drains.append(bench_unary_drain(emu, path + subs[f"drain{r}"], n))
+        (rate, rows), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"headrace{r}"], n, partitions)
+        assert rows == n, (rows, n)
+        hrs.append(rate)
+        cpu_h.append((py, jvm))
+    unary, drain, hr_src = statistics.median(unarys), statistics.median(drains), statistics.median(hrs)
+    print(f"source ({n} msgs of {size} B, numFetchPartitions={partitions}; medians of {rounds} "
+          "interleaved rounds after one warm-up each):")
+    print(f"  plain streaming pull + ack   {stream:10,.0f} msgs/s  (one round)")
+    print(f"  plain unary pull + ack       {unary:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in unarys)})")
+    print(f"  same, until 200 ms idle      {drain:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in drains)}; not told N)")
+    print(f"  headrace pubsub -> batch fn  {hr_src:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hrs)}; staged + acked + read back)")
+    for label, cpu in (("plain", cpu_u), ("headrace", cpu_h)):
+        py, jvm = statistics.median(c[0] for c in cpu), statistics.median(c[1] for c in cpu)
+        print(f"  CPU {label:9} this process {py:5.2f} s, emulator {jvm:5.2f} s  "
+              f"({1e6 * py / n:5.1f} + {1e6 * jvm / n:5.1f} us/msg)")  # fmt: skip
+    print(f"  ratio vs streaming pull      {hr_src / stream:10.2f}   (goal >= 0.8)")
+    print(f"  ratio vs unary pull loop     {hr_src / unary:10.2f}   (goal >= 0.8)")
+    print(f"  ratio vs that loop until idle{hr_src / drain:10.2f}   (shown too: both must find the end)")
+
+
+def bench_sink(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int) -> None:
+    sink_topics = [_name("sink"), _name("sink")]
+    for t in sink_topics:
+        pub.create_topic(name=f"projects/{PROJECT}/topics/{t}")
+    bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n // 4, size)  # warm-up
+    bench_headrace_sink(emu, sink_topics[1], n // 4)
+    plains, hr_sinks = [], []
+    for _ in range(rounds):
+        plains.append(bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n, size))
+        hr_sinks.append(bench_headrace_sink(emu, sink_topics[1], n))
+    plain, hr_sink = statistics.median(plains), statistics.median(hr_sinks)
+    print(f"sink ({n} msgs of {size} B, batchMaxMessages=100; medians of {rounds} interleaved rounds):")
+    print(f"  plain PublisherClient.publish {plain:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in plains)})")
+    print(f"  headrace rate -> pubsub       {hr_sink:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hr_sinks)})")
+    print(f"  ratio                         {hr_sink / plain:9.2f}   (goal >= 0.8)")
+
+
 def main() -> None:
     global _SIZE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=20000)
+    ap.add_argument("--messages", type=int, default=20000, help="messages per run (full size: 100000)")
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--partitions", type=int, default=1, help="numFetchPartitions of the headrace source")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are printed)")
+    ap.add_argument("--only", choices=("source", "sink"), help="run one half of the bench")
     args = ap.parse_args()
     n, _SIZE = args.messages, args.size
     emu = PubSubEmulator(project_id=PROJECT)
@@ -160,51 +282,10 @@ def main() -> None:
         import headrace_pubsub.source  # noqa: F401  (import cost outside the timings, as for the baselines)
 
         pub = emu.publisher()
-        sub_client = emu.subscriber()
-        topic_id = _name("bench")
-        topic = f"projects/{PROJECT}/topics/{topic_id}"
-        pub.create_topic(name=topic)
-        rounds = args.rounds
-        subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace")}
-        for r in range(rounds):
-            subs[f"unary{r}"], subs[f"headrace{r}"] = _name("unary"), _name("headrace")
-        for s in subs.values():
-            sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
-        _publish(emu, topic, n, args.size)
-        path = f"projects/{PROJECT}/subscriptions/"
-        stream = bench_streaming_pull(emu, path + subs["stream"], n)
-        # warm-up of both (the emulator's JIT; pyarrow's first pa.array imports pandas, ~0.5 s), not counted
-        bench_unary_pull(emu, path + subs["warm-unary"], n)
-        bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, args.partitions)
-        unarys, hrs = [], []
-        for r in range(rounds):  # interleaved rounds, medians: the machine is shared
-            unarys.append(bench_unary_pull(emu, path + subs[f"unary{r}"], n))
-            rate, rows = bench_headrace_source(emu, topic_id, subs[f"headrace{r}"], n, args.partitions)
-            assert rows == n, (rows, n)
-            hrs.append(rate)
-        unary, hr_src = statistics.median(unarys), statistics.median(hrs)
-        print(f"source ({n} msgs of {args.size} B, numFetchPartitions={args.partitions}; medians of {rounds} "
-              "interleaved rounds after one warm-up each):")
-        print(f"  plain streaming pull + ack   {stream:10,.0f} msgs/s  (one round)")
-        print(f"  plain unary pull + ack       {unary:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in unarys)})")
-        print(f"  headrace pubsub -> noop      {hr_src:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hrs)}; staged + acked + read back)")
-        print(f"  ratio vs streaming pull      {hr_src / stream:10.2f}   (goal >= 0.8)")
-        print(f"  ratio vs unary pull loop     {hr_src / unary:10.2f}   (goal >= 0.8)")
-
-        sink_topics = [_name("sink"), _name("sink")]
-        for t in sink_topics:
-            pub.create_topic(name=f"projects/{PROJECT}/topics/{t}")
-        bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n // 4, args.size)  # warm-up
-        bench_headrace_sink(emu, sink_topics[1], n // 4)
-        plains, hr_sinks = [], []
-        for _ in range(rounds):
-            plains.append(bench_plain_publish(emu, f"projects/{PROJECT}/topics/{sink_topics[0]}", n, args.size))
-            hr_sinks.append(bench_headrace_sink(emu, sink_topics[1], n))
-        plain, hr_sink = statistics.median(plains), statistics.median(hr_sinks)
-        print(f"sink ({n} msgs of {args.size} B, batchMaxMessages=100; medians of {rounds} interleaved rounds):")
-        print(f"  plain PublisherClient.publish {plain:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in plains)})")
-        print(f"  headrace rate -> pubsub       {hr_sink:9,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hr_sinks)})")
-        print(f"  ratio                         {hr_sink / plain:9.2f}   (goal >= 0.8)")
+        if args.only != "sink":
+            bench_source(emu, pub, n, args.size, args.rounds, args.partitions)
+        if args.only != "source":
+            bench_sink(emu, pub, n, args.size, args.rounds)
     finally:
         emu.stop()
 

@@ -130,6 +130,24 @@ def test_plugin_does_not_import_psycopg() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_each_query_start_imports_only_what_it_needs() -> None:
+    """Every query start loads every plugin's module (connector discovery): for lakebase that is
+    the options, without psycopg, pyarrow.compute or the sink's and the change source's modules;
+    a lakebase sink then loads its own modules, not the change source's nor the AUTO CDC ones."""
+    code = (
+        "import sys, headrace as hr\n"
+        "hr.registry().get('lakebase')\n"
+        "loaded = {m for m in sys.modules if m.startswith(('psycopg', 'pyarrow.compute', 'headrace_lakebase'))}\n"
+        "assert loaded <= {'headrace_lakebase', 'headrace_lakebase._plugin', 'headrace_lakebase._options',\n"
+        "                  'headrace_lakebase.cdc_options', 'headrace_lakebase.hookspecs', 'headrace_lakebase.params'}, loaded\n"
+        "hr.registry().get('lakebase').load_sink()\n"
+        "late = {'headrace_lakebase.autocdc', 'headrace_lakebase.cdc_source', 'headrace_lakebase.cdc_decode',\n"
+        "        'headrace_lakebase.pgoutput', 'headrace_lakebase.cdc_snapshot'}\n"
+        "assert not late & set(sys.modules), late & set(sys.modules)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 @pytest.mark.parametrize(
     "dbtable, fragment",
     [

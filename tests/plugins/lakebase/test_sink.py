@@ -99,14 +99,14 @@ def test_duplicate_keys_in_one_chunk_keep_the_last(pg_options: dict[str, Any], t
     sink.close()
     rows = query(f"SELECT k, value FROM {table} ORDER BY k")
     assert rows == [(k, 4900 + k) for k in range(100)]
-    assert query(f"SELECT count(*) FROM _headrace_lakebase_commits WHERE target = 'public.{table}'") == [(1,)]
+    assert query(f"SELECT count(*) FROM _headrace_lakebase_commits WHERE target = 'public.{table}' AND chunk >= 0") == [(1,)]
 
 
 def test_chunks_of_batchsize_rows_one_transaction_each(pg_options: dict[str, Any], table: str, query: Query) -> None:
     sink = make_sink({**pg_options, "batchsize": 300, "batchinterval": "1 hour"})
     write(sink, 0, pa.table({"v": list(range(1000))}), chunk=128)
     sink.close()
-    chunks = query("SELECT chunk, row_start, row_end FROM _headrace_lakebase_commits WHERE target = %s ORDER BY chunk",
+    chunks = query("SELECT chunk, row_start, row_end FROM _headrace_lakebase_commits WHERE target = %s AND chunk >= 0 ORDER BY chunk",
                    (f"public.{table}",))  # fmt: skip
     assert chunks == [(0, 0, 300), (1, 300, 600), (2, 600, 900), (3, 900, 1000)]
     assert query(f"SELECT count(*), count(DISTINCT v) FROM {table}") == [(1000, 1000)]

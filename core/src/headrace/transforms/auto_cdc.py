@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from headrace.errors import HeadraceError, OptionProblem
 from headrace.options import Option, Options, String, StringList, at_most_one_of, rule
@@ -153,6 +152,7 @@ def prepare(table: pa.Table, spec: AutoCdcSpec) -> pa.Table:
     columns, then :data:`SEQ` and :data:`DELETE`. Row order is kept (the stream's order breaks
     ties between events of equal sequence). Called once per batch (or chunk) by a sink."""
     import numpy as np  # with the sql extra; imported when a change stream is applied
+    import pyarrow.compute as pc  # ~50 ms: not at import (plugins' option modules import this one at query start)
 
     if CHANGE_TYPE in table.column_names and table.num_rows:
         keep = pc.fill_null(pc.not_equal(table[CHANGE_TYPE], "update_preimage"), True)
@@ -182,6 +182,8 @@ _SIMPLE = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*'([^']*)'\s*")
 def delete_mask(table: pa.Table, condition: str) -> pa.ChunkedArray:
     """``applyAsDeletes`` evaluated on every row (NULL is false): ``column = 'literal'`` directly
     with Arrow, any other condition with DuckDB (``condition_mask``)."""
+    import pyarrow.compute as pc  # ~50 ms: not at import (plugins' option modules import this one at query start)
+
     m = _SIMPLE.fullmatch(condition)
     if m and m.group(1) in table.column_names and pa.types.is_string(table.schema.field(m.group(1)).type):
         return pc.fill_null(pc.equal(table[m.group(1)], m.group(2)), False)
@@ -204,6 +206,7 @@ def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
     equal sequences a non-delete before a delete, then the last in stream order), sorted by
     key. O(n log n)."""
     import numpy as np  # with the sql extra; imported when a change stream is applied
+    import pyarrow.compute as pc  # ~50 ms: not at import (plugins' option modules import this one at query start)
 
     n = prepared.num_rows
     if n <= 1:
@@ -231,6 +234,7 @@ def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
 def sort_events(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
     """Events sorted by key, then sequence, then stream order (for SCD type 2 history)."""
     import numpy as np  # with the sql extra; imported when a change stream is applied
+    import pyarrow.compute as pc  # ~50 ms: not at import (plugins' option modules import this one at query start)
 
     n = prepared.num_rows
     if n <= 1:

@@ -92,9 +92,9 @@ def _payload(table: pa.Table, oids: list[int]) -> tuple[bytes | None, Any]:
     """COPY BINARY bytes (vectorised encoder) or rows for ``write_row`` (other types)."""
     if all(o in FAST_OIDS for o in oids):
         return SIGNATURE + encode_rows(table, oids) + TRAILER, None
-    from headrace_lakebase.sink import _python_rows
+    from headrace_lakebase.copy_rows import python_rows
 
-    return None, _python_rows(table, oids)
+    return None, python_rows(table, oids)
 
 
 def _copy(cur: psycopg.Cursor[tuple[object, ...]], stmt: sql.Composed, data: bytes | None, rows: Any,

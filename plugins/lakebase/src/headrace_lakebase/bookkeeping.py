@@ -16,19 +16,37 @@ A replayed ``write`` first reads how far its writer got (``max(row_end)``) and s
 input rows, and each chunk's transaction begins by inserting its row with ``ON CONFLICT DO
 NOTHING``: a chunk already recorded (e.g. committed just before a lost connection) is skipped.
 So rows are written exactly once with or without upsert keys, whatever the chunk boundaries
-(which depend on timing through ``batchinterval``) were in the first attempt. ``commit(n)``
-deletes the rows of the query's batches before ``n`` (they can no longer be replayed), so the
-table stays small.
+(which depend on timing through ``batchinterval``) were in the first attempt.
+
+``commit(n)`` records batch ``n`` as committed (a row with writer ``#committed``, chunk -1) and,
+in the same transaction, deletes the rows of the query's earlier batches, so the table stays
+small: per target and query, the chunks of the last committed batch and its mark. The mark is
+what a replay after ``headrace checkpoint reset`` needs: the engine then replays rolled-back
+batches ``<= n`` whose chunk rows are gone, and in insert mode (no keys) the sink skips any batch
+at or below the mark, as the delta and files sinks skip committed batch ids (see
+docs/decisions.md, "lakebase insert mode and checkpoint reset").
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import psycopg
 from psycopg import sql
 
-__all__ = ["BOOKKEEPING_TABLE", "Bookkeeping", "create_table_once"]
+__all__ = ["BOOKKEEPING_TABLE", "COMMITTED", "Bookkeeping", "Progress", "create_table_once"]
 
 BOOKKEEPING_TABLE = "_headrace_lakebase_commits"
+COMMITTED = "#committed"
+"""The writer of a batch's commit mark (chunk -1): not a real writer id (those are ``task:hash``)."""
+
+
+class Progress(NamedTuple):
+    """What the bookkeeping says about one writer of one batch."""
+
+    rows: int  # input rows of this writer already written
+    next_chunk: int  # the chunk number to use next
+    committed: int | None  # the query's last committed batch id on this target, None before any
 
 
 def create_table_once(conn: psycopg.Connection[tuple[object, ...]], ddl: sql.Composed) -> None:
@@ -61,19 +79,21 @@ class Bookkeeping:
         ).format(t=self.ident)
         create_table_once(conn, ddl)
 
-    def progress(self, conn: psycopg.Connection[tuple[object, ...]], batch_id: int, writer: str) -> tuple[int, int]:
-        """``(rows already written, next chunk number)`` of ``writer`` in ``batch_id``.
+    def progress(self, conn: psycopg.Connection[tuple[object, ...]], batch_id: int, writer: str) -> Progress:
+        """What ``writer`` of ``batch_id`` already wrote, and the query's last committed batch.
         Called once per ``write``."""
         with conn.transaction():
             row = conn.execute(
                 sql.SQL(
-                    "SELECT coalesce(max(row_end), 0), coalesce(max(chunk) + 1, 0) FROM {t} "
-                    "WHERE target = %s AND query_id = %s AND batch_id = %s AND writer = %s"
+                    "SELECT coalesce(max(row_end), 0), coalesce(max(chunk) + 1, 0), "
+                    "(SELECT max(batch_id) FROM {t} WHERE target = %s AND query_id = %s AND writer = %s) "
+                    "FROM {t} WHERE target = %s AND query_id = %s AND batch_id = %s AND writer = %s"
                 ).format(t=self.ident),
-                (self.target, self.query_id, batch_id, writer),
+                (self.target, self.query_id, COMMITTED, self.target, self.query_id, batch_id, writer),
             ).fetchone()
         assert row is not None
-        return int(row[0]), int(row[1])  # type: ignore[call-overload]
+        rows, chunk, committed = row
+        return Progress(int(rows), int(chunk), None if committed is None else int(committed))  # type: ignore[call-overload]
 
     def claim(
         self, cur: psycopg.Cursor[tuple[object, ...]], batch_id: int, writer: str, chunk: int, row_start: int, row_end: int
@@ -89,9 +109,18 @@ class Bookkeeping:
         )
         return cur.rowcount == 1
 
-    def forget_before(self, conn: psycopg.Connection[tuple[object, ...]], batch_id: int) -> None:
-        """Delete the rows of this query's batches before ``batch_id``. Called once per commit."""
+    def mark_committed(self, conn: psycopg.Connection[tuple[object, ...]], batch_id: int) -> None:
+        """Record ``batch_id`` as committed and delete the rows of this query's earlier batches,
+        in one transaction (a later mark, left by a run before a checkpoint reset, stays).
+        Called once per commit; idempotent."""
         with conn.transaction():
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {t} (target, query_id, batch_id, writer, chunk, row_start, row_end) "
+                    "VALUES (%s, %s, %s, %s, -1, 0, 0) ON CONFLICT DO NOTHING"
+                ).format(t=self.ident),
+                (self.target, self.query_id, batch_id, COMMITTED),
+            )
             conn.execute(
                 sql.SQL("DELETE FROM {t} WHERE target = %s AND query_id = %s AND batch_id < %s").format(t=self.ident),
                 (self.target, self.query_id, batch_id),

@@ -40,7 +40,6 @@ from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec
-from headrace_lakebase import autocdc
 from headrace_lakebase._options import (
     BATCHINTERVAL,
     BATCHSIZE,
@@ -53,6 +52,7 @@ from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk, ChunkBuffer
 from headrace_lakebase.connection import Conn, Connector, params_from_options
 from headrace_lakebase.copy_binary import encode_pieces
+from headrace_lakebase.copy_rows import python_rows
 from headrace_lakebase.dedupe import last_per_key_sorted
 from headrace_lakebase.rejects import DATA_ERRORS, ENCODE_ERRORS, Rejects, describe, write_row_by_row
 from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
@@ -178,6 +178,8 @@ class LakebaseSink(Sink):
                 raise HeadraceError("lakebase: write() on a closed sink; create a new one")
             it = iter(data)
             if self.cdc.enabled:
+                from headrace_lakebase import autocdc  # AUTO CDC only: not at query start
+
                 it = autocdc.cdc_batches(it, self.cdc)
             first = next((b for b in it if b.num_rows), None)
             if first is None:
@@ -189,9 +191,11 @@ class LakebaseSink(Sink):
                     "table a primary key"
                 )
             writer = self.writer_id(first)
-            self._conn, (done, next_chunk) = self._connector.run(
+            self._conn, (done, next_chunk, committed) = self._connector.run(
                 self._conn, lambda c: self._bk.progress(c, batch_id, writer)
             )
+            if committed is not None and batch_id <= committed and not plan.keys:
+                return self._skip_committed(batch_id, writer, committed, first, it)
             if done:
                 log.info("lakebase: batch %d writer %s replayed: skipping %d rows already written", batch_id, writer, done)
             buffer = ChunkBuffer(batch_size=self.batch_size, interval=self.interval, skip=done, first_chunk=next_chunk)
@@ -234,6 +238,18 @@ class LakebaseSink(Sink):
             self._rows_skipped += min(done, total)
             return LakebaseCommitMessage(writer, total, min(done, total), counts[1])
 
+    def _skip_committed(self, batch_id: int, writer: str, committed: int, first: pa.RecordBatch,
+                        rest: Iterator[pa.RecordBatch]) -> LakebaseCommitMessage:  # fmt: skip
+        """Insert mode, a batch at or below the last one committed to this table: a replay after
+        ``headrace checkpoint reset`` (or of the last batch, committed here before its commits
+        entry was durable). Its rows are in the table already: read them (the engine wants the
+        whole batch consumed), write nothing, report them skipped, as delta and files do."""
+        total = first.num_rows + sum(b.num_rows for b in rest)
+        log.info("lakebase: batch %d was committed to %s before (last committed batch %d): skipping its %d rows",
+                 batch_id, self.table, committed, total)  # fmt: skip
+        self._rows_skipped += total
+        return LakebaseCommitMessage(writer, total, total, 0)
+
     @staticmethod
     def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         yield first
@@ -260,7 +276,7 @@ class LakebaseSink(Sink):
         checked = self.bad_records is not None and self.bad_records.policy != "fail"
         try:
             payload = encode_pieces(table, list(plan.oids)) if plan.fast else None
-            rows = None if plan.fast else list(_python_rows(table, plan.oids))  # a list: a retry writes it again
+            rows = None if plan.fast else list(python_rows(table, plan.oids))  # a list: a retry writes it again
         except ENCODE_ERRORS:
             if not checked:
                 raise
@@ -302,7 +318,7 @@ class LakebaseSink(Sink):
                 def one(t: pa.Table) -> None:
                     fast = plan.fast
                     copy(cur, encode_pieces(t, list(plan.oids)) if fast else None,
-                         None if fast else list(_python_rows(t, plan.oids)))  # fmt: skip
+                         None if fast else list(python_rows(t, plan.oids)))  # fmt: skip
                     if plan.keys:
                         cur.execute(sql.SQL("DELETE FROM {}").format(sql.Identifier(plan.staging_name())))
 
@@ -315,24 +331,26 @@ class LakebaseSink(Sink):
     def _flush_cdc(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
         """AUTO CDC: apply one chunk of events in one transaction with its bookkeeping row
         (see headrace_lakebase.autocdc). False when it was already recorded."""
+        from headrace_lakebase import autocdc
+
         work = autocdc.chunk_work(plan, self.cdc, self._bk, batch_id, writer, chunk, self)
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
         return written
 
     # ------------------------------------------------------------------ commit / abort
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
-        """Every write of ``batch_id`` succeeded; its rows are already durable. Forget the
-        bookkeeping of earlier batches of this query (they cannot be replayed any more).
+        """Every write of ``batch_id`` succeeded; its rows are already durable. Mark the batch
+        committed in the bookkeeping and forget the chunks of earlier batches of this query.
 
         Called once per batch on the driver (again with the same id on a replay: idempotent)."""
         self._batch_skipped = sum(m.skipped for m in messages if isinstance(m, LakebaseCommitMessage))
         wrote = any(isinstance(m, LakebaseCommitMessage) and m.rows for m in messages)
-        if not wrote or batch_id == 0:
+        if not wrote:
             return
 
         def forget(conn: Conn) -> None:
             try:
-                self._bk.forget_before(conn, batch_id)
+                self._bk.mark_committed(conn, batch_id)
             except psycopg.errors.UndefinedTable:
                 pass
             if self.bad_records is not None:
@@ -378,37 +396,3 @@ class LakebaseSink(Sink):
 def _without_hidden(schema: pa.Schema) -> pa.Schema:
     """The target's columns of a prepared AUTO CDC batch (without the sequence and delete flag)."""
     return pa.schema([f for f in schema if f.name not in (SEQ, DELETE)])
-
-
-def _python_rows(table: pa.Table, oids: Sequence[int]) -> Iterator[tuple[Any, ...]]:
-    """Rows as Python values for psycopg's ``write_row`` (the path for types the vectorised
-    encoder does not cover: numeric, json/jsonb, arrays, time, interval...)."""
-    from psycopg.types.json import Json, Jsonb  # only this slow path needs them
-
-    cols: list[list[Any]] = []
-    for col, oid in zip(table.columns, oids, strict=True):
-        values = col.to_pylist()
-        if oid in (114, 3802):
-            wrap = Jsonb if oid == 3802 else Json
-            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
-                values = [None if v is None else wrap(json.loads(v)) for v in values]
-            else:
-                values = [None if v is None else wrap(_jsonable(v)) for v in values]
-        cols.append(values)
-    return zip(*cols, strict=True)
-
-
-def _jsonable(v: Any) -> Any:
-    """Arrow's Python values made JSON-friendly: maps (lists of pairs) become objects, bytes
-    become hex, dates and decimals become strings."""
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, list):
-        if v and all(isinstance(x, tuple) and len(x) == 2 for x in v):
-            return {str(k): _jsonable(x) for k, x in v}
-        return [_jsonable(x) for x in v]
-    if isinstance(v, bytes):
-        return v.hex()
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    return str(v)

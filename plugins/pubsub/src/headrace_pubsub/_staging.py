@@ -28,7 +28,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.checkpoint import atomic_write
 from headrace.errors import DataLossError
 from headrace_pubsub._schema import IDS_SCHEMA, SCHEMA
 
@@ -142,14 +141,16 @@ class SegmentStore:
         self,
         seq: int,
         parts: Sequence[pa.RecordBatch | None],
-        message_ids: Sequence[str],
-        ack_ids: Sequence[str],
+        ids: pa.RecordBatch,
         stats: dict[str, Any],
     ) -> dict[str, Any]:
-        """Write segment ``seq`` durably: part files, ids file, then the manifest (atomically).
+        """Write segment ``seq`` durably: part files, ids file (``IDS_SCHEMA``: every row's
+        messageId and ackId), then the manifest (renamed into place once they are all durable).
 
-        Called once per micro-batch that has data, from ``latest_offset``, before any message of
-        it is acknowledged. Returns the manifest."""
+        Two rounds of fsync: the data files and the manifest's temp file together (concurrently),
+        then, after the rename, the segment folder and ``segments/``. Called for every chunk of
+        messages a fetch takes, from ``latest_offset``, before any of them is acknowledged.
+        Returns the manifest."""
         folder = self._seg(seq)
         if os.path.exists(folder):
             shutil.rmtree(folder)
@@ -163,14 +164,16 @@ class SegmentStore:
             written.append(os.path.join(folder, name))
             size = _write_ipc(written[-1], SCHEMA, [batch], sync=False)
             entries.append({"file": name, "part": k, "rows": batch.num_rows, "bytes": size})
-        ids = pa.RecordBatch.from_arrays([pa.array(message_ids, pa.string()), pa.array(ack_ids, pa.string())],
-                                         schema=IDS_SCHEMA)  # fmt: skip
         written.append(os.path.join(folder, "ids.arrow"))
         _write_ipc(written[-1], IDS_SCHEMA, [ids], sync=False)
-        if self.durable:
-            _fsync_all(written)  # every data file durable before the manifest names them
         manifest = {"version": 1, "seq": seq, "stagedAtMs": int(time.time() * 1000), "parts": entries, "stats": stats}
-        atomic_write(self._manifest_path(seq), json.dumps(manifest).encode(), durable=self.durable)
+        path = self._manifest_path(seq)
+        tmp = path + ".tmp"  # a folder without MANIFEST.json is a crash mid-staging: recover() deletes it
+        with open(tmp, "wb") as f:
+            f.write(json.dumps(manifest).encode())
+        if self.durable:
+            _fsync_all([*written, tmp])  # every file durable before the manifest's name appears
+        os.replace(tmp, path)
         if self.durable:
             _fsync_all([folder, self.segments_dir])
         return manifest

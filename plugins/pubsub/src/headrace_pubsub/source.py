@@ -1,19 +1,23 @@
 """``PubSubSource``: Pub/Sub made replayable by staging pulled messages in the checkpoint.
 
-Per trigger, ``latest_offset`` pulls (``numFetchPartitions`` pullers, each up to
-``maxRecordsPerFetch`` messages or ``maxFetchPeriod``, ending early once the subscription is idle
-for ``fetchIdleTimeout``), extends the ack deadlines of what it holds while it pulls, writes the
-messages durably to ``sources/<i>/pubsub/segments/<seq>`` (Arrow IPC) and only then acknowledges
-them. The offset ``{"seq": n}`` names segments ``1..n``; ``read`` reads the staged files, so a
-replayed batch sees exactly the same rows and an idempotent sink gives exactly-once output.
-``commit(end)`` deletes the segments up to ``end``, keeping their message ids for the dedup window.
+Per trigger, ``latest_offset`` pulls (``numFetchPartitions`` fetch partitions, each up to
+``maxRecordsPerFetch`` messages or ``maxFetchPeriod``, with two pull requests in flight, ending
+early once the subscription is idle for ``fetchIdleTimeout``; see ``_fetch``), extends the ack
+deadlines of what it holds, and stages what it pulled in chunks: whenever ``_STAGE_ROWS`` messages
+wait, they are written durably as one segment ``sources/<i>/pubsub/segments/<seq>`` (Arrow IPC)
+and only then acknowledged (in the background, ``_acks``) while the pulls go on. A micro-batch's
+offset ``{"seq": n}`` names segments ``1..n`` (a batch may span several); ``read`` reads the
+staged files, so a replayed batch sees exactly the same rows and an idempotent sink gives
+exactly-once output. ``commit(end)`` waits for the acks of the segments up to ``end``, deletes
+them, and keeps their message ids for the dedup window.
 
 Crash windows and what happens on restart:
 
-- before staging completes: nothing was acked; Pub/Sub redelivers after the ack deadline.
-- after staging, before ``offsets/<n>``: the staged segment is found by ``latest_offset`` and
-  becomes the next batch (its messages are acked again, best effort).
-- after ``offsets/<n>``: the engine replays the batch over the same segment.
+- before a chunk is staged: its messages were not acked; Pub/Sub redelivers them after the ack
+  deadline. Segments staged before it in the same fetch are kept (and were acked).
+- after staging, before ``offsets/<n>``: the staged segments are found by ``latest_offset`` and
+  become the next batch (their messages are acked again, best effort).
+- after ``offsets/<n>``: the engine replays the batch over the same segments.
 - a message redelivered anyway (ack lost or expired) is dropped by its message id, if it was
   staged within ``dedupWindow``.
 """
@@ -29,7 +33,7 @@ import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -38,10 +42,11 @@ from google.pubsub_v1 import PullResponse
 
 from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError
-from headrace.helpers.admission import AdmissionBudget
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
+from headrace_pubsub._acks import Acker
 from headrace_pubsub._client import PubSubError, describe_api_error, resolve_endpoint, subscriber_client
+from headrace_pubsub._fetch import PULLS_IN_FLIGHT, FetchRun
 from headrace_pubsub._options import (  # typed option handles
     ACK_DEADLINE_SECONDS,
     DEDUP_WINDOW,
@@ -56,18 +61,15 @@ from headrace_pubsub._options import (  # typed option handles
     SUBSCRIPTION_ID,
     TOPIC_ID,
 )
-from headrace_pubsub._schema import SCHEMA, messages_to_batch
+from headrace_pubsub._schema import IDS_SCHEMA, SCHEMA, Columns
 from headrace_pubsub._staging import SegmentPart, SegmentStore, read_part
 
 __all__ = ["PubSubPartition", "PubSubSource"]
 
 log = logging.getLogger(__name__)
 
-_MAX_PULL = 1000  # messages per Pull request (server maximum)
-_ACK_CHUNK = 1000  # ack ids per Acknowledge / ModifyAckDeadline request (request size limit 512 KiB)
-_IDLE_POLL = 0.02  # seconds between pulls while the subscription has nothing to deliver
 _RPC_TIMEOUT = 60.0
-_ACK_THREADS = 4  # Acknowledge requests in flight at once
+_STAGE_ROWS = 2000  # a chunk is staged (and acknowledged) once this many messages wait: a segment each
 
 
 def _seconds(value: Any) -> float:
@@ -78,58 +80,6 @@ def _seconds(value: Any) -> float:
 @dataclass(frozen=True)
 class PubSubPartition(SegmentPart, Partition):
     """One staged part file of one segment: what ``read`` reads. Picklable."""
-
-
-class _Lease:
-    """Extends the ack deadline of held messages while a fetch and its staging run.
-
-    A thread wakes every third of the subscription's ack deadline and pushes the deadline of
-    every held ack id out by that deadline again, so nothing expires however slow the fetch.
-    """
-
-    def __init__(self, source: PubSubSource) -> None:
-        self._source = source
-        self._ids: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self.extensions = 0
-        self.interval = max(0.1, source.ack_deadline / 3)
-        self._thread = threading.Thread(target=self._run, name="headrace-pubsub-lease", daemon=True)
-        self._thread.start()
-
-    def add(self, ack_ids: Sequence[str]) -> None:
-        with self._lock:
-            self._ids.extend(ack_ids)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            with self._lock:
-                ids = list(self._ids)
-            if not ids:
-                continue
-            for i in range(0, len(ids), _ACK_CHUNK):
-                if self._stop.is_set():
-                    return
-                try:
-                    self._source._modify_deadline(ids[i : i + _ACK_CHUNK], self._source.ack_deadline)
-                    self.extensions += 1
-                except gexc.GoogleAPICallError as e:  # the ack decides; dedup covers an expiry
-                    log.warning("pubsub: extending ack deadlines failed: %s", e)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-@dataclass
-class _Fetched:
-    """What one fetch partition pulled."""
-
-    messages: list[Any] = field(default_factory=list)
-    duplicates: list[str] = field(default_factory=list)  # ack ids of redelivered messages
-    late: list[str] = field(default_factory=list)  # ack ids published after the available-now cutoff
-    pulls: int = 0
-    bytes: int = 0
 
 
 class PubSubSource(Source):
@@ -174,7 +124,7 @@ class PubSubSource(Source):
         self._cutoff_ms: int | None = None
         self._pending_fetch_ids: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
-        self._ack_pool: ThreadPoolExecutor | None = None
+        self._acker = Acker(self._ack_ids, self._modify_deadline)
         self._closed = False
         warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated", category=DeprecationWarning)
         self._client: Any = subscriber_client(options, self.endpoint)
@@ -243,47 +193,79 @@ class PubSubSource(Source):
         return True
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
-        """Pull, stage and ack the next micro-batch; return ``{"seq": n}`` naming its segment, or
+        """Pull, stage and ack the next micro-batch; return ``{"seq": n}``, its last segment, or
         ``start`` when nothing arrived within ``fetchIdleTimeout``.
 
         Called once per trigger, on the driver, before ``offsets/<n>`` is written: this is where
-        messages are pulled, written durably to the checkpoint, and only then acknowledged. A
-        segment staged by a run that died before writing ``offsets/<n>`` is returned again
-        instead of pulling."""
+        messages are pulled, written durably to the checkpoint chunk by chunk, and each chunk
+        acknowledged once it is durable. Segments staged by a run that died before writing
+        ``offsets/<n>`` are returned again instead of pulling."""
         s = int(start["seq"])
         pending = [q for q in self._store.staged() if q > s]
         if pending:
             return self._resume_staged(s, pending)
-        fetched, stats = self._fetch(limit)
-        messages = [m for f in fetched for m in f.messages]
-        duplicates = [a for f in fetched for a in f.duplicates]
-        late = [a for f in fetched for a in f.late]
-        lease = stats.pop("_lease")
+        run = FetchRun(self, limit, self._puller_pool)
+        seq = s
+        stats: dict[str, Any] = {"stageDurationMs": 0}
         try:
-            if not messages:
-                lease.stop()
-                self._settle(duplicates, late, stats)
-                return dict(start)
-            seq = s + 1
-            crash_point("pubsub_after_pull", seq)  # HEADRACE_TEST_CRASH=pubsub_after_pull:<seq>
-            t = time.monotonic()
-            batches = [messages_to_batch(f.messages) if f.messages else None for f in fetched]
-            ids = [m.message.message_id for m in messages]
-            acks = [m.ack_id for m in messages]
-            manifest = self._store.stage(seq, batches, ids, acks, stats)
-            stats["stageDurationMs"] = int((time.monotonic() - t) * 1000)
+            while (chunk := run.take(_STAGE_ROWS)) is not None:
+                seq += 1
+                crash_point("pubsub_after_pull", seq)  # HEADRACE_TEST_CRASH=pubsub_after_pull:<seq>
+                t = time.monotonic()
+                acks = self._stage(seq, chunk)
+                stats["stageDurationMs"] += int((time.monotonic() - t) * 1000)
+                crash_point("pubsub_after_stage", seq)
+                run.lease.remove(acks)
+                self._acker.ack_async(seq, acks, stats)  # durable now: acknowledged while the fetch goes on
         except BaseException:
-            lease.stop()  # nothing acked: Pub/Sub redelivers after the deadline
+            run.stop()  # what is not staged is not acked: Pub/Sub redelivers it after the deadline
+            with self._seen_lock:
+                self._pending_fetch_ids.clear()  # so those redeliveries are taken, not dropped
             raise
-        lease.stop()
-        crash_point("pubsub_after_stage", seq)
-        with self._seen_lock:
-            for mid in ids:
-                self._seen[mid] = manifest["stagedAtMs"]
-            self._pending_fetch_ids.clear()
-        self._settle(acks + duplicates, late, stats)
+        run.stop()
+        stats.update({
+            "numRecordsFetched": run.fetched,
+            "numBytesFetched": run.bytes,
+            "numDuplicatesDropped": len(run.duplicates),
+            "numPulls": run.pulls,
+            "numFetchPartitions": self.num_fetch_partitions,
+            "numSegmentsStaged": seq - s,
+            "fetchDurationMs": run.fetch_ms,
+        })  # fmt: skip
+        if self._cutoff_ms is not None:
+            stats["numPublishedAfterAvailableNow"] = len(run.late)
+        # redeliveries are acknowledged only now that every first copy of this fetch is durable
+        self._acker.ack_async(seq, run.duplicates, stats)
+        self._acker.nack(run.late)
+        if seq == s:
+            self._acker.wait_upto(seq)
+            return dict(start)
         self._stats[seq] = stats
         return {"seq": seq}
+
+    def _stage(self, seq: int, chunk: list[Columns]) -> list[str]:
+        """Write one chunk (a part per fetch partition) durably as segment ``seq``; return its
+        ack ids. Its message ids join the dedup record once the segment is durable."""
+        ids = [m for c in chunk for m in c.ids]
+        acks = [a for c in chunk for a in c.ack_ids]
+        parts = [c.to_batch() if len(c) else None for c in chunk]
+        id_batch = pa.RecordBatch.from_arrays([pa.array(ids, pa.string()), pa.array(acks, pa.string())], schema=IDS_SCHEMA)
+        stats = {"numRecordsFetched": len(ids), "numBytesFetched": sum(c.bytes for c in chunk)}
+        manifest = self._store.stage(seq, parts, id_batch, stats)
+        with self._seen_lock:
+            staged_ms = manifest["stagedAtMs"]
+            seen, pending = self._seen, self._pending_fetch_ids
+            for mid in ids:
+                seen[mid] = staged_ms
+                pending.discard(mid)
+        return acks
+
+    def _puller_pool(self, n: int) -> ThreadPoolExecutor:
+        """The pullers' threads, made once: enough for every fetch (``n`` varies with the limit)."""
+        if self._pool is None:
+            size = max(n, self.num_fetch_partitions * PULLS_IN_FLIGHT)
+            self._pool = ThreadPoolExecutor(size, thread_name_prefix="headrace-pubsub-fetch")
+        return self._pool
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
         """One partition per staged part file of segments ``start+1 .. end``; ``[]`` when
@@ -304,6 +286,7 @@ class PubSubSource(Source):
         """The batch ending at ``end`` is committed: delete its staged rows (and any before),
         keep their message ids for the dedup window. Called once per batch, on the driver."""
         upto = int(end["seq"])
+        self._acker.wait_upto(upto)  # a segment's rows go only after its acknowledgement was sent
         self._store.commit_upto(upto)
         self._store.prune_dedup(self.dedup_window)
         self._prune_seen()
@@ -328,9 +311,7 @@ class PubSubSource(Source):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        if self._ack_pool is not None:
-            self._ack_pool.shutdown(wait=True, cancel_futures=True)
-            self._ack_pool = None
+        self._acker.close()  # acknowledgements in flight are sent before the client closes
         client = getattr(self, "_client", None)
         if client is not None:
             if self.delete_on_stop:
@@ -349,7 +330,7 @@ class PubSubSource(Source):
     def __getstate__(self) -> dict[str, Any]:
         """A pickled copy reads staged files only: no client, threads or locks."""
         state = dict(self.__dict__)
-        for k in ("_client", "_pool", "_ack_pool", "_seen_lock", "_seen", "_pending_fetch_ids"):
+        for k in ("_client", "_pool", "_acker", "_seen_lock", "_seen", "_pending_fetch_ids"):
             state.pop(k, None)
         state["_closed"] = True
         return state
@@ -358,39 +339,14 @@ class PubSubSource(Source):
         return f"PubSubSource({self.subscription_path} on {self.topic_path} at {self.endpoint})"
 
     # ------------------------------------------------------------------ fetching
-    def _fetch(self, limit: ReadLimit) -> tuple[list[_Fetched], dict[str, Any]]:
-        max_bytes = min(b for b in (limit.max_bytes, self.max_bytes) if b) if (limit.max_bytes or self.max_bytes) else None
-        budget = AdmissionBudget(ReadLimit(max_rows=limit.max_rows, max_bytes=max_bytes))
-        t0 = time.monotonic()
-        deadline = t0 + self.max_fetch_period
-        lease = _Lease(self)
-        self._pending_fetch_ids = set()
-        try:
-            if self.num_fetch_partitions == 1:
-                fetched = [self._fetch_partition(budget, deadline, lease)]
-            else:
-                if self._pool is None:
-                    self._pool = ThreadPoolExecutor(self.num_fetch_partitions, thread_name_prefix="headrace-pubsub-fetch")
-                futures = [self._pool.submit(self._fetch_partition, budget, deadline, lease)
-                           for _ in range(self.num_fetch_partitions)]  # fmt: skip
-                fetched = [f.result() for f in futures]
-        except BaseException:
-            lease.stop()
-            raise
-        stats: dict[str, Any] = {
-            "numRecordsFetched": sum(len(f.messages) for f in fetched),
-            "numBytesFetched": sum(f.bytes for f in fetched),
-            "numDuplicatesDropped": sum(len(f.duplicates) for f in fetched),
-            "numPulls": sum(f.pulls for f in fetched),
-            "numFetchPartitions": self.num_fetch_partitions,
-            "fetchDurationMs": int((time.monotonic() - t0) * 1000),
-            "_lease": lease,
-        }
-        if self._cutoff_ms is not None:
-            stats["numPublishedAfterAvailableNow"] = sum(len(f.late) for f in fetched)
-        return fetched, stats
-
     def _pull(self, n: int) -> Sequence[Any]:
+        """One Pull of up to ``n`` messages that answers at once, with what is there.
+
+        ``return_immediately`` is deprecated by Google, and the emulator answered it ~1.5x slower
+        than a waiting pull (bench/pubsub.py). But a waiting pull needs a client deadline to end
+        an idle fetch, and a server that answers after that deadline hands its messages to a
+        request nobody reads: they come back only after the ack deadline (measured under load:
+        100-200 of 50,000 messages missed an available-now run). Safety first."""
         try:
             resp = self._client.pull(
                 request={"subscription": self.subscription_path, "max_messages": n, "return_immediately": True},
@@ -406,84 +362,14 @@ class PubSubSource(Source):
             ) from e
         return PullResponse.pb(resp).received_messages
 
-    def _fetch_partition(self, budget: AdmissionBudget, deadline: float, lease: _Lease) -> _Fetched:
-        out = _Fetched()
-        idle_until = time.monotonic() + self.fetch_idle
-        cutoff = self._cutoff_ms
-        while len(out.messages) < self.max_records and not budget.closed:
-            now = time.monotonic()
-            if now >= deadline:
-                break
-            want = budget.reserve(budget.estimate(min(_MAX_PULL, self.max_records - len(out.messages))))
-            if want <= 0:
-                break
-            received = self._pull(want)
-            out.pulls += 1
-            budget.give_back(want - len(received))
-            if not received:
-                now = time.monotonic()
-                if now >= idle_until:
-                    break
-                time.sleep(min(_IDLE_POLL, idle_until - now, max(0.0, deadline - now)))
-                continue
-            idle_until = time.monotonic() + self.fetch_idle
-            new_ids: list[str] = []
-            size = 0
-            with self._seen_lock:
-                for r in received:
-                    m = r.message
-                    if cutoff is not None and m.publish_time.seconds * 1000 + m.publish_time.nanos // 1_000_000 > cutoff:
-                        out.late.append(r.ack_id)
-                        budget.close()
-                        continue
-                    mid = m.message_id
-                    if mid in self._seen or mid in self._pending_fetch_ids:
-                        out.duplicates.append(r.ack_id)
-                        continue
-                    self._pending_fetch_ids.add(mid)
-                    out.messages.append(r)
-                    new_ids.append(r.ack_id)
-                    size += len(m.data)
-            lease.add(new_ids)
-            out.bytes += size
-            if not budget.add_bytes(size, len(new_ids)):
-                break
-        return out
-
     # ------------------------------------------------------------------ acks
     def _modify_deadline(self, ack_ids: Sequence[str], seconds: int) -> None:
         self._client.modify_ack_deadline(
             subscription=self.subscription_path, ack_ids=list(ack_ids), ack_deadline_seconds=seconds, timeout=_RPC_TIMEOUT
         )
 
-    def _ack_chunk(self, ack_ids: list[str]) -> bool:
-        try:
-            self._client.acknowledge(subscription=self.subscription_path, ack_ids=ack_ids, timeout=_RPC_TIMEOUT)
-            return True
-        except gexc.GoogleAPICallError as e:  # staged already: a redelivery is dropped by message id
-            log.warning("pubsub: acknowledging %d staged messages failed (%s); Pub/Sub may redeliver them, "
-                        "they will be dropped as duplicates within dedupWindow", len(ack_ids), e)  # fmt: skip
-            return False
-
-    def _settle(self, ack: Sequence[str], nack: Sequence[str], stats: dict[str, Any]) -> None:
-        """Acknowledge staged (and duplicate) messages; hand back those after the cutoff."""
-        t = time.monotonic()
-        chunks = [list(ack[i : i + _ACK_CHUNK]) for i in range(0, len(ack), _ACK_CHUNK)]
-        if len(chunks) > 1:  # the requests at once (the client is thread-safe): ~one round trip, not N
-            if self._ack_pool is None:
-                self._ack_pool = ThreadPoolExecutor(_ACK_THREADS, thread_name_prefix="headrace-pubsub-ack")
-            results = list(self._ack_pool.map(self._ack_chunk, chunks))
-        else:
-            results = [self._ack_chunk(c) for c in chunks]
-        failures = results.count(False)
-        for i in range(0, len(nack), _ACK_CHUNK):
-            try:
-                self._modify_deadline(nack[i : i + _ACK_CHUNK], 0)
-            except gexc.GoogleAPICallError as e:
-                log.warning("pubsub: handing back messages failed (%s); they are redelivered after the deadline", e)
-        stats["ackDurationMs"] = int((time.monotonic() - t) * 1000)
-        if failures:
-            stats["numAckFailures"] = failures
+    def _ack_ids(self, ack_ids: list[str]) -> None:
+        self._client.acknowledge(subscription=self.subscription_path, ack_ids=ack_ids, timeout=_RPC_TIMEOUT)
 
     def _resume_staged(self, start: int, pending: list[int]) -> Offset:
         """Segments staged after ``start`` by a run that died before writing their offsets."""
@@ -498,13 +384,16 @@ class PubSubSource(Source):
             if q != end + 1:
                 break
             end = q
+        stats: dict[str, Any] = {"resumedFromStaging": True, "numSegmentsStaged": end - start}
         for q in range(start + 1, end + 1):
+            for k, v in ((self._store.manifest(q) or {}).get("stats") or {}).items():
+                if isinstance(v, int) and k.startswith("num"):
+                    stats[k] = stats.get(k, 0) + v
             if q not in self._reacked:
                 self._reacked.add(q)
-                manifest = self._store.manifest(q) or {}
-                self._stats[q] = dict(manifest.get("stats", {}), resumedFromStaging=True)
                 acks = self._store.ids(q).column("ackId").to_pylist()
-                self._settle([a for a in acks if a], [], {})
+                self._acker.ack([a for a in acks if a], stats)
+        self._stats[end] = stats
         log.info("pubsub: resuming staged segments %d..%d left by an earlier run", start + 1, end)
         return {"seq": end}
 
