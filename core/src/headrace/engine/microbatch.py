@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from headrace.engine.planner import PlannedBatch
 from headrace.engine.reader import BatchCounts, read_partitions
+from headrace.engine.report import report_progress
 from headrace.errors import HeadraceError
 from headrace.protocols import Partition
 from headrace.transforms.operator import BatchInfo
@@ -103,7 +104,7 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     t_commit += time.monotonic() - t
     q._ran += 1
     total = time.monotonic() - p.t0
-    q._report(batch_id, p.wall, p.starts, p.ends, counts.input_rows, runner.rows_out,
+    report_progress(q, batch_id, p.wall, p.starts, p.ends, counts.input_rows, runner.rows_out,
               {"latestOffset": p.t_latest, "walCommit": t_wal, "addBatch": t_add,
                "commitOffsets": t_commit, "triggerExecution": total},
               event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip

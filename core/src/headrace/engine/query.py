@@ -44,7 +44,6 @@ from headrace.engine.plan import PlanRunner
 from headrace.engine.planner import LOOK_AHEAD, Planner
 from headrace.engine.reader import BatchCounts
 from headrace.engine.real_time import run_real_time_batch
-from headrace.engine.report import report_progress
 from headrace.engine.setup import resolve_plan, setup_query
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
 from headrace.engine.watermark import EventTimeTracker
@@ -331,23 +330,6 @@ class StreamingQuery:
 
     def _settle_bad_records(self, batch_id: int, counts: BatchCounts) -> None:
         settle_bad_records(self, batch_id, counts)
-
-    def _report(
-        self,
-        batch_id: int,
-        wall: float,
-        starts: list[Offset],
-        ends: list[Offset],
-        counts: list[int],
-        out_rows: int,
-        durations: dict[str, float],
-        latencies: dict[str, Sequence[float]] | None = None,
-        *,
-        event_time: dict[str, str] | None = None,
-        state_operators: list[dict[str, Any]] | None = None,
-    ) -> None:
-        report_progress(self, batch_id, wall, starts, ends, counts, out_rows, durations, latencies,
-                        event_time=event_time, state_operators=state_operators)  # fmt: skip
 
     def _real_time_batch(self, batch_id: int, starts: list[Offset], metadata: dict[str, Any] | None = None) -> list[Offset]:
         self._settle_commit()

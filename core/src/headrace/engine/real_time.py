@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from headrace.checkpoint import OffsetEntry
 from headrace.engine.reader import BatchCounts, apply_transform
+from headrace.engine.report import report_progress
 from headrace.errors import HeadraceError
 from headrace.protocols import Offset
 from headrace.transforms.operator import BatchInfo
@@ -168,6 +169,6 @@ def run_real_time_batch(
     checkpoint.write_commit(batch_id, tracker.commit_info())
     src.commit(end)
     total = time.monotonic() - t0
-    q._report(batch_id, wall, starts, [end], counts, out_rows[0], {"triggerExecution": total, "addBatch": total},
+    report_progress(q, batch_id, wall, starts, [end], counts, out_rows[0], {"triggerExecution": total, "addBatch": total},
               latencies=stats.latencies(), event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip
     return [end]
