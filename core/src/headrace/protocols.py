@@ -167,6 +167,13 @@ class Source(ABC):
       checkpoint, such a source needs the ``headraceStatePath`` option, unless
       :meth:`default_state_path` derives a folder from its options. A source without state
       (offsets alone say where it is) leaves it False and runs under Spark with no extra option.
+    - ``supports_planning_ahead``: with ``trigger(available_now=True)``, ``latest_offset`` may be
+      called for the next batches before the earlier ones are read or committed (the engine
+      then plans up to 24 batches ahead, so their offsets entries reach the disk while earlier
+      batches run). Declare it only when ``latest_offset(start, limit)`` depends on nothing but
+      its arguments and what was there when ``prepare_for_available_now`` ran, and does nothing
+      that assumes ``start`` is committed (Spark's engine never calls it early: a source that
+      acknowledges or frees ``start`` upstream in ``latest_offset`` must leave it False).
 
     The constructor is called once per query run, on the driver, with validated options; it may
     connect to the service. It must not read data.
@@ -175,6 +182,7 @@ class Source(ABC):
     replayable: ClassVar[bool] = True
     supports_real_time: ClassVar[bool] = False
     needs_state_path: ClassVar[bool] = False
+    supports_planning_ahead: ClassVar[bool] = False
 
     @classmethod
     def default_state_path(cls, options: Options) -> str | None:

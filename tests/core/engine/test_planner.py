@@ -6,15 +6,20 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pytest
 
 import headrace as hr
+from headrace._builtin import RATE_MICRO_BATCH_OPTIONS
 from headrace.checkpoint import Checkpoint
 from headrace.connectors.files import read_files
+from headrace.connectors.rate import RateMicroBatchSource
 from headrace.engine.planner import LOOK_AHEAD
+from headrace.plugins import ConnectorSpec, hookimpl, registry
+from headrace.protocols import Offset, ReadLimit
 from headrace.testing import run_pipeline
 
 PER_BATCH, BATCHES = 10, 20
@@ -87,3 +92,39 @@ def test_a_kill_while_batches_are_planned_ahead_loses_and_duplicates_nothing(tmp
     run_pipeline(spec).check()
     got = Counter(read_files(str(tmp_path / "out")).column("value").to_pylist())
     assert sorted(got) == list(range(total)) and set(got.values()) == {1}
+
+
+class CommittedStartsSource(RateMicroBatchSource):
+    """rate-micro-batch that, like a source freeing ``start`` upstream in ``latest_offset``
+    (e.g. a replication slot advanced there), does not declare ``supports_planning_ahead``;
+    records each ``latest_offset`` start and the committed batches at that moment."""
+
+    supports_planning_ahead = False
+    seen: ClassVar[list[tuple[int, list[int]]]] = []
+    checkpoint: ClassVar[str] = ""
+
+    def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
+        self.seen.append((int(start["rows"]), Checkpoint(self.checkpoint).committed_ids()))
+        return super().latest_offset(start, limit)
+
+
+_mod = ModuleType("committed_starts_plugin")
+_SPEC = ConnectorSpec(
+    name="committed-starts", source=f"{__name__}:CommittedStartsSource", source_options=RATE_MICRO_BATCH_OPTIONS
+)
+_mod.headrace_connectors = hookimpl(lambda: [_SPEC])  # type: ignore[attr-defined]
+registry().register_module(_mod, "tests")
+
+
+def test_a_source_without_supports_planning_ahead_is_asked_only_from_committed_starts(tmp_path: Path) -> None:
+    chk = tmp_path / "chk"
+    CommittedStartsSource.seen.clear()
+    CommittedStartsSource.checkpoint = str(chk)
+    q = (hr.read_stream.format("committed-starts").options(rowsPerBatch=PER_BATCH, totalRows=PER_BATCH * BATCHES)
+         .load().write_stream.format("noop").option("checkpointLocation", str(chk))
+         .trigger(available_now=True).start())  # fmt: skip
+    q.await_termination(60)
+    assert [p["numInputRows"] for p in q.recent_progress] == [PER_BATCH] * BATCHES
+    # every call after the first starts where the last committed batch ended: never ahead of it
+    for start, committed in CommittedStartsSource.seen[1:]:
+        assert committed and start == (committed[-1] + 1) * PER_BATCH, (start, committed)

@@ -68,6 +68,8 @@ class RateMicroBatchSource(Source):
     """``rowsPerBatch`` rows per micro-batch; row ``i`` has timestamp
     ``startTimestamp + (i // rowsPerBatch) * advanceMillisPerBatch``. Offsets: ``{"rows": n}``."""
 
+    supports_planning_ahead = True  # offsets are row counts: latest_offset is arithmetic
+
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
         self.per_batch: int = options["rowsPerBatch"]

@@ -71,7 +71,9 @@ def run_loop(q: StreamingQuery) -> int | None:
         if not all(prepared):
             limits = [ReadLimit.all_available() for _ in q._sources]
             kind = "once"
-    if kind == "available_now" and not q._tracker.enabled:
+    if kind == "available_now" and not q._tracker.enabled and all(
+        getattr(s, "supports_planning_ahead", False) for s in q._sources
+    ):
         q._planner.enable_look_ahead(limits)
 
     last_batch: int | None = None

@@ -86,6 +86,7 @@ class CloudFilesSource(SchemaResolution, FileDiscovery, Source):
 
     replayable = True
     needs_state_path = True  # the file index
+    supports_planning_ahead = True  # available-now discovers once; latest_offset admits a range of the index
 
     @classmethod
     def default_state_path(cls, options: Options) -> str | None:

@@ -69,6 +69,7 @@ class DeltaSource(TableVersions, Source):
     """
 
     replayable = True
+    supports_planning_ahead = True  # latest_offset walks the table's log: the same versions whenever it is asked
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)

@@ -66,6 +66,7 @@ class KafkaSource(KafkaReader, Source):
 
     replayable = True
     supports_real_time = True
+    supports_planning_ahead = True  # latest_offset reads the partitions' watermarks, bounded at available-now's start
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
