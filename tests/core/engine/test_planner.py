@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 
 import headrace as hr
-from headrace._builtin import RATE_MICRO_BATCH_OPTIONS
 from headrace.checkpoint import Checkpoint
 from headrace.connectors.files import read_files
 from headrace.connectors.rate import RateMicroBatchSource
 from headrace.engine.planner import LOOK_AHEAD
+from headrace.options import Integer, Option, OptionSchema
 from headrace.plugins import ConnectorSpec, hookimpl, registry
 from headrace.protocols import Offset, ReadLimit
 from headrace.testing import run_pipeline
@@ -109,9 +109,17 @@ class CommittedStartsSource(RateMicroBatchSource):
 
 
 _mod = ModuleType("committed_starts_plugin")
-_SPEC = ConnectorSpec(
-    name="committed-starts", source=f"{__name__}:CommittedStartsSource", source_options=RATE_MICRO_BATCH_OPTIONS
+# every option has a default: the registry is global, and other tests build every connector
+_OPTIONS = OptionSchema(
+    [
+        Option("rowsPerBatch", Integer(min=1), default=PER_BATCH, doc="Rows in each micro-batch."),
+        Option("numPartitions", Integer(min=1), default=1, doc="Partitions each batch is split into."),
+        Option("startTimestamp", Integer(min=0), default=0, doc="Event time (epoch ms) of the first batch."),
+        Option("advanceMillisPerBatch", Integer(min=0), default=1000, doc="Event time added per batch (ms)."),
+        Option("totalRows", Integer(min=0), default=PER_BATCH * BATCHES, doc="Stop after this many rows."),
+    ]
 )
+_SPEC = ConnectorSpec(name="committed-starts", source=f"{__name__}:CommittedStartsSource", source_options=_OPTIONS)
 _mod.headrace_connectors = hookimpl(lambda: [_SPEC])  # type: ignore[attr-defined]
 registry().register_module(_mod, "tests")
 
