@@ -130,6 +130,38 @@ def test_snapshot_then_stream_hands_over_exactly(cdc_options: dict[str, Any], cd
         src.close()
 
 
+@pytest.mark.parametrize("when", ["before_planning", "before_reading"])
+def test_a_lost_snapshot_connection_is_replaced_and_every_row_arrives(cdc_options: dict[str, Any], cdc_name: str,
+                                                                      lsql: Sql, when: str) -> None:  # fmt: skip
+    """The server ends the connection holding the snapshot (a restart, an administrator)
+    between batches: the source takes a new snapshot, as a restarted query does."""
+    lsql(f"CREATE TABLE {cdc_name} (id int PRIMARY KEY, n int)")
+    lsql(f"ALTER TABLE {cdc_name} REPLICA IDENTITY FULL")
+    lsql(f"INSERT INTO {cdc_name} SELECT g, 0 FROM generate_series(1, 250) g")
+    src = make_source(cdc_options, snapshotChunkRows=100)
+    try:
+        start = src.initial_offset()
+        end = src.latest_offset(start, src.default_read_limit())
+        first = read(src, start, end)
+        src.commit(end)
+        start = end
+        if when == "before_reading":
+            end = src.latest_offset(start, src.default_read_limit())
+        pid = src._held.conn.info.backend_pid  # type: ignore[attr-defined]
+        lsql("SELECT pg_terminate_backend(%s)", (pid,))
+        if when == "before_reading":
+            rest = [read(src, start, end)]
+            src.commit(end)
+            more, _ = drain(src, end)
+            rest += more
+        else:
+            rest, _ = drain(src, start)
+        ids = sorted(r["id"] for t in [first, *rest] for r in t.to_pylist())
+        assert ids == list(range(1, 251))
+    finally:
+        src.close()
+
+
 def test_initial_only_reads_the_rows_and_ends(cdc_options: dict[str, Any], cdc_name: str, lsql: Sql) -> None:
     lsql(f"CREATE TABLE {cdc_name} (a text, b int, PRIMARY KEY (a, b))")
     lsql(f"ALTER TABLE {cdc_name} REPLICA IDENTITY FULL")

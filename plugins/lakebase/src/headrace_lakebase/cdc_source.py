@@ -229,6 +229,28 @@ class LakebaseChangeSource(Source):
         return self._next_stream_offset(start, limit)
 
     def _next_snapshot_offset(self, start: Offset) -> Offset:
+        try:
+            return self._plan_snapshot_range(start)
+        except Exception as e:
+            if not self._lost_snapshot(e):
+                raise
+            return self._plan_snapshot_range(start)  # in a new snapshot, as a restarted query does
+
+    def _lost_snapshot(self, error: BaseException) -> bool:
+        """True when ``error`` came from the connection holding the snapshot breaking (the
+        server restarted, an administrator ended it): the snapshot is dropped, and the next
+        call takes a new one, with the same rule as after a restart (changes committed
+        meanwhile may reach the sink twice, resolved by ``sequenceBy=_lsn``)."""
+        held = self._held
+        if held is None or not (getattr(held.conn, "broken", False) or getattr(held.conn, "closed", False)):
+            return False
+        log.warning("lakebase source: the connection holding the snapshot of %s was lost (%s); taking a new one",
+                    self.table, error)  # fmt: skip
+        held.close()
+        self._held = None
+        return True
+
+    def _plan_snapshot_range(self, start: Offset) -> Offset:
         snap = start["snap"] or {}
         held = self._snapshot_for(str(snap.get("text", "")))
         if held.text != snap.get("text"):
@@ -346,10 +368,21 @@ class LakebaseChangeSource(Source):
 
     def _read_snapshot(self, p: SnapshotPartition) -> Iterator[pa.RecordBatch]:
         if not p.empty:
-            held = self._snapshot_for(p.snap_text)
-            with held.lock:
-                yield from read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
-                                      p.time_us or held.time_us)  # fmt: skip
+            yielded = False
+            try:
+                held = self._snapshot_for(p.snap_text)
+                with held.lock:
+                    for b in read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
+                                        p.time_us or held.time_us):  # fmt: skip
+                        yielded = True
+                        yield b
+            except Exception as e:
+                if yielded or not self._lost_snapshot(e):
+                    raise  # rows of the range already went out: the batch fails and is replayed
+                held = self._snapshot_for(p.snap_text)
+                with held.lock:
+                    yield from read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
+                                          p.time_us or held.time_us)  # fmt: skip
         if p.final and self._held is not None:
             self._held.close()
             self._held = None
