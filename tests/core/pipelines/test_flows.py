@@ -133,6 +133,40 @@ def test_auto_cdc_flow_maps_to_delta_cdc_options(make_project) -> None:
     assert "op" not in p.table("users")[0]
 
 
+def test_auto_cdc_flow_tracks_history_on_some_columns(make_project) -> None:
+    """track_history_except_column_list: the dry run accepts it (the installed headrace-delta has
+    trackHistoryExceptColumnList) and a change to an untracked column updates the current version in place."""
+    p = make_project()
+    p.write("transformations/cdc.py", """
+        import headrace as hr
+        import headrace.pipelines as dp
+
+        @dp.table
+        def changes():
+            return (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "json")
+                    .option("cloudFiles.inferColumnTypes", "true").load("changes")
+                    .map_batches(lambda t: t.select(["id", "v", "note", "seq", "op"])))
+
+        dp.create_streaming_table("users")
+        dp.create_auto_cdc_flow(
+            target="users", source="changes", keys=["id"], sequence_by="seq",
+            apply_as_deletes="op = 'DELETE'", except_column_list=["op", "seq"], stored_as_scd_type=2,
+            track_history_except_column_list=["note"],
+        )
+        """)
+    pipeline = p.load()
+    assert pipeline.graph.registry.flows["users"].auto_cdc.sink_options()["trackHistoryExceptColumnList"] == "note"
+    pipeline.graph.analyze()  # no problem reported
+    p.add_files(1)
+    _write_rows(p.path("changes"), "1.json", [{"id": 1, "v": "a", "note": "x", "seq": 1, "op": "UPSERT"},
+                                              {"id": 1, "v": "a", "note": "y", "seq": 2, "op": "UPSERT"},
+                                              {"id": 1, "v": "b", "note": "y", "seq": 3, "op": "UPSERT"}])  # fmt: skip
+    r = p.run()
+    assert r.flows["users"] == "COMPLETED", r.errors
+    got = sorted((x["id"], x["v"], x["note"], x["__START_AT"], x["__END_AT"]) for x in p.table("users"))
+    assert got == [(1, "a", "y", 1, 3), (1, "b", "y", 3, None)]
+
+
 def test_auto_cdc_arguments_checked() -> None:
     import headrace.pipelines as dp
     from headrace.pipelines._context import registering

@@ -10,7 +10,9 @@ replayed batch (transaction already in the log) changes nothing.
 - SCD type 2 (history, as Databricks): every non-delete event is a row version with
   ``__START_AT`` (its sequence) and ``__END_AT`` (the sequence of the key's next event, NULL
   while current). The batch's first event of a key closes the key's current target row
-  (``__END_AT`` := that event's sequence); a delete only closes.
+  (``__END_AT`` := that event's sequence); a delete only closes. With
+  ``trackHistoryColumnList`` / ``trackHistoryExceptColumnList`` only a change to a tracked
+  column opens a version; others update the current one in place (:mod:`._scd2_track`).
 
 Memory: one batch's events (bound it with the source's rate limit, e.g. ``maxChangesPerTrigger``).
 """
@@ -56,9 +58,13 @@ def apply_changes(
     commit_properties: Any,
     storage_options: dict[str, str] | None,
     partition_by: Sequence[str] | None,
+    track_history: Sequence[str] | None = None,
+    track_history_except: Sequence[str] | None = None,
 ) -> dict[str, int]:
     """MERGE ``events`` (prepared) into the table at ``uri``, creating it when missing.
-    Returns figures for the progress report. Called once per batch by the sink's commit."""
+    ``track_history`` / ``track_history_except``: SCD type 2 history only for changes to the
+    tracked columns (:mod:`headrace_delta._scd2_track`). Returns figures for the progress
+    report. Called once per batch by the sink's commit."""
     from deltalake import DeltaTable, write_deltalake
 
     schema = target_schema(events.schema, scd_type)
@@ -69,6 +75,12 @@ def apply_changes(
     keys = list(spec.keys)
     if scd_type == 1:
         return _scd1(dt, events, keys, schema, spec.sequence_by, commit_properties)
+    if track_history is not None or track_history_except is not None:
+        from headrace_delta._scd2_track import apply_tracked, tracked_columns
+
+        data_cols = [c for c in schema.names if c not in (START_AT, END_AT)]
+        tracked = tracked_columns(data_cols, keys, spec.sequence_by, track=track_history, track_except=track_history_except)
+        return apply_tracked(dt, events, keys, schema, tracked, spec.sequence_by, commit_properties)
     return _scd2(dt, events, keys, schema, commit_properties)
 
 

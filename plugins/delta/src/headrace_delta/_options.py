@@ -13,6 +13,7 @@ from headrace.errors import OptionProblem
 from headrace.options import (
     Boolean,
     Choice,
+    Duration,
     Integer,
     OneOf,
     Option,
@@ -173,6 +174,14 @@ def _cdc_keys(opts: Options) -> list[OptionProblem]:
     return []
 
 
+@rule("trackHistoryColumnList / trackHistoryExceptColumnList need storedAsScdType=2")
+def _track_history_scd2(opts: Options) -> list[OptionProblem]:
+    for name in ("trackHistoryColumnList", "trackHistoryExceptColumnList"):
+        if opts.is_set(name) and opts["storedAsScdType"] != "2":
+            return [OptionProblem(name, "applies only to SCD type 2 history: set storedAsScdType=2 (and sequenceBy)")]
+    return []
+
+
 SINK_OPTIONS = OptionSchema(
     [
         _PATH,
@@ -219,9 +228,29 @@ SINK_OPTIONS = OptionSchema(
             "per version with __START_AT / __END_AT (the sequenceBy values; __END_AT NULL for the current row).",
         ),
         *AUTO_CDC_OPTIONS,
+        Option(
+            "trackHistoryColumnList",
+            StringList(min_items=1),
+            doc="AUTO CDC, SCD type 2: only a change to one of these columns opens a new version; a change to "
+            "other columns only updates the current version in place (Databricks' TRACK HISTORY ON columns).",
+        ),
+        Option(
+            "trackHistoryExceptColumnList",
+            StringList(min_items=1),
+            doc="AUTO CDC, SCD type 2: a change to these columns only updates the current version in place; a "
+            "change to any other column opens a new version (TRACK HISTORY ON * EXCEPT (columns)).",
+        ),
+        Option(
+            "tombstoneRetention",
+            Duration(min=0.0),
+            default="2 days",
+            doc="AUTO CDC, SCD type 1 with sequenceBy: how long a deleted key's sequence is kept so that an older "
+            "event arriving after the delete does not bring the row back (headrace extension, the counterpart "
+            "of pipelines.cdc.tombstoneGCThresholdInSeconds). 0 keeps no tombstones.",
+        ),
     ],
     rules=[all_or_none("txnAppId", "txnVersion"), at_most_one_of("mergeSchema", "overwriteSchema"), *AUTO_CDC_RULES,
-           _cdc_keys],
+           _cdc_keys, at_most_one_of("trackHistoryColumnList", "trackHistoryExceptColumnList"), _track_history_scd2],
     passthrough=[_STORAGE],
 )
 
@@ -251,4 +280,7 @@ __all__ += ["EVENT_TIME_COLUMN", "EXCLUDE_REGEX", "FAIL_ON_DATA_LOSS", "IGNORE_C
 # Typed handles: options[HANDLE] is typed (string keys keep working).
 KEYS: Option[list[str] | None] = SINK_OPTIONS["keys"]
 STORED_AS_SCD_TYPE: Option[str] = SINK_OPTIONS["storedAsScdType"]
-__all__ += ["KEYS", "STORED_AS_SCD_TYPE"]
+TRACK_HISTORY_COLUMN_LIST: Option[list[str] | None] = SINK_OPTIONS["trackHistoryColumnList"]
+TRACK_HISTORY_EXCEPT_COLUMN_LIST: Option[list[str] | None] = SINK_OPTIONS["trackHistoryExceptColumnList"]
+TOMBSTONE_RETENTION: Option[float] = SINK_OPTIONS["tombstoneRetention"]
+__all__ += ["KEYS", "STORED_AS_SCD_TYPE", "TOMBSTONE_RETENTION", "TRACK_HISTORY_COLUMN_LIST", "TRACK_HISTORY_EXCEPT_COLUMN_LIST"]

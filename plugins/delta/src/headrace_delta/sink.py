@@ -34,6 +34,8 @@ from headrace_delta._options import (
     STORAGE_PREFIX,
     STORED_AS_SCD_TYPE,
     TARGET_FILE_SIZE,
+    TRACK_HISTORY_COLUMN_LIST,
+    TRACK_HISTORY_EXCEPT_COLUMN_LIST,
     TXN_APP_ID,
     TXN_VERSION,
     USER_METADATA,
@@ -77,8 +79,12 @@ class DeltaSink(Sink):
         self.mode = context.output_mode
         self.cdc = AutoCdcSpec.from_options(options, options[KEYS])
         self.scd_type = int(options[STORED_AS_SCD_TYPE])
+        self.track_history: list[str] | None = options[TRACK_HISTORY_COLUMN_LIST]
+        self.track_history_except: list[str] | None = options[TRACK_HISTORY_EXCEPT_COLUMN_LIST]
         if self.cdc.enabled and self.mode != "append":
             raise UnsupportedError("delta: AUTO CDC (sequenceBy / applyAsDeletes) needs output mode 'append'")
+        if context.schema is not None and self.cdc.enabled:
+            self._check_track_history(context.schema.names)
         if self.overwrite_schema and self.mode != "complete":
             raise UnsupportedError(
                 "overwriteSchema=true replaces the table's schema and needs output mode 'complete'; "
@@ -89,6 +95,17 @@ class DeltaSink(Sink):
         self._staging = os.path.join(context.state_path, "staging") if context.state_path else None
         self._temp_staging: str | None = None
         self._last_commit: dict[str, Any] = {}
+
+    def _check_track_history(self, names: Sequence[str]) -> None:
+        """Raise when trackHistory(Except)ColumnList names a column the target will not have
+        (the change stream's ``names`` through columnList / exceptColumnList). No I/O."""
+        if self.track_history is None and self.track_history_except is None:
+            return
+        from headrace_delta._scd2_track import tracked_columns
+
+        cols = self.cdc.output_columns(names)
+        tracked_columns(cols, self.cdc.keys, self.cdc.sequence_by, track=self.track_history,
+                        track_except=self.track_history_except)  # fmt: skip
 
     # ------------------------------------------------------------------ staging
     def _staging_dir(self) -> str:
@@ -108,7 +125,13 @@ class DeltaSink(Sink):
         if self.cdc.enabled:
             from headrace.transforms.auto_cdc import prepare
 
-            data = (b for t in data if t.num_rows for b in prepare(pa.Table.from_batches([t]), self.cdc).to_batches())
+            def prepared(tables: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                for t in tables:
+                    if t.num_rows:
+                        self._check_track_history(t.schema.names)
+                        yield from prepare(pa.Table.from_batches([t]), self.cdc).to_batches()
+
+            data = prepared(data)
         first = next(data, None)
         if first is None:
             schema = self.context.schema
@@ -175,7 +198,8 @@ class DeltaSink(Sink):
                                          custom_metadata={"userMetadata": self.user_metadata} if self.user_metadata else None)  # fmt: skip
                 self._last_commit = apply_changes(self.loc.uri, events, self.cdc, scd_type=self.scd_type,
                                                   commit_properties=props, storage_options=self.loc.storage_options,
-                                                  partition_by=self.partition_by)  # fmt: skip
+                                                  partition_by=self.partition_by, track_history=self.track_history,
+                                                  track_history_except=self.track_history_except)  # fmt: skip
                 return
             data = pa.RecordBatchReader.from_batches(schema, batches())
             meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
