@@ -12,6 +12,7 @@ from deltalake import DeltaTable
 
 from headrace.plugins import registry
 from headrace.protocols import SinkContext
+from headrace.transforms.auto_cdc import last_per_key, prepare
 
 CDC = {"keys": "id", "sequenceBy": "seq", "applyAsDeletes": "_change_type = 'delete'", "exceptColumnList": "_change_type"}
 
@@ -70,3 +71,49 @@ def test_options_need_keys() -> None:
     spec = registry().get("delta")
     with pytest.raises(Exception, match=r"needs the target's key columns"):
         spec.sink_options.parse({"path": "/x", "sequenceBy": "seq"}, connector="delta", role="sink")
+
+
+@pytest.mark.parametrize("except_cols", ["_change_type", "_change_type,seq"], ids=["keeps-seq", "without-seq"])
+def test_scd1_tombstones_keep_deleted_keys_deleted(tmp_path: Path, except_cols: str) -> None:
+    out = tmp_path / "t"
+    opts = {"path": str(out), **CDC, "exceptColumnList": except_cols}
+    s = sink(opts, tmp_path)
+    apply(s, 0, events([(1, "a", 1, "insert"), (2, "b", 2, "insert"), (3, "c", 3, "insert")]))
+    apply(s, 1, events([(1, None, 10, "delete"), (2, None, 11, "delete")]))
+    # out of order: older events of the deleted keys in a later batch
+    apply(s, 2, events([(1, "late", 5, "insert"), (2, "late", 9, "update_postimage"), (3, "c2", 12, "update_postimage")]))
+    assert rows(out, "id", "v") == [(3, "c2")]
+    apply(s, 3, events([(1, "back", 20, "insert")]))  # newer than the delete: the key comes back
+    apply(s, 4, events([(1, None, 7, "delete"), (2, "older", 11, "insert")]))  # a stale delete; equal to the delete
+    assert rows(out, "id", "v") == [(1, "back"), (2, "older"), (3, "c2")]
+    # a replay of batch 4 after a crash between the tombstones and the MERGE drops the same events
+    (tmp_path / "t2").mkdir()
+    s2 = sink({**opts, "path": str(tmp_path / "t2")}, tmp_path / "t2")
+    apply(s2, 0, events([(5, "a", 1, "insert")]))
+    batch = events([(5, None, 4, "delete"), (6, "x", 2, "insert")])
+    s2._tombstones.apply(last_per_key(prepare(batch, s2.cdc), ["id"]), ["id"], 1)  # recorded, then killed
+    apply(s2, 1, batch)
+    assert rows(tmp_path / "t2", "id", "v") == [(6, "x")]
+    apply(s2, 2, events([(5, "late", 3, "insert")]))
+    assert rows(tmp_path / "t2", "id", "v") == [(6, "x")]
+
+
+def test_scd1_tombstone_retention(tmp_path: Path) -> None:
+    import pyarrow.compute as pc
+
+    from headrace_delta._tombstones import DELETED_AT
+
+    out = tmp_path / "t"
+    s = sink({"path": str(out), **CDC, "tombstoneRetention": "1 hour"}, tmp_path)
+    apply(s, 0, events([(1, "a", 1, "insert"), (2, "b", 2, "insert")]))
+    apply(s, 1, events([(1, None, 10, "delete"), (2, None, 11, "delete")]))
+    t = s._tombstones.load()
+    aged = pc.if_else(pc.equal(t["id"], 1), pc.subtract(t[DELETED_AT], 7200.0), t[DELETED_AT])
+    s._tombstones.save(t.set_column(t.schema.get_field_index(DELETED_AT), DELETED_AT, aged))  # id 1's: 2 hours old
+    apply(s, 2, events([(1, "late", 5, "insert"), (2, "late", 5, "insert")]))
+    assert rows(out, "id", "v") == []  # both still apply to batch 2 ...
+    assert s._tombstones.load()["id"].to_pylist() == [2]  # ... then id 1's expired
+    apply(s, 3, events([(1, "late", 6, "insert"), (2, "late", 6, "insert")]))
+    assert rows(out, "id", "v") == [(1, "late")]
+    s0 = sink({"path": str(tmp_path / "u"), **CDC, "tombstoneRetention": "0"}, tmp_path)
+    assert s0._tombstones is None

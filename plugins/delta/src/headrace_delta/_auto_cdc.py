@@ -6,7 +6,9 @@ carries the batch's app transaction ``(txnAppId, txnVersion)`` in the same commi
 replayed batch (transaction already in the log) changes nothing.
 
 - SCD type 1: the latest event of each key; a delete removes the row, anything else upserts it.
-  When the target keeps the ``sequenceBy`` column, an event older than the stored row is ignored.
+  When the target keeps the ``sequenceBy`` column, an event older than the stored row is ignored;
+  with ``sequenceBy``, deletes leave tombstones (:mod:`._tombstones`), so an event older than a
+  key's delete arriving in a later batch is ignored as well.
 - SCD type 2 (history, as Databricks): every non-delete event is a row version with
   ``__START_AT`` (its sequence) and ``__END_AT`` (the sequence of the key's next event, NULL
   while current). The batch's first event of a key closes the key's current target row
@@ -60,11 +62,15 @@ def apply_changes(
     partition_by: Sequence[str] | None,
     track_history: Sequence[str] | None = None,
     track_history_except: Sequence[str] | None = None,
+    tombstones: Any = None,
+    batch_id: int = 0,
 ) -> dict[str, int]:
     """MERGE ``events`` (prepared) into the table at ``uri``, creating it when missing.
     ``track_history`` / ``track_history_except``: SCD type 2 history only for changes to the
     tracked columns (:mod:`headrace_delta._scd2_track`). Returns figures for the progress
-    report. Called once per batch by the sink's commit."""
+    report. ``tombstones`` (a :class:`headrace_delta._tombstones.TombstoneFile`, SCD type 1):
+    events made obsolete by an earlier batch's delete are dropped, and batch ``batch_id``'s
+    deletes recorded. Called once per batch by the sink's commit."""
     from deltalake import DeltaTable, write_deltalake
 
     schema = target_schema(events.schema, scd_type)
@@ -74,7 +80,12 @@ def apply_changes(
     dt = DeltaTable(uri, storage_options=storage_options)
     keys = list(spec.keys)
     if scd_type == 1:
-        return _scd1(dt, events, keys, schema, spec.sequence_by, commit_properties)
+        latest = last_per_key(events, keys)
+        if tombstones is not None:
+            latest = tombstones.apply(latest, keys, batch_id)
+            if not latest.num_rows:
+                return {"num_target_rows_inserted": 0, "num_target_rows_updated": 0, "num_target_rows_deleted": 0}
+        return _scd1(dt, latest, keys, schema, spec.sequence_by, commit_properties)
     if track_history is not None or track_history_except is not None:
         from headrace_delta._scd2_track import apply_tracked, tracked_columns
 
@@ -84,8 +95,7 @@ def apply_changes(
     return _scd2(dt, events, keys, schema, commit_properties)
 
 
-def _scd1(dt: Any, events: pa.Table, keys: list[str], schema: pa.Schema, seq_col: str | None, props: Any) -> dict[str, int]:
-    latest = last_per_key(events, keys)
+def _scd1(dt: Any, latest: pa.Table, keys: list[str], schema: pa.Schema, seq_col: str | None, props: Any) -> dict[str, int]:
     match = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in keys)
     guard = ""
     if seq_col is not None and seq_col in schema.names and seq_col not in keys:

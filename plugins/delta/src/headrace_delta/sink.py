@@ -34,6 +34,7 @@ from headrace_delta._options import (
     STORAGE_PREFIX,
     STORED_AS_SCD_TYPE,
     TARGET_FILE_SIZE,
+    TOMBSTONE_RETENTION,
     TRACK_HISTORY_COLUMN_LIST,
     TRACK_HISTORY_EXCEPT_COLUMN_LIST,
     TXN_APP_ID,
@@ -85,6 +86,11 @@ class DeltaSink(Sink):
             raise UnsupportedError("delta: AUTO CDC (sequenceBy / applyAsDeletes) needs output mode 'append'")
         if context.schema is not None and self.cdc.enabled:
             self._check_track_history(context.schema.names)
+        self._tombstones: Any = None
+        if self.cdc.sequence_by is not None and self.scd_type == 1 and options[TOMBSTONE_RETENTION] > 0:
+            from headrace_delta._tombstones import TombstoneFile
+
+            self._tombstones = TombstoneFile(context.state_path, options[TOMBSTONE_RETENTION])
         if self.overwrite_schema and self.mode != "complete":
             raise UnsupportedError(
                 "overwriteSchema=true replaces the table's schema and needs output mode 'complete'; "
@@ -199,7 +205,8 @@ class DeltaSink(Sink):
                 self._last_commit = apply_changes(self.loc.uri, events, self.cdc, scd_type=self.scd_type,
                                                   commit_properties=props, storage_options=self.loc.storage_options,
                                                   partition_by=self.partition_by, track_history=self.track_history,
-                                                  track_history_except=self.track_history_except)  # fmt: skip
+                                                  track_history_except=self.track_history_except,
+                                                  tombstones=self._tombstones, batch_id=batch_id)  # fmt: skip
                 return
             data = pa.RecordBatchReader.from_batches(schema, batches())
             meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None

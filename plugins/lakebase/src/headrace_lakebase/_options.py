@@ -216,6 +216,15 @@ SINK_OPTIONS = OptionSchema(
             doc="headrace extension: timeout of one connection attempt ('10 seconds').",
         ),
         *AUTO_CDC_OPTIONS,
+        Option(
+            "tombstoneRetention",
+            Duration(min=0.0),
+            default="2 days",
+            doc="AUTO CDC with sequenceBy: how long a deleted key's sequence is kept (in the table "
+            "<schema>._headrace_tomb_<table>) so that an older event arriving after the delete does not bring "
+            "the row back; 0 keeps none (headrace extension, the counterpart of "
+            "pipelines.cdc.tombstoneGCThresholdInSeconds).",
+        ),
     ],
     rules=[at_most_one_of("url", "host", "endpoint"), _keys_unique, _url_port, *AUTO_CDC_RULES],
 )
@@ -235,7 +244,8 @@ MAX_RETRIES: Option[int] = SINK_OPTIONS["maxRetries"]
 PASSWORD: Option[str | None] = SINK_OPTIONS["password"]
 PORT: Option[int | None] = SINK_OPTIONS["port"]
 SSLMODE: Option[str | None] = SINK_OPTIONS["sslmode"]
+TOMBSTONE_RETENTION: Option[float] = SINK_OPTIONS["tombstoneRetention"]
 UPSERTKEY: Option[list[str] | None] = SINK_OPTIONS["upsertkey"]
 URL: Option[Any] = SINK_OPTIONS["url"]
 USER: Option[str | None] = SINK_OPTIONS["user"]
-__all__ += ["BATCHINTERVAL", "BATCHSIZE", "CONNECT_TIMEOUT", "DATABASE", "DBTABLE", "ENDPOINT", "HOST", "MAX_RETRIES", "PASSWORD", "PORT", "SSLMODE", "UPSERTKEY", "URL", "USER"]
+__all__ += ["BATCHINTERVAL", "BATCHSIZE", "CONNECT_TIMEOUT", "DATABASE", "DBTABLE", "ENDPOINT", "HOST", "MAX_RETRIES", "PASSWORD", "PORT", "SSLMODE", "TOMBSTONE_RETENTION", "UPSERTKEY", "URL", "USER"]

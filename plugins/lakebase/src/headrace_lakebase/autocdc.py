@@ -7,7 +7,9 @@ into chunks as usual. Each chunk is applied in one transaction, with the bookkee
 makes it exactly-once: the latest event of each key wins (highest sequence); upserts go through
 the staging table (``ON CONFLICT ... DO UPDATE``), deletes through a second staging table of
 keys (``DELETE ... USING``). When the target keeps the sequence column, an event older than the
-stored row is ignored (out-of-order events across batches).
+stored row is ignored (out-of-order events across batches). With ``sequenceBy`` and a
+``tombstoneRetention`` above 0, deletes leave tombstones (:mod:`headrace_lakebase.tombstones`)
+so that an older event arriving after a delete does not bring the row back.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
+from headrace.engine.crash import crash_point
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, prepare
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk
 from headrace_lakebase.copy_binary import FAST_OIDS, SIGNATURE, TRAILER, encode_rows
 from headrace_lakebase.table import TablePlan
+from headrace_lakebase.tombstones import Tombstones
 
 __all__ = ["cdc_batches", "chunk_work", "create_delete_staging", "delete_from_staging", "split_chunk", "upsert_guarded"]
 
@@ -108,32 +112,60 @@ def _copy(cur: psycopg.Cursor[tuple[object, ...]], stmt: sql.Composed, data: byt
                 cp.write_row(row)
 
 
+def _events(upserts: pa.Table, deletes: pa.Table, keys: list[str]) -> pa.Table:
+    """The chunk's latest events as (keys..., sequence, delete flag), for the tombstone checks."""
+    ups = upserts.select([*keys, SEQ]).append_column("d", pa.array([False] * upserts.num_rows, pa.bool_()))
+    dels = deletes.select([*keys, SEQ]).append_column("d", pa.array([True] * deletes.num_rows, pa.bool_()))
+    return pa.concat_tables([ups, dels])
+
+
 def chunk_work(plan: TablePlan, spec: AutoCdcSpec, bk: Bookkeeping, batch_id: int, writer: str, chunk: Chunk,
-               staged: Any) -> Callable[[Conn], bool]:  # fmt: skip
+               staged: Any, tomb: Tombstones | None = None) -> Callable[[Conn], bool]:  # fmt: skip
     """The transaction that applies one chunk of prepared events: claim the chunk in the
     bookkeeping table (False: already applied), upsert the latest non-delete event of each
-    key, delete the keys whose latest event is a delete. ``staged`` is the sink: its
-    ``_staged_conn`` tells on which connection the session's staging tables exist. Called
-    once per chunk (again on a retry); the encoding is done once, here."""
+    key, delete the keys whose latest event is a delete; with ``tomb``, events older than
+    their key's tombstone are dropped and deletes recorded as tombstones, in the same
+    transaction. ``staged`` is the sink: its ``_staged_conn`` tells on which connection the
+    session's staging tables exist. Called once per chunk (again on a retry); the encoding is
+    done once, here."""
     keys = list(plan.keys)
     seq = spec.sequence_by if spec.sequence_by in plan.columns else None
     upserts, deletes = split_chunk(pa.Table.from_batches(chunk.batches), keys)
-    upserts = upserts.select(list(plan.columns))
     oid_of = dict(zip(plan.columns, plan.oids, strict=True))
+    ev_bytes: bytes | None = None
+    ev_rows: Any = None
+    if tomb is not None:
+        ev_oids = tomb.event_oids([oid_of[k] for k in keys])
+        ev_bytes, ev_rows = _payload(_events(upserts, deletes, keys), ev_oids)
+    upserts = upserts.select(list(plan.columns))
     deletes = deletes.select(keys).append_column(seq, deletes[SEQ]) if seq and seq not in keys else deletes.select(keys)
     del_cols = list(deletes.column_names)
     del_oids = [oid_of[c] for c in del_cols]
     up_bytes, up_rows = _payload(upserts, list(plan.oids)) if upserts.num_rows else (None, None)
-    del_bytes, del_rows = _payload(deletes, del_oids) if deletes.num_rows else (None, None)
+    del_bytes, del_rows = _payload(deletes, del_oids) if deletes.num_rows and tomb is None else (None, None)
 
     def work(conn: Conn) -> bool:
         if staged._staged_conn is not conn:
             conn.execute(plan.create_staging())
             conn.execute(create_delete_staging(plan, seq))
+            if tomb is not None:
+                conn.execute(tomb.create_events())
             staged._staged_conn = conn
         with conn.transaction(), conn.cursor() as cur:
             if not bk.claim(cur, batch_id, writer, chunk.number, chunk.row_start, chunk.row_end):
                 return False
+            # the chunk is recorded but its events not applied: a kill here must lose both
+            crash_point("lakebase_between_bookkeeping_and_data", batch_id)
+            if tomb is not None:
+                _copy(cur, tomb.copy_events(), ev_bytes, ev_rows, ev_oids)
+                if upserts.num_rows:
+                    _copy(cur, plan.copy_into(staging=True), up_bytes, up_rows, list(plan.oids))
+                    cur.execute(tomb.drop_tombstoned_upserts(plan.staging_name()))
+                    cur.execute(upsert_guarded(plan, seq))
+                if deletes.num_rows:
+                    cur.execute(tomb.delete_target(seq))
+                    cur.execute(tomb.record())
+                return True
             if upserts.num_rows:
                 _copy(cur, plan.copy_into(staging=True), up_bytes, up_rows, list(plan.oids))
                 cur.execute(upsert_guarded(plan, seq))

@@ -21,10 +21,7 @@ Per ``write`` (one per micro-batch in the local engine, one per task under Spark
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
-import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -46,6 +43,7 @@ from headrace_lakebase._options import (
     CONNECT_TIMEOUT,
     DBTABLE,
     MAX_RETRIES,
+    TOMBSTONE_RETENTION,
     UPSERTKEY,
 )
 from headrace_lakebase.bookkeeping import Bookkeeping
@@ -55,7 +53,8 @@ from headrace_lakebase.copy_binary import encode_pieces
 from headrace_lakebase.copy_rows import python_rows
 from headrace_lakebase.dedupe import last_per_key_sorted
 from headrace_lakebase.rejects import DATA_ERRORS, ENCODE_ERRORS, Rejects, describe, write_row_by_row
-from headrace_lakebase.table import SchemaMismatchError, TablePlan, plan_table
+from headrace_lakebase.table import TablePlan, plan_table
+from headrace_lakebase.writer import chain_batches, writer_id
 
 __all__ = ["LakebaseCommitMessage", "LakebaseSink"]
 
@@ -99,6 +98,9 @@ class LakebaseSink(Sink):
         self.interval: float = options[BATCHINTERVAL]
         self.upsert_key: list[str] | None = options[UPSERTKEY]
         self.cdc = AutoCdcSpec.from_options(options, self.upsert_key)
+        self.tombstone_retention: float = options[TOMBSTONE_RETENTION]
+        self._tomb: Any = None  # headrace_lakebase.tombstones.Tombstones, at the first AUTO CDC write
+        self._last_gc: float | None = None
         self._connector = Connector(
             lambda: params_from_options(options),
             max_retries=options[MAX_RETRIES],
@@ -144,25 +146,22 @@ class LakebaseSink(Sink):
         self._plan, self._plan_schema = plan, schema
         return plan
 
-    @staticmethod
-    def _task() -> str:
-        """The Spark partition id when running in a Spark task, else ``local``."""
-        if "pyspark" in sys.modules:
-            with contextlib.suppress(Exception):
-                from pyspark import TaskContext
+    def _ensure_tombstones(self, plan: TablePlan, seq_type: pa.DataType) -> None:
+        """Create (or find) the target's tombstone table. Once per sink, or when the plan changed."""
+        if self._tomb is not None and self._tomb.plan.keys == plan.keys and self._tomb.plan.table == plan.table:
+            self._tomb.plan = plan
+            return
+        from headrace_lakebase.tombstones import Tombstones
 
-                ctx = TaskContext.get()
-                if ctx is not None:
-                    return f"p{ctx.partitionId()}"
-        return "local"
+        tomb = Tombstones(plan, seq_type)
+        self._conn, _ = self._connector.run(self._conn, tomb.ensure)
+        self._staged_conn = None  # the session's temp tables: created again with the events table
+        self._tomb = tomb
 
     @classmethod
     def writer_id(cls, first: pa.RecordBatch) -> str:
-        """``<task>:<hash of the first input row>``: the same on a replay of the same range (a
-        replayable source yields the same rows), different for the writers of one batch."""
-        row = first.slice(0, 1).to_pylist()[0]
-        digest = hashlib.sha1(json.dumps(row, sort_keys=True, default=str).encode()).hexdigest()[:16]
-        return f"{cls._task()}:{digest}"
+        """``<task>:<hash of the first input row>`` (see :func:`headrace_lakebase.writer.writer_id`)."""
+        return writer_id(first)
 
     # ------------------------------------------------------------------ write
     def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> LakebaseCommitMessage:
@@ -190,6 +189,8 @@ class LakebaseSink(Sink):
                     f"lakebase: AUTO CDC into {self.table} needs key columns: set keys (or upsertkey), or give the "
                     "table a primary key"
                 )
+            if self.cdc.sequence_by is not None and self.tombstone_retention > 0:
+                self._ensure_tombstones(plan, first.schema.field(SEQ).type)
             writer = self.writer_id(first)
             self._conn, (done, next_chunk, committed) = self._connector.run(
                 self._conn, lambda c: self._bk.progress(c, batch_id, writer)
@@ -217,7 +218,7 @@ class LakebaseSink(Sink):
             flusher.start()
             total = 0
             try:
-                for b in self._chain(first, it, first.schema):
+                for b in chain_batches(first, it, first.schema):
                     total += b.num_rows
                     buffer.add(b)
             except BaseException:
@@ -249,22 +250,6 @@ class LakebaseSink(Sink):
                  batch_id, self.table, committed, total)  # fmt: skip
         self._rows_skipped += total
         return LakebaseCommitMessage(writer, total, total, 0)
-
-    @staticmethod
-    def _chain(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        yield first
-        for b in rest:
-            if not b.num_rows:
-                continue
-            if b.schema != schema:
-                try:
-                    b = b.select(schema.names).cast(schema)
-                except (KeyError, ValueError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                    raise SchemaMismatchError(
-                        f"lakebase: the data's schema changed within a batch (from {schema} to {b.schema}); "
-                        "keep one schema per query, or restart the query after the change"
-                    ) from e
-            yield b
 
     def _flush(self, plan: TablePlan, batch_id: int, writer: str, chunk: Chunk, stopping: threading.Event) -> bool:
         """Write one chunk in one transaction (with retries). False when it was already recorded."""
@@ -333,7 +318,7 @@ class LakebaseSink(Sink):
         (see headrace_lakebase.autocdc). False when it was already recorded."""
         from headrace_lakebase import autocdc
 
-        work = autocdc.chunk_work(plan, self.cdc, self._bk, batch_id, writer, chunk, self)
+        work = autocdc.chunk_work(plan, self.cdc, self._bk, batch_id, writer, chunk, self, self._tomb)
         self._conn, written = self._connector.run(self._conn, work, stop=stopping.is_set)
         return written
 
@@ -356,6 +341,8 @@ class LakebaseSink(Sink):
             if self.bad_records is not None:
                 with contextlib.suppress(psycopg.errors.UndefinedTable):
                     self._rejects.forget_before(conn, batch_id)
+            if self._tomb is not None:
+                self._last_gc = self._tomb.collect_due(conn, self.tombstone_retention, self._last_gc)
 
         with self._lock:
             self._conn, _ = self._connector.run(self._conn, forget)
