@@ -14,6 +14,10 @@ consumed); the slot is advanced with ``pg_replication_slot_advance`` only in ``c
 after the batch is committed, so a replay reads the same changes. ``latest_offset`` peeks at
 most ``maxChangesPerTrigger`` changes and keeps them for the batch's ``read`` (one decoding
 pass per batch); a replay or a pickled copy peeks again.
+
+The snapshot phase is in :mod:`headrace_lakebase.cdc_snapshot_phase`, the partitions and the
+end of a stream batch in :mod:`headrace_lakebase.cdc_partitions` (their names are importable
+from here as before).
 """
 
 from __future__ import annotations
@@ -23,7 +27,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -32,6 +35,7 @@ from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, RealTimeChunk, Source, SourceContext
 from headrace_lakebase._options import CONNECT_TIMEOUT, DBTABLE, MAX_RETRIES
 from headrace_lakebase.cdc_decode import ChangeDecoder, Snapshot, change_schema
+from headrace_lakebase.cdc_partitions import SnapshotPartition, StreamPartition, plan_partitions, stream_end
 from headrace_lakebase.cdc_setup import (
     TableInfo,
     check_table,
@@ -42,14 +46,8 @@ from headrace_lakebase.cdc_setup import (
     slot_state,
 )
 from headrace_lakebase.cdc_slot import advance_slot, peek
-from headrace_lakebase.cdc_snapshot import (
-    HeldSnapshot,
-    last_key,
-    next_boundary,
-    read_range,
-    session_setup,
-    take_snapshot,
-)
+from headrace_lakebase.cdc_snapshot import HeldSnapshot, session_setup
+from headrace_lakebase.cdc_snapshot_phase import SnapshotPhase
 from headrace_lakebase.connection import Conn, Connector, params_from_options
 from headrace_lakebase.pgoutput import parse_lsn
 from headrace_lakebase.pgread import arrow_type
@@ -61,33 +59,11 @@ log = logging.getLogger(__name__)
 _BATCH_ROWS = 8192
 
 
-@dataclass(frozen=True)
-class StreamPartition(Partition):
-    """Transactions whose commit starts in ``[start, end)``; ``snap`` the snapshot to skip."""
-
-    start: int
-    end: int
-    snap: dict[str, Any] | None
-
-
-@dataclass(frozen=True)
-class SnapshotPartition(Partition):
-    """Snapshot rows with ``after < key <= upto``; ``snap_text`` names the snapshot they were
-    planned in (read in it when it is still open)."""
-
-    after: tuple[str, ...] | None
-    upto: tuple[str, ...] | None
-    snap_text: str
-    time_us: int = 0
-    final: bool = False  # the snapshot's last range: its snapshot is released after it
-    empty: bool = False  # nothing was left in the snapshot after ``after``
-
-
 def _default_name(info_table: Any) -> str:
     return f"headrace_{info_table.schema}_{info_table.table}"[:63]
 
 
-class LakebaseChangeSource(Source):
+class LakebaseChangeSource(SnapshotPhase, Source):
     """The ``lakebase`` / ``postgresql`` change source. See the module docstring and the README.
 
     Exactly-once with an idempotent sink: offsets are LSNs, reads are peeks, the slot advances
@@ -184,28 +160,6 @@ class LakebaseChangeSource(Source):
         return {"phase": "snapshot", "lsn": lsn, "after": None, "snap": {**snap.to_offset(), "text": held.text,
                                                                          "time": held.time_us}}  # fmt: skip
 
-    def _open_snapshot(self) -> HeldSnapshot:
-        if self._held is not None:
-            self._held.close()
-        # through the connector: a server restarting right now is retried like any transient error
-        _, held = self._connector.run(None, take_snapshot)
-        self._held = held
-        log.info("lakebase source: snapshot of %s opened (%s)", self.table, held.text)
-        return held
-
-    def _snapshot_for(self, text: str) -> HeldSnapshot:
-        """The open snapshot named ``text``, or a new one when the process restarted since."""
-        if self._held is not None and self._held.text == text:
-            return self._held
-        if self._held is None:
-            log.warning(
-                "lakebase source: the initial snapshot of %s was interrupted (restart); reading the remaining rows in "
-                "a new snapshot (changes committed meanwhile may reach the sink twice, resolved by sequenceBy=_lsn)",
-                self.table,
-            )
-            return self._open_snapshot()
-        return self._held
-
     def default_read_limit(self) -> ReadLimit:
         """``maxChangesPerTrigger`` as a row limit. Called once per run."""
         return ReadLimit(max_rows=self.max_changes)
@@ -228,60 +182,10 @@ class LakebaseChangeSource(Source):
             return self._next_snapshot_offset(start)
         return self._next_stream_offset(start, limit)
 
-    def _next_snapshot_offset(self, start: Offset) -> Offset:
-        try:
-            return self._plan_snapshot_range(start)
-        except Exception as e:
-            if not self._lost_snapshot(e):
-                raise
-            return self._plan_snapshot_range(start)  # in a new snapshot, as a restarted query does
-
-    def _lost_snapshot(self, error: BaseException) -> bool:
-        """True when ``error`` came from the connection holding the snapshot breaking (the
-        server restarted, an administrator ended it): the snapshot is dropped, and the next
-        call takes a new one, with the same rule as after a restart (changes committed
-        meanwhile may reach the sink twice, resolved by ``sequenceBy=_lsn``)."""
-        held = self._held
-        if held is None or not (getattr(held.conn, "broken", False) or getattr(held.conn, "closed", False)):
-            return False
-        log.warning("lakebase source: the connection holding the snapshot of %s was lost (%s); taking a new one",
-                    self.table, error)  # fmt: skip
-        held.close()
-        self._held = None
-        return True
-
-    def _plan_snapshot_range(self, start: Offset) -> Offset:
-        snap = start["snap"] or {}
-        held = self._snapshot_for(str(snap.get("text", "")))
-        if held.text != snap.get("text"):
-            # a new snapshot after a restart: keep the first one's visibility (the skip rule), note the new text
-            snap = {**snap, "text": held.text}
-        after = start.get("after")
-        upto = next_boundary(held, self.info, after, self.chunk_rows)
-        if upto is not None:
-            return {**start, "after": upto, "snap": snap}
-        # the last range: read the rest (up to the snapshot's last key, so that a replay outside
-        # the snapshot reads no row added since), then the stream (or the end)
-        nxt = "done" if self.snapshot_mode == "initial_only" else "stream"
-        return {**start, "phase": nxt, "after": after, "snap": snap, "last": last_key(held, self.info, after)}
-
     def _next_stream_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         pos = int(start["lsn"])
         rows = self._peek(pos, None, limit.max_rows or self.max_changes, advance_to=pos)
-        # the end: after the last complete transaction in range (and before the available-now mark)
-        end = pos
-        mark = self._available_now
-        in_tx = False
-        for _lsn, data in rows:
-            tag = data[0]
-            if tag == 66:  # Begin: Int64 final (commit) LSN
-                final = int.from_bytes(data[1:9], "big")
-                if mark is not None and final >= mark:
-                    break
-                in_tx = final >= pos
-            elif tag == 67 and in_tx:  # Commit: Int8 flags, Int64 commit LSN, Int64 end LSN, Int64 time
-                end = int.from_bytes(data[10:18], "big")
-                in_tx = False
+        end = stream_end(rows, pos, self._available_now)
         self._more_after = len(rows) >= (limit.max_rows or self.max_changes)
         out = dict(start)
         out["lsn"] = end
@@ -312,25 +216,7 @@ class LakebaseChangeSource(Source):
     def partitions(self, start: Offset, end: Offset) -> Sequence[Partition]:
         """A key range of the snapshot and/or an LSN range of changes. Snapshot rows carry the
         first snapshot's time as ``_commit_timestamp`` (the same on a replay)."""
-        if start == end:
-            return []
-        parts: list[Partition] = []
-        if start["phase"] == "snapshot":
-            snap = end.get("snap") or start.get("snap") or {}
-            final = end["phase"] != "snapshot"
-            if not final:
-                upto, empty = end.get("after"), False
-            elif "last" in end:  # the last range ends at the snapshot's last key, recorded with the offset
-                upto = end["last"] if end["last"] is not None else end.get("after")
-                empty = upto is None  # an empty table
-            else:  # an offset written before "last" existed: read to the end of the table
-                upto, empty = None, False
-            first = start.get("snap") or {}
-            parts.append(SnapshotPartition(_tup(start.get("after")), _tup(upto), str(snap.get("text", "")),
-                                           int(first.get("time", 0)), final=final, empty=empty))  # fmt: skip
-        if end["phase"] == "stream" and int(end["lsn"]) > int(start["lsn"]):
-            parts.append(StreamPartition(int(start["lsn"]), int(end["lsn"]), start.get("snap")))
-        return parts
+        return plan_partitions(start, end)
 
     def read(self, partition: Partition) -> Iterator[pa.RecordBatch]:
         """The partition's change rows, ``8192`` at most per record batch. Called once per batch."""
@@ -365,27 +251,6 @@ class LakebaseChangeSource(Source):
             yield b
         if dec.last_commit_time_us:
             self._last_commit_us = dec.last_commit_time_us
-
-    def _read_snapshot(self, p: SnapshotPartition) -> Iterator[pa.RecordBatch]:
-        if not p.empty:
-            yielded = False
-            try:
-                held = self._snapshot_for(p.snap_text)
-                with held.lock:
-                    for b in read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
-                                        p.time_us or held.time_us):  # fmt: skip
-                        yielded = True
-                        yield b
-            except Exception as e:
-                if yielded or not self._lost_snapshot(e):
-                    raise  # rows of the range already went out: the batch fails and is replayed
-                held = self._snapshot_for(p.snap_text)
-                with held.lock:
-                    yield from read_range(held.conn, self.info, self._schema, self._types, p.after, p.upto,
-                                          p.time_us or held.time_us)  # fmt: skip
-        if p.final and self._held is not None:
-            self._held.close()
-            self._held = None
 
     # ------------------------------------------------------------------ real time
     def read_real_time(self, start: Offset, stop: Any) -> Iterator[RealTimeChunk]:
@@ -450,10 +315,6 @@ class LakebaseChangeSource(Source):
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
-
-
-def _tup(v: Any) -> tuple[str, ...] | None:
-    return None if v is None else tuple(str(x) for x in v)
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
