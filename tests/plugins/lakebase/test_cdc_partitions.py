@@ -10,7 +10,9 @@ from headrace_lakebase.cdc_partitions import SnapshotPartition, StreamPartition,
 
 
 def test_public_names_stay_importable_from_cdc_source() -> None:
-    from headrace_lakebase.cdc_source import LakebaseChangeSource, SnapshotPartition as S, StreamPartition as T
+    from headrace_lakebase.cdc_source import LakebaseChangeSource
+    from headrace_lakebase.cdc_source import SnapshotPartition as S
+    from headrace_lakebase.cdc_source import StreamPartition as T
 
     assert set(cdc_source.__all__) == {"LakebaseChangeSource", "SnapshotPartition", "StreamPartition"}
     assert S is SnapshotPartition and T is StreamPartition
@@ -45,6 +47,6 @@ def _commit(end: int) -> bytes:
 def test_stream_end_is_after_the_last_whole_transaction() -> None:
     rows = [(1, _begin(100)), (2, b"I..."), (3, _commit(110)), (4, _begin(200)), (5, b"I...")]
     assert stream_end(rows, 50, None) == 110  # the second transaction is cut: not included
-    assert stream_end(rows + [(6, _commit(210))], 50, None) == 210
-    assert stream_end(rows + [(6, _commit(210))], 50, 200) == 110  # the available-now mark
+    assert stream_end([*rows, (6, _commit(210))], 50, None) == 210
+    assert stream_end([*rows, (6, _commit(210))], 50, 200) == 110  # the available-now mark
     assert stream_end(rows, 150, None) == 150  # committed before the start: skipped
