@@ -9,6 +9,9 @@
 3. ``delta->pg``: a Delta table's change feed (appends then an UPDATE of half the rows) ->
    lakebase AUTO CDC, rows/s, vs the lakebase sink's plain upsert rate (the same number of
    rows from memory with upsertkey). Goal: ratio >= 0.8.
+4. ``--tombstones``: the cost of delete tombstones (on by default): 2. and 3. (AUTO CDC only)
+   with the default ``tombstoneRetention`` and with ``tombstoneRetention=0``, interleaved
+   A, B, A, B, best of two each.
 
 The workload: a table (id bigint PK, v bigint, s text, ts timestamptz) with REPLICA IDENTITY
 FULL; N inserts in transactions of 1,000 rows, then N/2 updates and N/10 deletes (so about
@@ -94,18 +97,20 @@ def through_source(dsn: str, slot: str, pub: str, limit: int, work: Path) -> tup
     return rows, time.perf_counter() - t0
 
 
-def pg_to_delta(dsn: str, slot: str, pub: str, limit: int, work: Path) -> tuple[int, float]:
+def pg_to_delta(dsn: str, slot: str, pub: str, limit: int, work: Path, extra: dict | None = None) -> tuple[int, float]:
     t0 = time.perf_counter()
     q = (hr.read_stream.format("postgresql").options(url=dsn, dbtable=TABLE, slotName=slot, publicationName=pub,
                                                      snapshotMode="never", maxChangesPerTrigger=limit).load()
-         .write_stream.format("delta").options(CDC_PG).option("checkpointLocation", str(work / "chk-delta"))
-         .trigger(available_now=True).start(str(work / "mirror")))  # fmt: skip
+         .write_stream.format("delta").options({**CDC_PG, **(extra or {})})
+         .option("checkpointLocation", str(work / f"chk-delta-{slot}"))
+         .trigger(available_now=True).start(str(work / f"mirror-{slot}")))  # fmt: skip
     q.await_termination()
     rows = sum(p["numInputRows"] for p in q.recent_progress)
     return rows, time.perf_counter() - t0
 
 
-def delta_to_pg(dsn: str, n: int, work: Path, run: int) -> tuple[tuple[int, float], tuple[int, float]]:
+def delta_to_pg(dsn: str, n: int, work: Path, run: int, extra: dict | None = None,
+                plain_too: bool = True) -> tuple[tuple[int, float], tuple[int, float]]:  # fmt: skip
     from deltalake import DeltaTable, write_deltalake
 
     work = work / f"d2p{run}"
@@ -117,10 +122,13 @@ def delta_to_pg(dsn: str, n: int, work: Path, run: int) -> tuple[tuple[int, floa
     DeltaTable(str(src)).update({"v": "v + 1"}, predicate=f"id < {n // 2}")
     t0 = time.perf_counter()
     q = (hr.read_stream.format("delta").options(path=str(src), readChangeFeed=True).load()
-         .write_stream.format("postgresql").options(url=dsn, dbtable=f"bench_cdc_mirror{run}", batchsize=10000, **CDC_DELTA)
+         .write_stream.format("postgresql").options(url=dsn, dbtable=f"bench_cdc_mirror{run}", batchsize=10000,
+                                                    **CDC_DELTA, **(extra or {}))
          .option("checkpointLocation", str(work / "chk-d2p")).trigger(available_now=True).start())  # fmt: skip
     q.await_termination()
     cdc = (sum(p["numInputRows"] for p in q.recent_progress), time.perf_counter() - t0)
+    if not plain_too:
+        return cdc, cdc
     rows = n + n // 2
     ids = pa.array([i % n for i in range(rows)], pa.int64())
     data = pa.table({"id": ids, "v": ids, "s": pa.array([f"name-{i % 977}" for i in ids.to_pylist()])})
@@ -141,6 +149,7 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="N = 300,000 (default 20,000)")
     ap.add_argument("--rows", type=int, default=None, help="N inserts (overrides --full)")
     ap.add_argument("--limit", type=int, default=100_000, help="maxChangesPerTrigger")
+    ap.add_argument("--tombstones", action="store_true", help="only 4.: tombstones on vs off, interleaved")
     args = ap.parse_args()
     n = args.rows or (300_000 if args.full else 20_000)
     settings = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
@@ -150,7 +159,7 @@ def main() -> None:
         conn.execute(f"CREATE TABLE {TABLE} (id bigint PRIMARY KEY, v bigint, s text, ts timestamptz)")
         conn.execute(f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL")
         conn.execute(f"CREATE PUBLICATION bench_pub FOR TABLE {TABLE}")
-        for slot in ("plain1", "source1", "plain2", "source2", "delta"):
+        for slot in ("plain1", "source1", "plain2", "source2", "delta", "tomb_on1", "tomb_off1", "tomb_on2", "tomb_off2"):
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,))
         t0 = time.perf_counter()
         workload(conn, n)
@@ -170,6 +179,20 @@ def main() -> None:
                 spec.load_source()
             if spec.sink:
                 spec.load_sink()
+
+        if args.tombstones:
+            off = {"tombstoneRetention": "0"}
+            on_d, off_d, on_p, off_p = [], [], [], []
+            for i in (1, 2):  # A, B, A, B
+                on_d.append(pg_to_delta(pg.dsn, f"tomb_on{i}", "bench_pub", args.limit, work))
+                off_d.append(pg_to_delta(pg.dsn, f"tomb_off{i}", "bench_pub", args.limit, work, off))
+                on_p.append(delta_to_pg(pg.dsn, n, work, 10 + i, plain_too=False)[0])
+                off_p.append(delta_to_pg(pg.dsn, n, work, 20 + i, off, plain_too=False)[0])
+            for what, a, b in (("PostgreSQL -> Delta SCD1", on_d, off_d), ("Delta -> PostgreSQL AUTO CDC", on_p, off_p)):
+                (ac, at), (bc, bt) = min(a, key=lambda r: r[1]), min(b, key=lambda r: r[1])
+                print(f"4. {what}: tombstones {ac / at:,.0f}/s, without {bc / bt:,.0f}/s, ratio {(ac / at) / (bc / bt):.2f}"
+                      f"  (runs on: {', '.join(f'{c / t:,.0f}' for c, t in a)}; off: {', '.join(f'{c / t:,.0f}' for c, t in b)})")
+            return
 
         # alternated twice, best of two each (the machine is shared)
         runs_p, runs_s = [], []

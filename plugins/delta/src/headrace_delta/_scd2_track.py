@@ -78,17 +78,19 @@ def apply_tracked(dt: Any, events: pa.Table, keys: list[str], schema: pa.Schema,
                            "every event needs a sequence value")  # fmt: skip
     data_cols = [c for c in schema.names if c not in (START_AT, END_AT)]
     guard_col = sequence_by if sequence_by is not None and sequence_by in data_cols and sequence_by not in keys else START_AT
-    ev = sort_events(events, keys).to_pylist()
-    batch_keys = {tuple(e[k] for k in keys) for e in ev}
+    ordered = sort_events(events, keys)
+    ev = ordered.to_pylist()
+    kt = list(zip(*(ordered[k].to_pylist() for k in keys), strict=True))  # each event's key, once
+    batch_keys = set(kt)
     current = _current_rows(dt, keys, batch_keys, schema.field(keys[0]).type)
     tracked_idx = list(tracked)
     updates: list[dict[str, Any]] = []
     inserts: list[dict[str, Any]] = []
     i = 0
     while i < len(ev):
-        key = tuple(ev[i][k] for k in keys)
-        j = i
-        while j < len(ev) and tuple(ev[j][k] for k in keys) == key:
+        key = kt[i]
+        j = i + 1
+        while j < len(ev) and kt[j] == key:
             j += 1
         target = current.get(key)
         open_row: dict[str, Any] | None = dict(target) if target is not None else None

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.transforms.auto_cdc import DELETE, SEQ, last_per_key
+from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcError, last_per_key
 
 __all__ = ["BATCH", "DELETED_AT", "TombstoneFile"]
 
@@ -85,7 +85,7 @@ class TombstoneFile:
             if [stored.schema.field(k).type for k in keys] != [latest.schema.field(k).type for k in keys] or (
                 stored.schema.field(SEQ).type != latest.schema.field(SEQ).type
             ):
-                raise ValueError(
+                raise AutoCdcError(
                     f"the tombstones in {self.path} have key/sequence types {stored.schema} that differ from the "
                     f"stream's; the keys or sequenceBy changed: delete the file to start without tombstones"
                 )
