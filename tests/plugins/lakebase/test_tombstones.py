@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from headrace.plugins import registry
+from headrace_lakebase.sink import LakebaseCommitMessage
 from headrace_lakebase.tombstones import tombstone_table_name
 from tests.plugins.lakebase.test_autocdc import CDC, apply, events, sink
 
@@ -53,8 +54,14 @@ def test_replay_changes_nothing_and_retention_collects(pg_options: dict[str, Any
     assert query(f"SELECT id, v FROM {table} WHERE id IN (1, 2)") == []  # applied before the collection
     apply(s2, 3, events([(1, "late again", 4, "insert"), (2, "late again", 4, "insert")]))
     assert query(f"SELECT id, v FROM {table} WHERE id IN (1, 2)") == [(1, "late again")]
+    # the driver's sink under Spark never wrote (the tasks did): its commit collects as well
+    query(f"UPDATE \"{tomb}\" SET deleted_at = now() - interval '3 hours'")
+    driver = sink({**pg_options, **NO_SEQ, "tombstoneRetention": "1 hour"}, query_id="q1")
+    driver.commit(4, [LakebaseCommitMessage("p0:x", 1, 0, 1)])
+    assert query(f'SELECT id FROM "{tomb}"') == []
     s.close()
     s2.close()
+    driver.close()
 
 
 def test_zero_retention_keeps_no_tombstones(pg_options: dict[str, Any], table: str, query: Query) -> None:

@@ -341,8 +341,10 @@ class LakebaseSink(Sink):
             if self.bad_records is not None:
                 with contextlib.suppress(psycopg.errors.UndefinedTable):
                     self._rejects.forget_before(conn, batch_id)
-            if self._tomb is not None:
-                self._last_gc = self._tomb.collect_due(conn, self.tombstone_retention, self._last_gc)
+            if self.cdc.sequence_by is not None and self.tombstone_retention > 0:
+                from headrace_lakebase.tombstones import collect_due
+
+                self._last_gc = collect_due(conn, self.table, self.tombstone_retention, self._last_gc)
 
         with self._lock:
             self._conn, _ = self._connector.run(self._conn, forget)

@@ -28,10 +28,11 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from headrace_lakebase._options import TableName
 from headrace_lakebase.pgtypes import arrow_to_pg
 from headrace_lakebase.table import TablePlan
 
-__all__ = ["DEL_COLUMN", "GC_EVERY", "SEQ_COLUMN", "Tombstones", "tombstone_table_name"]
+__all__ = ["DEL_COLUMN", "GC_EVERY", "SEQ_COLUMN", "Tombstones", "collect_due", "tombstone_table_name"]
 
 SEQ_COLUMN = "__headrace_seq"
 DEL_COLUMN = "__headrace_del"
@@ -148,26 +149,24 @@ class Tombstones:
             "ON CONFLICT ({keys}) DO UPDATE SET {s} = EXCLUDED.{s}, deleted_at = EXCLUDED.deleted_at WHERE b.{s} < EXCLUDED.{s}"
         ).format(t=self.ident, keys=self._keys(), s=sql.Identifier(SEQ_COLUMN), e=self.events, d=sql.Identifier(DEL_COLUMN))
 
-    # ------------------------------------------------------------------ retention
-    def collect(self, conn: Conn, retention: float) -> int:
-        """Delete the tombstones older than ``retention`` seconds; returns how many. Called
-        after a commit, at most every :data:`GC_EVERY` seconds."""
+
+def collect_due(conn: Conn, table: TableName, retention: float, last: float | None) -> float | None:
+    """Delete the tombstones of ``table`` older than ``retention`` seconds when the last
+    collection (a ``time.monotonic()`` value; None: never) is :data:`GC_EVERY` seconds old;
+    returns the new value. Called after each commit on the driver (needs only the table's
+    name: under Spark the driver's sink never wrote). No tombstone table: nothing to do."""
+    if last is not None and time.monotonic() - last < GC_EVERY:
+        return last
+    ident = sql.Identifier(table.schema, tombstone_table_name(table.table))
+    try:
         with conn.transaction():
             cur = conn.execute(
-                sql.SQL("DELETE FROM {t} WHERE deleted_at < now() - make_interval(secs => %s)").format(t=self.ident),
+                sql.SQL("DELETE FROM {t} WHERE deleted_at < now() - make_interval(secs => %s)").format(t=ident),
                 (float(retention),),
             )
-            return cur.rowcount
-
-    def collect_due(self, conn: Conn, retention: float, last: float | None) -> float | None:
-        """:meth:`collect` when the last collection (``time.monotonic()`` value, None: never)
-        is :data:`GC_EVERY` seconds old; returns the new value. Called after each commit."""
-        if last is not None and time.monotonic() - last < GC_EVERY:
-            return last
-        try:
-            gone = self.collect(conn, retention)
-        except psycopg.errors.UndefinedTable:
-            return last
-        if gone:
-            log.info("lakebase: %d tombstones of %s older than %s s removed", gone, self.plan.table, retention)
+            gone = cur.rowcount
+    except psycopg.errors.UndefinedTable:
         return time.monotonic()
+    if gone:
+        log.info("lakebase: %d tombstones of %s older than %s s removed", gone, table, retention)
+    return time.monotonic()
