@@ -151,3 +151,36 @@ def test_port_in_use_is_a_clear_error(server: MetricsServer) -> None:
         s.listen()
         with pytest.raises(OSError, match="cannot serve metrics on 127.0.0.1:.*give another port"):
             serve(s.getsockname()[1])
+
+
+def test_prometheus_client_is_imported_only_when_metrics_are_exposed(tmp_path: Path) -> None:
+    """A process that never exposes metrics never imports prometheus_client; one that imports it
+    later (its own /metrics on the global REGISTRY) sees every batch, those before included."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys
+        import headrace as hr
+
+        def run(name, rows):
+            q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=10, totalRows=rows).load()
+                 .write_stream.format("noop").query_name(name).option("checkpointLocation", {str(tmp_path)!r} + "/" + name)
+                 .trigger(available_now=True).start())
+            q.await_termination()
+            return q.id
+
+        first = run("lazy_a", 30)
+        assert "prometheus_client" not in sys.modules, "imported at query start"
+        from prometheus_client import REGISTRY
+        second = run("lazy_b", 20)
+        for name, qid, batches in (("lazy_a", first, 3), ("lazy_b", second, 2)):
+            got = REGISTRY.get_sample_value("headrace_batches_total", {{"query": name, "query_id": qid}})
+            assert got == batches, (name, got)
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "HEADRACE_METRICS_PORT"})  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
