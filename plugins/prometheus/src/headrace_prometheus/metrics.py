@@ -64,6 +64,9 @@ _METRICS: dict[str, tuple[str, str, tuple[str, ...]]] = {
 }  # fmt: skip
 
 
+_FAST = frozenset({int, float})  # plain numbers: no isinstance chain on the per-batch path
+
+
 def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
@@ -218,7 +221,8 @@ class PrometheusListener:
         q = self._labels(p)
         n_in = p.get("numInputRows", 0)
         sink = p.get("sink") or {}
-        _add(v["batches"], q, 1)
+        batches = v["batches"]
+        batches[q] = batches.get(q, 0.0) + 1
         _add(v["input_rows"], q, n_in)
         _add(v["output_rows"], q, sink.get("numOutputRows", 0))
         v["input_rows_per_second"][q] = p.get("inputRowsPerSecond", 0.0)
@@ -230,7 +234,7 @@ class PrometheusListener:
             v["last_progress_timestamp_seconds"][q] = dt.datetime.fromisoformat(ts.replace("Z", "+00:00")).timestamp()
         hists = v["batch_duration_seconds"]
         for phase, ms in (p.get("durationMs") or {}).items():
-            if (x := _number(ms)) is not None:
+            if (x := ms if type(ms) in _FAST else _number(ms)) is not None:
                 series = (*q, phase)
                 h = hists.get(series)
                 if h is None:
@@ -239,20 +243,23 @@ class PrometheusListener:
         sink_metrics = sink.get("metrics") or {}
         for i, src in enumerate(p.get("sources") or ()):
             metrics = src.get("metrics") or {}
-            self._bad(q, f"source-{i}", metrics)
+            if _has_bad(metrics, "num"):
+                self._bad(q, f"source-{i}", metrics)
             desc = self._desc(src.get("description", ""))
             _add(v["source_input_rows"], (*q, desc), src.get("numInputRows", 0))
             gauges = v["source_metric"]
             for k, x in metrics.items():
-                if (x := _number(x)) is not None:
+                if (x := x if type(x) in _FAST else _number(x)) is not None:
                     gauges[(*q, desc, k)] = x
         if sink_metrics:
-            self._bad(q, "sink", sink_metrics)
-            self._bad(q, "transform", sink_metrics, prefix="transform")
+            if _has_bad(sink_metrics, "num"):
+                self._bad(q, "sink", sink_metrics)
+            if _has_bad(sink_metrics, "transform"):
+                self._bad(q, "transform", sink_metrics, prefix="transform")
             gauges = v["sink_metric"]
             sink_desc = str(sink.get("description", ""))
             for k, x in sink_metrics.items():
-                if (x := _number(x)) is not None:
+                if (x := x if type(x) in _FAST else _number(x)) is not None:
                     gauges[(*q, sink_desc, k)] = x
         for kind, summary in (p.get("latencies") or {}).items():
             short = kind.removesuffix("LatencyMs")
@@ -273,9 +280,13 @@ class PrometheusListener:
             _add(self._values["bad_records"], (*q, origin, action), n)
 
 
+def _has_bad(metrics: Mapping[str, Any], prefix: str) -> bool:
+    return prefix + "BadRecordsDropped" in metrics or prefix + "BadRecordsDeadLettered" in metrics
+
+
 def _add(series: dict[tuple[str, ...], Any], key: tuple[str, ...], n: Any) -> None:
     """A counter's increment (negative or non-numeric increments are ignored, as by a counter)."""
-    if isinstance(n, bool) or not isinstance(n, int | float) or n < 0:
+    if (type(n) not in _FAST and (isinstance(n, bool) or not isinstance(n, int | float))) or n < 0:
         return
     series[key] = series.get(key, 0.0) + n
 
