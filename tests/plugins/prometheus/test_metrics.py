@@ -184,3 +184,26 @@ def test_prometheus_client_is_imported_only_when_metrics_are_exposed(tmp_path: P
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={k: v for k, v in os.environ.items() if k != "HEADRACE_METRICS_PORT"})  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_batch_duration_buckets_are_cumulative_and_counters_only_grow() -> None:
+    registry = CollectorRegistry()
+    lst = PrometheusListener(registry)
+    for ms in (0, 3, 400, 400_000):
+        lst.headrace_query_progress(progress={
+            "id": "qid", "name": "h", "batchId": 0, "numInputRows": 5, "durationMs": {"addBatch": ms},
+            "sources": [], "sink": {"description": "noop", "numOutputRows": -1, "metrics": {}},
+        })  # fmt: skip
+    labels = {"query": "h", "query_id": "qid", "phase": "addBatch"}
+
+    def bucket(le: str) -> float | None:
+        return registry.get_sample_value("headrace_batch_duration_seconds_bucket", {**labels, "le": le})
+
+    assert (bucket("0.001"), bucket("0.005"), bucket("0.5"), bucket("300.0"), bucket("+Inf")) == (1, 2, 3, 3, 4)
+    assert registry.get_sample_value("headrace_batch_duration_seconds_count", labels) == 4
+    assert registry.get_sample_value("headrace_batch_duration_seconds_sum", labels) == pytest.approx(400.403)
+    q = {"query": "h", "query_id": "qid"}
+    assert registry.get_sample_value("headrace_input_rows_total", q) == 20
+    assert registry.get_sample_value("headrace_output_rows_total", q) is None  # a negative increment is not counted
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        PrometheusListener(registry)  # one listener per registry
