@@ -104,38 +104,49 @@ class QueryProgress:
         event_time: Mapping[str, str] | None = None,
         state_operators: Sequence[Mapping[str, Any]] | None = None,
     ) -> QueryProgress:
-        """Assemble a report from the raw numbers the engine measured (seconds)."""
+        """Assemble a report from the raw numbers the engine measured (seconds). Called once
+        per batch on the query's thread: kept to plain arithmetic and a few allocations."""
         total = durations.get("triggerExecution", 0.0)
         since_last = (started - previous_trigger) if previous_trigger else total
-        rows = sum(s[4] for s in sources)
-        srcs = [
-            SourceProgress(desc, start, end, latest, n, _rate(n, since_last), _rate(n, total), metrics)
-            for desc, start, end, latest, n, metrics in sources
-        ]
+        rows = 0
+        srcs = []
+        for desc, start, end, latest, n, metrics in sources:
+            rows += n
+            srcs.append(SourceProgress(desc, start, end, latest, n, _rate(n, since_last), _rate(n, total), metrics))
         return cls(
-            id=id,
-            run_id=run_id,
-            name=name,
-            timestamp=dt.datetime.fromtimestamp(started, tz=dt.UTC),
-            batch_id=batch_id,
-            num_input_rows=rows,
-            input_rows_per_second=_rate(rows, since_last),
-            processed_rows_per_second=_rate(rows, total),
-            duration_ms={k: round(v * 1000) for k, v in durations.items()},
-            sources=srcs,
-            sink=SinkProgress(*sink),
-            batch_duration_ms=round(total * 1000),
-            latencies={k: latency_summary(v) for k, v in latencies.items()} if latencies else None,
-            event_time=dict(event_time or {}),
-            state_operators=[dict(m) for m in state_operators or ()],
+            id,
+            run_id,
+            name,
+            dt.datetime.fromtimestamp(started, tz=dt.UTC),
+            batch_id,
+            rows,
+            _rate(rows, since_last),
+            _rate(rows, total),
+            {k: round(v * 1000) for k, v in durations.items()},
+            srcs,
+            SinkProgress(*sink),
+            round(total * 1000),
+            {k: latency_summary(v) for k, v in latencies.items()} if latencies else None,
+            dict(event_time) if event_time else {},
+            [dict(m) for m in state_operators] if state_operators else [],
         )
+
+    def _timestamp_text(self) -> str:
+        """``timestamp`` as Spark writes it (ISO-8601, milliseconds, ``Z``); computed once per
+        timestamp (``to_dict`` runs several times per batch: history, listeners, callbacks)."""
+        cached = self.__dict__.get("_ts_text")
+        if cached is not None and cached[0] is self.timestamp:
+            return cached[1]
+        text = self.timestamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        self.__dict__["_ts_text"] = (self.timestamp, text)
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {
             "id": self.id,
             "runId": self.run_id,
             "name": self.name,
-            "timestamp": self.timestamp.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "timestamp": self._timestamp_text(),
             "batchId": self.batch_id,
             "batchDuration": self.batch_duration_ms,
             "numInputRows": self.num_input_rows,

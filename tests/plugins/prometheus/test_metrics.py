@@ -151,3 +151,59 @@ def test_port_in_use_is_a_clear_error(server: MetricsServer) -> None:
         s.listen()
         with pytest.raises(OSError, match="cannot serve metrics on 127.0.0.1:.*give another port"):
             serve(s.getsockname()[1])
+
+
+def test_prometheus_client_is_imported_only_when_metrics_are_exposed(tmp_path: Path) -> None:
+    """A process that never exposes metrics never imports prometheus_client; one that imports it
+    later (its own /metrics on the global REGISTRY) sees every batch, those before included."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import sys
+        import headrace as hr
+
+        def run(name, rows):
+            q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=10, totalRows=rows).load()
+                 .write_stream.format("noop").query_name(name).option("checkpointLocation", {str(tmp_path)!r} + "/" + name)
+                 .trigger(available_now=True).start())
+            q.await_termination()
+            return q.id
+
+        first = run("lazy_a", 30)
+        assert "prometheus_client" not in sys.modules, "imported at query start"
+        from prometheus_client import REGISTRY
+        second = run("lazy_b", 20)
+        for name, qid, batches in (("lazy_a", first, 3), ("lazy_b", second, 2)):
+            got = REGISTRY.get_sample_value("headrace_batches_total", {{"query": name, "query_id": qid}})
+            assert got == batches, (name, got)
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={k: v for k, v in os.environ.items() if k != "HEADRACE_METRICS_PORT"})  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_batch_duration_buckets_are_cumulative_and_counters_only_grow() -> None:
+    registry = CollectorRegistry()
+    lst = PrometheusListener(registry)
+    for ms in (0, 3, 400, 400_000):
+        lst.headrace_query_progress(progress={
+            "id": "qid", "name": "h", "batchId": 0, "numInputRows": 5, "durationMs": {"addBatch": ms},
+            "sources": [], "sink": {"description": "noop", "numOutputRows": -1, "metrics": {}},
+        })  # fmt: skip
+    labels = {"query": "h", "query_id": "qid", "phase": "addBatch"}
+
+    def bucket(le: str) -> float | None:
+        return registry.get_sample_value("headrace_batch_duration_seconds_bucket", {**labels, "le": le})
+
+    assert (bucket("0.001"), bucket("0.005"), bucket("0.5"), bucket("300.0"), bucket("+Inf")) == (1, 2, 3, 3, 4)
+    assert registry.get_sample_value("headrace_batch_duration_seconds_count", labels) == 4
+    assert registry.get_sample_value("headrace_batch_duration_seconds_sum", labels) == pytest.approx(400.403)
+    q = {"query": "h", "query_id": "qid"}
+    assert registry.get_sample_value("headrace_input_rows_total", q) == 20
+    assert registry.get_sample_value("headrace_output_rows_total", q) is None  # a negative increment is not counted
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        PrometheusListener(registry)  # one listener per registry

@@ -10,6 +10,7 @@ thread, and the record's dict is built once and shared by the history and the li
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +27,16 @@ __all__ = ["report_progress"]
 log = logging.getLogger(__name__)
 
 
+# each query's source descriptions (redacted paths: fixed for the query's life), made once
+_descriptions: weakref.WeakKeyDictionary[StreamingQuery, list[str]] = weakref.WeakKeyDictionary()
+
+
 def _source_reports(q: StreamingQuery, starts: list[Offset], ends: list[Offset], counts: list[int]) -> list[Any]:
+    descs = _descriptions.get(q)
+    if descs is None or len(descs) != len(q._plans):
+        descs = _descriptions[q] = [plan.describe() for plan in q._plans]
     srcs = []
-    for plan, src, st, en, n in zip(q._plans, q._sources, starts, ends, counts, strict=True):
+    for desc, src, st, en, n in zip(descs, q._sources, starts, ends, counts, strict=True):
         try:
             metrics = dict(src.metrics(en))
         except Exception as e:  # metrics must never fail a batch
@@ -36,7 +44,7 @@ def _source_reports(q: StreamingQuery, starts: list[Offset], ends: list[Offset],
         bad = getattr(src, "bad_records", None)
         if bad is not None:
             metrics.update(bad.metrics())
-        srcs.append((plan.describe(), st, en, metrics.pop("latestOffset", en), n, metrics))
+        srcs.append((desc, st, en, metrics.pop("latestOffset", en), n, metrics))
     return srcs
 
 

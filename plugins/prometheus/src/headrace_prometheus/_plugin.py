@@ -1,8 +1,10 @@
 """The plugin module behind the ``headrace`` entry point ``prometheus``.
 
 Registered by headrace's plugin registry like any connector plugin; it provides no connector,
-only the three listener hooks. It imports nothing heavy: ``prometheus_client`` (and
-OpenTelemetry) are imported when the first query starts.
+only the three listener hooks. It imports nothing heavy: the listener keeps plain numbers and
+``prometheus_client`` is imported only when metrics are exposed (``serve()``,
+``$HEADRACE_METRICS_PORT``, or the application importing it for its own ``/metrics``);
+OpenTelemetry only when an OTLP endpoint is configured.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ _otel_checked = False
 
 
 def default_listener() -> PrometheusListener:
-    """The process-wide listener, recording into ``prometheus_client``'s global ``REGISTRY``."""
+    """The process-wide listener, recording for ``prometheus_client``'s global ``REGISTRY`` (which
+    it joins once ``prometheus_client`` is imported; see :class:`PrometheusListener`)."""
     global _default
     with _lock:
         if _default is None:
@@ -70,12 +73,18 @@ def _otel_wanted() -> bool:
     return "opentelemetry.sdk.trace" in sys.modules or "opentelemetry.sdk.metrics" in sys.modules
 
 
+_active: list[Any] | None = None  # the listeners, decided at the first event (read once per batch)
+
+
 def _listeners() -> list[Any]:
-    out: list[Any] = [default_listener()]
-    otel = _otel_listener()
-    if otel is not None:
-        out.append(otel)
-    return out
+    global _active
+    if _active is None:
+        out: list[Any] = [default_listener()]
+        otel = _otel_listener()
+        if otel is not None:
+            out.append(otel)
+        _active = out
+    return _active
 
 
 @hookimpl

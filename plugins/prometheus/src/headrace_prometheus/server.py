@@ -58,7 +58,7 @@ def serve(port: int = 9464, addr: str | None = None, registry: Any = None) -> Me
     if not 0 <= int(port) <= 65535:
         raise ValueError(f"metrics port {port!r} is not a TCP port; give 0..65535 (0: any free port)")
     addr = addr if addr is not None else os.environ.get(ENV_ADDR, DEFAULT_ADDR)
-    default_listener()
+    default_listener().register()  # into the global REGISTRY now (it waits for prometheus_client's import)
     with _lock:
         running = _servers.get((addr, int(port))) if port else None
         if running is not None:
