@@ -68,7 +68,7 @@ def apply_changes(
     """MERGE ``events`` (prepared) into the table at ``uri``, creating it when missing.
     ``track_history`` / ``track_history_except``: SCD type 2 history only for changes to the
     tracked columns (:mod:`headrace_delta._scd2_track`). Returns figures for the progress
-    report. ``tombstones`` (a :class:`headrace_delta._tombstones.TombstoneFile`, SCD type 1):
+    report. ``tombstones`` (a :class:`headrace_delta._tombstones.TombstoneStore`, SCD type 1):
     events made obsolete by an earlier batch's delete are dropped, and batch ``batch_id``'s
     deletes recorded. Called once per batch by the sink's commit."""
     from deltalake import DeltaTable, write_deltalake
