@@ -9,8 +9,10 @@ folder (in a temporary folder, without fsync, when the sink has no checkpoint)::
         key columns -> __headrace_seq; the store's eviction order: the delete's wall-clock
         time in microseconds
 
-The store's version ``v`` is batch ``b + v``: ``b`` is the first batch that recorded
-tombstones (a query may turn them on after it started; a store version must start at 0).
+The store's version ``v`` is batch ``b + v``: ``b`` is the first batch with events the store
+saw (a query may turn tombstones on after it started, and a store's versions start at 0); it
+is in the folder's name, written once with the folder. A rollback to ``b`` or before
+(``checkpoint reset``) starts the store over: none of its tombstones are older.
 Per batch ``n``, in the sink's commit, before the MERGE:
 
 1. ``load(n-1)``: free when the store is there already (the batch after the last one); a
