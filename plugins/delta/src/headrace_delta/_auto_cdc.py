@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headrace.engine.crash import crash_point
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, sort_events
 
 __all__ = ["END_AT", "START_AT", "apply_changes"]
@@ -83,6 +84,8 @@ def apply_changes(
         latest = last_per_key(events, keys)
         if tombstones is not None:
             latest = tombstones.apply(latest, keys, batch_id)
+            # batch n's tombstones are committed, its MERGE not: a replay must see the same ones
+            crash_point("delta_between_tombstones_and_merge", batch_id)
             if not latest.num_rows:
                 return {"num_target_rows_inserted": 0, "num_target_rows_updated": 0, "num_target_rows_deleted": 0}
         return _scd1(dt, latest, keys, schema, spec.sequence_by, commit_properties)
