@@ -105,6 +105,33 @@ def test_batches_without_events_keep_versions_contiguous(tmp_path: Path) -> None
     assert sorted(os.listdir(tmp_path / "state" / FOLDER / "from-0" / "changelog")) == ["0", "1", "2", "3", "4"]
 
 
+def test_replay_of_a_merged_first_batch_keeps_its_tombstones(tmp_path: Path) -> None:
+    """Killed after batch 0's MERGE, before the engine recorded it: the replay is skipped (its
+    transaction is in the table) and must not start the store over."""
+    s = sink({"path": str(tmp_path / "t"), **CDC}, tmp_path)
+    first = events([(1, "a", 1, "insert"), (9, None, 10, "delete")])
+    apply(s, 0, first)
+    s = sink({"path": str(tmp_path / "t"), **CDC}, tmp_path)  # the restart
+    apply(s, 0, first)
+    assert s.metrics()["skipped"]
+    apply(s, 1, events([(9, "late", 5, "insert")]))
+    assert rows(tmp_path / "t", "id", "v") == [(1, "a")]
+
+
+def test_batches_skipped_by_a_user_txn_version_keep_versions_contiguous(tmp_path: Path) -> None:
+    """txnAppId/txnVersion fixed by the user: the batches after the first of a run are skipped
+    whole, and still advance the store."""
+    opts = {"path": str(tmp_path / "t"), **CDC, "txnAppId": "app"}
+    s = sink({**opts, "txnVersion": "1"}, tmp_path)
+    apply(s, 0, events([(1, "a", 1, "insert"), (2, None, 10, "delete")]))
+    apply(s, 1, events([(3, "c", 1, "insert")]))  # skipped: txn app/1 is in the table
+    s = sink({**opts, "txnVersion": "1"}, tmp_path)  # a new run: the store is not open yet
+    apply(s, 2, events([(4, "d", 1, "insert")]))  # skipped
+    s = sink({**opts, "txnVersion": "2"}, tmp_path)
+    apply(s, 3, events([(2, "late", 5, "insert"), (5, "e", 1, "insert")]))
+    assert rows(tmp_path / "t", "id", "v") == [(1, "a"), (5, "e")]
+
+
 def test_gap_in_versions_is_refused(tmp_path: Path) -> None:
     """tombstoneRetention turned off for a batch, then on again: the tombstones of that batch
     are missing, so the store cannot give the state before the next one."""

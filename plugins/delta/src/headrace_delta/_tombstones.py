@@ -113,7 +113,7 @@ class TombstoneStore:
         """Commit batch ``batch_id`` without events (expired tombstones evicted), so that the
         store's versions have no gap. ``prepared``: the schema of the batch's events as
         :func:`headrace.transforms.auto_cdc.prepare` makes them (None: unknown). Called by the
-        sink's commit for a batch with no events."""
+        sink's commit for a batch with no events (and by :meth:`skipped`)."""
         if self.store is None and self._existing_base() is None:
             return  # no tombstones yet: the store starts at the first batch with events
         if self.store is None and prepared is None:
@@ -127,6 +127,25 @@ class TombstoneStore:
             assert prepared is not None
             schema = prepared
         self.apply(schema.empty_table(), keys, batch_id)
+
+    def skipped(self, batch_id: int, keys: Sequence[str], prepared: pa.Schema | None) -> None:
+        """Batch ``batch_id``'s MERGE is already in the table (its transaction is in the log):
+        its version was committed before that MERGE, unless the batch never reached the store
+        (``txnAppId``/``txnVersion`` set by the user skip whole batches): then commit it
+        without events, so that the versions have no gap. Called by the sink's commit for a
+        skipped batch: a listing of the store's changelog folder, or an empty commit."""
+        base = self._base if self.store is not None else self._existing_base()
+        if base is None or batch_id < base:
+            return  # nothing recorded for it: the next batch with events starts (over) there
+        if self.store is not None and self.store.version == batch_id - base:
+            return
+        if self.store is None:
+            if prepared is None:
+                return  # cannot open: the next batch refuses a gap, if there is one
+            self._open(prepared, list(keys), batch_id, keep=True)
+        if batch_id - base in self.store.changelog_versions():
+            return  # committed before its MERGE (a replay after a crash): the next batch loads it
+        self.advance(batch_id, keys, prepared)
 
     def scan(self) -> pa.Table:
         """Every tombstone (keys, ``__headrace_seq``, ``__order``: the delete's wall-clock time
@@ -168,7 +187,9 @@ class TombstoneStore:
             )
         return bases[0] if bases else None
 
-    def _open(self, schema: pa.Schema, keys: list[str], batch_id: int) -> Any:
+    def _open(self, schema: pa.Schema, keys: list[str], batch_id: int, keep: bool = False) -> Any:
+        """The store, opened for batch ``batch_id``; started over when that batch is its first
+        one or before (``keep``: never, the caller only looks)."""
         key_schema = pa.schema([pa.field(k, schema.field(k).type) for k in keys])
         value_schema = pa.schema([pa.field(SEQ, schema.field(SEQ).type)])
         store = self.store
@@ -180,13 +201,13 @@ class TombstoneStore:
                     f"{value_schema.field(SEQ).type}; the keys or sequenceBy changed: delete {self._folder()} to "
                     "start without tombstones"
                 )
-            if batch_id > self._base:
+            if batch_id > self._base or keep:
                 return store
             store.close()  # rolled back to the store's first batch or before: none of it applies
             self.store = None
         base = self._existing_base()
         folder = self._folder()
-        if base is not None and batch_id <= base:
+        if base is not None and batch_id <= base and not keep:
             shutil.rmtree(os.path.join(folder, f"from-{base}"))
             base = None
         if base is None:

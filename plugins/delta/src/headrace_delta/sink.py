@@ -187,6 +187,9 @@ class DeltaSink(Sink):
             if done is not None and done >= version:
                 log.info("delta: batch %d (txn %s/%d) is already in %s; skipping", batch_id, app_id, version, self.loc.uri)
                 # the batch's rows are in the table already: report them as skipped, not as output
+                if self._tombstones is not None:
+                    prepared = _schema_of(staged, None) or _prepared_schema(self.context.schema, self.cdc)
+                    self._tombstones.skipped(batch_id, self.cdc.keys, prepared)
                 self._last_commit = {"skipped": True, "numRowsSkipped": sum(m.num_rows for m in staged)}
                 return
             if self.cdc.enabled and not any(m.num_rows for m in staged):
