@@ -31,9 +31,9 @@ Work per batch grows with the batch's keys (plus the tombstones expiring), never
 tombstones kept: the store's snapshot (the state's size) is written in the background once
 the changelogs since the last one hold half as many rows as the state. Memory: the
 tombstones within the retention, once (the memory backend's columns and key index). A batch
-without events still commits an empty version (the versions have no gaps); a replayed batch
-whose MERGE is already in the table commits nothing (its version was committed before that
-MERGE). A damaged store is refused with ``CheckpointError`` naming the file.
+without events still commits an empty version (the versions have no gaps); so does a batch
+skipped because its transaction is in the table, unless its version exists (committed before
+that MERGE: a replay after a crash). A damaged store is refused with ``CheckpointError`` naming the file.
 """
 
 from __future__ import annotations
