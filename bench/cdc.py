@@ -12,6 +12,12 @@
 4. ``--tombstones``: the cost of delete tombstones (on by default): 2. and 3. (AUTO CDC only)
    with the default ``tombstoneRetention`` and with ``tombstoneRetention=0``, interleaved
    A, B, A, B, best of two each.
+5. ``--tombstone-history``: the delta sink's tombstone step alone (``TombstoneStore.apply``,
+   what the sink's commit runs before the MERGE, fsyncs included) per batch of 10,000 events
+   (half late upserts of deleted keys, 10% new deletes) after K earlier tombstones, K = 10,000
+   and 200,000 (``--full``: 1,000,000); ``--baseline FILE`` adds another implementation of the
+   same ``apply`` (e.g. an older ``_tombstones.py``), interleaved A, B, A, B, best of two.
+   No PostgreSQL.
 
 The workload: a table (id bigint PK, v bigint, s text, ts timestamptz) with REPLICA IDENTITY
 FULL; N inserts in transactions of 1,000 rows, then N/2 updates and N/10 deletes (so about
@@ -144,13 +150,92 @@ def delta_to_pg(dsn: str, n: int, work: Path, run: int, extra: dict | None = Non
     return cdc, plain
 
 
+def tombstone_history(cls: type, folder: Path, earlier: int, batches: int = 10, size: int = 10_000) -> tuple[float, float]:
+    """Median wall and process CPU seconds of one ``cls(folder, 2 days).apply`` per batch after
+    ``earlier`` tombstones (recorded in batches of 100,000 before the timed ones)."""
+    import resource
+    import statistics
+
+    import numpy as np
+
+    from headrace.transforms.auto_cdc import DELETE, SEQ
+
+    def events(ids: np.ndarray, seqs: np.ndarray, deletes: np.ndarray) -> pa.Table:
+        order = np.argsort(ids)  # last_per_key's output is sorted by key
+        return pa.table({"id": ids[order], SEQ: seqs[order], DELETE: deletes[order]})
+
+    t = cls(str(folder), 2 * 86400.0)
+    batch = 0
+    for lo in range(0, earlier, 100_000):
+        ids = np.arange(lo, min(earlier, lo + 100_000), dtype=np.int64)
+        t.apply(events(ids, ids + 10**9, np.ones(len(ids), bool)), ["id"], batch)
+        batch += 1
+    if hasattr(t, "store") and t.store is not None:
+        t.store.settle()  # the snapshot after the set-up out of the timed batches
+    rng = np.random.default_rng(7)
+    walls, cpus = [], []
+    fresh = 10**10
+    for _ in range(batches):
+        late = rng.choice(max(earlier, 1), size // 2, replace=False).astype(np.int64)  # older than their deletes
+        new = np.arange(fresh, fresh + size - len(late), dtype=np.int64)
+        fresh += len(new)
+        ids = np.concatenate([late, new])
+        deletes = np.zeros(size, bool)
+        deletes[len(late) :: 5] = True  # 1 in 5 of the new keys (10% of the batch) deleted
+        ev = events(ids, np.full(size, 10**9 + 2 * 10**9, np.int64) - (np.arange(size) < len(late)) * 2 * 10**9, deletes)
+        r0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        t.apply(ev, ["id"], batch)
+        w1, r1 = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+        walls.append(w1 - w0)
+        cpus.append(r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime)
+        batch += 1
+    if hasattr(t, "close"):
+        t.close()
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def history_main(full: bool, baseline: str | None) -> None:
+    import importlib.util
+    import os
+
+    from headrace_delta._tombstones import TombstoneStore
+
+    impls: list[tuple[str, type]] = [("state store", TombstoneStore)]
+    if baseline:
+        spec = importlib.util.spec_from_file_location("tombstones_baseline", baseline)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        cls = next(getattr(mod, n) for n in ("TombstoneFile", "TombstoneStore") if hasattr(mod, n))
+        impls.insert(0, (f"baseline {os.path.basename(baseline)}", cls))
+    print(f"load average {os.getloadavg()[0]:.1f} (shared machine)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for earlier in (10_000, 1_000_000 if full else 200_000):
+            best: dict[str, tuple[float, float]] = {}
+            for run in (1, 2):  # A, B, A, B
+                for name, cls in impls:
+                    w, c = tombstone_history(cls, Path(tmp) / f"{earlier}-{run}-{len(best)}-{name[:4]}", earlier)
+                    if name not in best or w < best[name][0]:
+                        best[name] = (w, c)
+            for name, (w, c) in best.items():
+                print(f"5. {earlier:>9,} earlier tombstones, {name:<30}: {w * 1e3:8.1f} ms/batch of 10,000 events "
+                      f"(CPU {c * 1e3:7.1f} ms)")  # fmt: skip
+        print(f"load average {os.getloadavg()[0]:.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="N = 300,000 (default 20,000)")
     ap.add_argument("--rows", type=int, default=None, help="N inserts (overrides --full)")
     ap.add_argument("--limit", type=int, default=100_000, help="maxChangesPerTrigger")
     ap.add_argument("--tombstones", action="store_true", help="only 4.: tombstones on vs off, interleaved")
+    ap.add_argument("--tombstone-history", action="store_true",
+                    help="only 5.: the tombstone step per batch after 10k vs 200k (--full: 1M) earlier tombstones")
+    ap.add_argument("--baseline", default=None, help="5.: a _tombstones.py to compare with, interleaved")
     args = ap.parse_args()
+    if args.tombstone_history:
+        history_main(args.full, args.baseline)
+        return
     n = args.rows or (300_000 if args.full else 20_000)
     settings = {"wal_level": "logical", "max_replication_slots": "10", "max_wal_senders": "10"}
     with Postgres(settings=settings) as pg, psycopg.connect(pg.dsn, autocommit=True) as conn, \

@@ -99,21 +99,20 @@ def test_scd1_tombstones_keep_deleted_keys_deleted(tmp_path: Path, except_cols: 
 
 
 def test_scd1_tombstone_retention(tmp_path: Path) -> None:
-    import pyarrow.compute as pc
-
-    from headrace_delta._tombstones import DELETED_AT
-
     out = tmp_path / "t"
     s = sink({"path": str(out), **CDC, "tombstoneRetention": "1 hour"}, tmp_path)
+    now = 1_800_000_000.0
+    s._tombstones.clock = lambda: now - 3000  # id 1's delete
     apply(s, 0, events([(1, "a", 1, "insert"), (2, "b", 2, "insert")]))
-    apply(s, 1, events([(1, None, 10, "delete"), (2, None, 11, "delete")]))
-    t = s._tombstones.load()
-    aged = pc.if_else(pc.equal(t["id"], 1), pc.subtract(t[DELETED_AT], 7200.0), t[DELETED_AT])
-    s._tombstones.save(t.set_column(t.schema.get_field_index(DELETED_AT), DELETED_AT, aged))  # id 1's: 2 hours old
-    apply(s, 2, events([(1, "late", 5, "insert"), (2, "late", 5, "insert")]))
-    assert rows(out, "id", "v") == []  # both still apply to batch 2 ...
-    assert s._tombstones.load()["id"].to_pylist() == [2]  # ... then id 1's expired
-    apply(s, 3, events([(1, "late", 6, "insert"), (2, "late", 6, "insert")]))
+    apply(s, 1, events([(1, None, 10, "delete")]))
+    s._tombstones.clock = lambda: now - 100  # id 2's delete; id 1's is 48 minutes old
+    apply(s, 2, events([(2, None, 11, "delete")]))
+    assert sorted(s._tombstones.scan()["id"].to_pylist()) == [1, 2]
+    s._tombstones.clock = lambda: now + 1000  # id 1's delete is 67 minutes old
+    apply(s, 3, events([(1, "late", 5, "insert"), (2, "late", 5, "insert")]))
+    assert rows(out, "id", "v") == []  # both still apply to batch 3 ...
+    assert s._tombstones.scan()["id"].to_pylist() == [2]  # ... then id 1's expired
+    apply(s, 4, events([(1, "late", 6, "insert"), (2, "late", 6, "insert")]))
     assert rows(out, "id", "v") == [(1, "late")]
     s0 = sink({"path": str(tmp_path / "u"), **CDC, "tombstoneRetention": "0"}, tmp_path)
     assert s0._tombstones is None

@@ -130,11 +130,13 @@ def test_delta_cdc_scd1_tombstones_exactly_once_across_kills(tmp_path: Path) -> 
         "trigger": {"available_now": True},
     }  # fmt: skip
     commits = tmp_path / "chk" / "commits"
-    for point in [*(p for p in CRASH_POINTS if p != "mid_write"), "mid_write"]:
+    points = [*(p for p in CRASH_POINTS if p != "mid_write"), "delta_between_tombstones_and_merge", "mid_write"]
+    for point in points:
         batch = max((int(n) for n in os.listdir(commits) if n.isdigit()), default=-1) + 1 if commits.is_dir() else 0
         r = run_pipeline(spec, crash=f"{point}:{batch}")
         assert r.killed or point == "mid_write", f"{point}:{batch} {r.stderr[-500:]}"
     run_pipeline(spec).check()
+    assert (tmp_path / "chk" / "sinks" / "0" / "tombstones" / "from-0" / "changelog").is_dir()
     latest: dict[int, tuple[int, str]] = {}
     for id_, seq, op in evs:
         if id_ not in latest or latest[id_][0] < seq:

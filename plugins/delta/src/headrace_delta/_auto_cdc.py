@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headrace.engine.crash import crash_point
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, sort_events
 
 __all__ = ["END_AT", "START_AT", "apply_changes"]
@@ -68,7 +69,7 @@ def apply_changes(
     """MERGE ``events`` (prepared) into the table at ``uri``, creating it when missing.
     ``track_history`` / ``track_history_except``: SCD type 2 history only for changes to the
     tracked columns (:mod:`headrace_delta._scd2_track`). Returns figures for the progress
-    report. ``tombstones`` (a :class:`headrace_delta._tombstones.TombstoneFile`, SCD type 1):
+    report. ``tombstones`` (a :class:`headrace_delta._tombstones.TombstoneStore`, SCD type 1):
     events made obsolete by an earlier batch's delete are dropped, and batch ``batch_id``'s
     deletes recorded. Called once per batch by the sink's commit."""
     from deltalake import DeltaTable, write_deltalake
@@ -83,6 +84,8 @@ def apply_changes(
         latest = last_per_key(events, keys)
         if tombstones is not None:
             latest = tombstones.apply(latest, keys, batch_id)
+            # batch n's tombstones are committed, its MERGE not: a replay must see the same ones
+            crash_point("delta_between_tombstones_and_merge", batch_id)
             if not latest.num_rows:
                 return {"num_target_rows_inserted": 0, "num_target_rows_updated": 0, "num_target_rows_deleted": 0}
         return _scd1(dt, latest, keys, schema, spec.sequence_by, commit_properties)

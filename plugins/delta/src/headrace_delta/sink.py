@@ -88,9 +88,9 @@ class DeltaSink(Sink):
             self._check_track_history(context.schema.names)
         self._tombstones: Any = None
         if self.cdc.sequence_by is not None and self.scd_type == 1 and options[TOMBSTONE_RETENTION] > 0:
-            from headrace_delta._tombstones import TombstoneFile
+            from headrace_delta._tombstones import TombstoneStore
 
-            self._tombstones = TombstoneFile(context.state_path, options[TOMBSTONE_RETENTION])
+            self._tombstones = TombstoneStore(context.state_path, options[TOMBSTONE_RETENTION])
         if self.overwrite_schema and self.mode != "complete":
             raise UnsupportedError(
                 "overwriteSchema=true replaces the table's schema and needs output mode 'complete'; "
@@ -128,6 +128,7 @@ class DeltaSink(Sink):
         Called once per batch by the local engine (once per task under Spark), maybe in a worker
         thread. Returns a picklable :class:`StagedBatch` for ``commit``.
         """
+        seen: list[pa.Schema] = []  # AUTO CDC: the prepared events' schema
         if self.cdc.enabled:
             from headrace.transforms.auto_cdc import prepare
 
@@ -135,12 +136,16 @@ class DeltaSink(Sink):
                 for t in tables:
                     if t.num_rows:
                         self._check_track_history(t.schema.names)
-                        yield from prepare(pa.Table.from_batches([t]), self.cdc).to_batches()
+                        out = prepare(pa.Table.from_batches([t]), self.cdc)
+                        seen[:] = [out.schema]
+                        yield from out.to_batches()
 
             data = prepared(data)
         first = next(data, None)
         if first is None:
             schema = self.context.schema
+            if self.cdc.enabled:  # the prepared schema (the tombstones open their store with it)
+                schema = seen[0] if seen else _prepared_schema(schema, self.cdc)
             return StagedBatch(batch_id, (), 0, schema.serialize().to_pybytes() if schema is not None else None)
         path = os.path.join(self._staging_dir(), f"{batch_id:010d}-{uuid.uuid4().hex}.arrow")
         rows = 0
@@ -182,9 +187,15 @@ class DeltaSink(Sink):
             if done is not None and done >= version:
                 log.info("delta: batch %d (txn %s/%d) is already in %s; skipping", batch_id, app_id, version, self.loc.uri)
                 # the batch's rows are in the table already: report them as skipped, not as output
+                if self._tombstones is not None:
+                    prepared = _schema_of(staged, None) or _prepared_schema(self.context.schema, self.cdc)
+                    self._tombstones.skipped(batch_id, self.cdc.keys, prepared)
                 self._last_commit = {"skipped": True, "numRowsSkipped": sum(m.num_rows for m in staged)}
                 return
             if self.cdc.enabled and not any(m.num_rows for m in staged):
+                if self._tombstones is not None:  # its version committed all the same: versions have no gaps
+                    prepared = _schema_of(staged, None) or _prepared_schema(self.context.schema, self.cdc)
+                    self._tombstones.advance(batch_id, self.cdc.keys, prepared)
                 return  # no events: nothing to apply (a replay of it is a no-op as well)
             schema = _schema_of(staged, self.context.schema)
             if schema is None:
@@ -260,6 +271,8 @@ class DeltaSink(Sink):
             from headrace.transforms.auto_cdc import release_sql
 
             release_sql()
+        if self._tombstones is not None:
+            self._tombstones.close()
         if self._temp_staging is not None:
             shutil.rmtree(self._temp_staging, ignore_errors=True)
             self._temp_staging = None
@@ -273,3 +286,16 @@ def _schema_of(staged: Sequence[StagedBatch], fallback: pa.Schema | None) -> pa.
         if m.schema is not None:
             return pa.ipc.read_schema(pa.py_buffer(m.schema))
     return fallback
+
+
+def _prepared_schema(schema: pa.Schema | None, cdc: AutoCdcSpec) -> pa.Schema | None:
+    """The schema :func:`headrace.transforms.auto_cdc.prepare` makes of a change stream's
+    ``schema`` (None when unknown or not a change stream of ``cdc``)."""
+    from headrace.transforms.auto_cdc import AutoCdcError, prepare
+
+    if schema is None:
+        return None
+    try:
+        return prepare(schema.empty_table(), cdc).schema
+    except AutoCdcError:
+        return None
