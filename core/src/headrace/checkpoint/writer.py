@@ -28,6 +28,7 @@ import errno
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -209,13 +210,17 @@ class LogWriter:
         for batch_id, _ in pending:
             self._purge_before(batch_id)
 
-    def commit(self, batch_id: int, info: dict[str, Any] | None = None) -> Future[None]:
-        """Write ``commits/<batch_id>`` (with ``info``) whole in the background; the future is
-        done once it is visible and durable. For markers whose body is known only after the
-        batch (a watermark's event-time maxima)."""
-        return self._pool.submit(self._write_commit, batch_id, info)
+    def commit(self, batch_id: int, info: dict[str, Any] | None = None,
+               after: Sequence[Future[Any]] = ()) -> Future[None]:  # fmt: skip
+        """Write ``commits/<batch_id>`` (with ``info``) whole in the background, once every
+        future in ``after`` is done (a failed one fails the marker, which is then not
+        written); the future is done once it is visible and durable. For markers whose body
+        is known only after the batch (a watermark's event-time maxima)."""
+        return self._pool.submit(self._write_commit, batch_id, info, after)
 
-    def _write_commit(self, batch_id: int, info: dict[str, Any] | None) -> None:
+    def _write_commit(self, batch_id: int, info: dict[str, Any] | None, after: Sequence[Future[Any]] = ()) -> None:
+        for f in after:  # the batch's state is durable before its marker
+            f.result()
         path = os.path.join(self.commits_dir, str(batch_id))
         publish(write_temp(path, commit_json(batch_id, info), durable=self.durable), path)
         if self.durable:

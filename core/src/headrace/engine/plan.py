@@ -22,7 +22,9 @@ import copy
 import logging
 import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -238,6 +240,16 @@ class PlanRunner:
                 yield o
         if not yielded and self.sink_schema is not None:
             yield pa.RecordBatch.from_pylist([], schema=self.sink_schema)
+
+    def state_writes(self) -> list[Future[Any]]:
+        """The stateful operators' state writes still in flight after ``finish`` (see
+        ``Operator.state_write``): the engine waits for them before the commit marker."""
+        out = []
+        for _, op in self.stateful:
+            f = op.state_write()
+            if f is not None:
+                out.append(f)
+        return out
 
     def state_metrics(self) -> list[dict[str, object]]:
         """Spark's ``stateOperators``: one entry per stateful operator, after a batch."""

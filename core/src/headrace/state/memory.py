@@ -17,6 +17,7 @@ import heapq
 import itertools
 import logging
 import threading
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -218,10 +219,20 @@ class MemoryStateStore(StateStore):
             if self._bg.is_alive():
                 return False  # still writing the previous one: tried again at the next commit
             self._bg.join()
-        self._bg = threading.Thread(target=self._write_snapshot, args=(version,), name="headrace-state-snapshot",
-                                    daemon=True)  # fmt: skip
+        self._bg = threading.Thread(target=self._run_snapshot, args=(version, self._changelog_write),
+                                    name="headrace-state-snapshot", daemon=True)  # fmt: skip
         self._bg.start()
         return True
+
+    def _run_snapshot(self, version: int, changelog: Future[Any] | None) -> None:
+        if changelog is not None:  # the changelog of ``version`` is written first (commit(wait=False))
+            try:
+                changelog.result()
+            except BaseException as e:  # its batch failed: no snapshot of it
+                log.warning("state %s: no snapshot of version %d, whose changelog failed: %s", self.path, version, e)
+                self._bg_error = e
+                return
+        self._write_snapshot(version)
 
     def _write_snapshot(self, version: int) -> None:
         try:

@@ -9,6 +9,12 @@ batch ``n``::
     store.remove(keys) / store.evict(watermark)
     store.commit(n)                   # changelog/<n> written (atomic, fsynced, checksummed)
 
+``commit(n, wait=False)`` (what the operators do) hands the changelog's write and fsyncs to
+the store's writer thread and returns at once; :meth:`StateStore.pending_write` is then the
+future the engine waits for before it writes batch ``n``'s commit marker (so the fsync
+overlaps the sink's write and the checkpoint's own fsyncs), and the next ``commit``, ``load``,
+``flush`` and ``close`` wait for it too, so at most one changelog is in flight per store.
+
 Work per batch is proportional to the keys the batch touches: ``commit`` writes only the rows
 put or removed in the batch; a snapshot is written once at least ``snapshot_interval``
 changelogs were written since the last one (in the background for the memory backend, which
@@ -24,11 +30,13 @@ A damaged or missing file that the restore needs is refused with ``CheckpointErr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +135,8 @@ class StateStore(ABC):
         self._rows_since_snap = 0  # changelog rows written since it (restores and commits)
         self._last_metrics: dict[str, Any] = {}
         self.metadata: dict[str, Any] = {}  # the state folder's metadata document
+        self._io: ThreadPoolExecutor | None = None  # writes changelogs of commit(wait=False)
+        self._changelog_write: Future[Any] | None = None  # the changelog write in flight (at most one)
         os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
         os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
         self._check_metadata()
@@ -169,6 +179,8 @@ class StateStore(ABC):
         self._batch = _BatchStats()
         if not self._dirty and self.version == version:
             return  # a background snapshot may still be running: it only reads committed files
+        with contextlib.suppress(Exception):  # a failed write failed its batch: restored from files below
+            self.flush()
         self._wait_background()
         for folder in ("changelog", "snapshot"):
             remove_temporaries(os.path.join(self.path, folder))
@@ -230,19 +242,33 @@ class StateStore(ABC):
     def __len__(self) -> int:
         """The number of rows (keys) in the working state."""
 
-    def commit(self, version: int) -> None:
+    def commit(self, version: int, *, wait: bool = True) -> None:
         """Make this batch's changes durable as ``version``: ``changelog/<version>`` written
-        atomically (fsynced, checksummed), then the backend's own bookkeeping, a snapshot every
-        ``snapshot_interval`` versions and the retention clean-up. Called once per batch, in
-        the operator's ``finish``, before its output is handed to the sink."""
+        atomically (fsynced, checksummed, its folder fsynced), then the backend's own
+        bookkeeping, a snapshot every ``snapshot_interval`` versions and the retention
+        clean-up. Called once per batch, in the operator's ``finish``, before its output is
+        handed to the sink.
+
+        With ``wait=False`` the changelog is written and fsynced on the store's writer thread:
+        the working state is at ``version`` at once, and :meth:`pending_write` is the future
+        that is done once ``version`` is durable (the engine waits for it before the batch's
+        commit marker; the next ``commit``, ``load``, ``flush`` and ``close`` wait for it)."""
         if self.version is None or version != self.version + 1:
             raise CheckpointError(
                 f"state {self.path}: commit of version {version} after version {self.version}; "
                 "an operator must load version n-1 before committing n"
             )
         t0 = time.monotonic()
+        self.flush()  # the previous version's write (done long ago, as a rule): its error surfaces here
         ops = self._batch.ops
-        write_state_file(self.changelog_path(version), self.file_schema, ops, durable=self.durable)
+        path = self.changelog_path(version)
+        if wait:
+            write_state_file(path, self.file_schema, ops, durable=self.durable, sync_dir=True)
+        else:
+            if self._io is None:
+                self._io = ThreadPoolExecutor(1, thread_name_prefix="headrace-state-io")
+            self._changelog_write = self._io.submit(write_state_file, path, self.file_schema, ops, durable=self.durable,
+                                          sync_dir=True)  # fmt: skip
         logged = sum(t.num_rows for t in ops)
         self.work.changelog_rows += logged
         self._rows_since_snap += logged
@@ -262,6 +288,20 @@ class StateStore(ABC):
             "commitTimeMs": int((time.monotonic() - t0) * 1000),
         }
         self._batch = _BatchStats()
+
+    def pending_write(self) -> Future[Any] | None:
+        """The future of the last ``commit(wait=False)``'s changelog write (done once that
+        version is durable; it raises what failed the write), or None when nothing is in
+        flight. Thread-safe: the engine's checkpoint writer waits for it before it writes the
+        batch's commit marker."""
+        return self._changelog_write
+
+    def flush(self) -> None:
+        """Wait until the last committed version is durable; raises what failed its write
+        (the batch is then failed, and replayed from the version before on restart)."""
+        pending, self._changelog_write = self._changelog_write, None
+        if pending is not None:
+            pending.result()
 
     def abort(self) -> None:
         """Forget this batch's uncommitted changes (the next ``load`` restores from files)."""
@@ -291,7 +331,13 @@ class StateStore(ABC):
 
     def close(self) -> None:
         """Finish background work and release files. Idempotent."""
-        self._wait_background()
+        try:
+            self.flush()
+        finally:
+            if self._io is not None:
+                self._io.shutdown(wait=True)
+                self._io = None
+            self._wait_background()
 
     # ------------------------------------------------------------------ for subclasses
     @abstractmethod

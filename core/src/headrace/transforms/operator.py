@@ -11,7 +11,9 @@ Life cycle, per query run::
         op.begin(BatchInfo(n, watermark_ms, ...))  # stateful operators load state version n-1
         op.process(table, info) -> table | None  # once per chunk of the batch, in order
         op.finish(info) -> table | None          # once, after the last chunk: emit, then
-                                                 # durably write state version n
+                                                 # write state version n (may be in flight)
+        op.state_write() -> Future | None        # done once version n is durable: the engine
+                                                 # waits for it before batch n's commit marker
     op.close()
 
 Stateless operators implement only ``output_schema`` and ``process``. Stateful operators keep
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -124,6 +127,14 @@ class Operator(ABC):
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         """Called once after the batch's last chunk: returns the rows to emit at the end of
         the batch (aggregations), and makes state version ``batch_id`` durable."""
+        return None
+
+    def state_write(self) -> Future[Any] | None:
+        """After ``finish``: the future that is done once state version ``batch_id`` is durable
+        (``finish`` may leave the changelog's write and fsync in flight, so that they overlap
+        the sink's write), or None when nothing is in flight. Called once per batch by the
+        engine, which waits for it before it writes the batch's commit marker (never before
+        the sink's write: a replay restores version ``n - 1`` and emits the same rows)."""
         return None
 
     def metrics(self) -> Mapping[str, Any]:

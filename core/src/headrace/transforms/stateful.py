@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
+from concurrent.futures import Future
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -95,13 +96,17 @@ class StatefulOperator(Operator):
         self._t_batch = time.monotonic()
 
     def _commit(self, batch: BatchInfo) -> None:
-        self.store.commit(batch.batch_id)
+        self.store.commit(batch.batch_id, wait=False)  # the changelog's fsync: see state_write
         batch.dropped_by_watermark += self._dropped
         self._dropped_total += self._dropped
         m = dict(self.store.metrics())
         m["numRowsDroppedByWatermark"] = self._dropped
         self._metrics = {"operatorName": self.name, **m, "numShufflePartitions": 1,
                          "stateStore": self.store.backend}  # fmt: skip
+
+    def state_write(self) -> Future[Any] | None:
+        """The write of the state version the last ``finish`` committed, while in flight."""
+        return self._store.pending_write() if self._store is not None else None
 
     def _run_sql(self, table: pa.Table, query: str) -> pa.Table:
         """``query`` over ``table`` (as ``batch``) on this operator's own DuckDB connection,
