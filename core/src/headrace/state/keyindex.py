@@ -215,15 +215,16 @@ class FixedKeyIndex:
         pos = (h & np.uint64(mask)).astype(np.int64)
         todo = slots
         while len(todo) > _SCALAR_TAIL:
-            free = table[pos] < 0
-            # of the keys aiming at the same free bucket, the first takes it
-            cand = np.flatnonzero(free)
-            _, first = np.unique(pos[cand], return_index=True)
-            take = cand[first]
-            p = pos[take]
-            self._tombs -= int((table[p] == _TOMB).sum())
-            table[p] = todo[take]
-            self._bucket[todo[take]] = p
+            cur = table[pos]
+            cand = np.flatnonzero(cur < 0)
+            # of the keys aiming at the same free bucket, one takes it: every key writes its
+            # slot there and the slot read back names the winner (no sort, unlike np.unique)
+            pc, sc = pos[cand], todo[cand]
+            table[pc] = sc
+            won = table[pc] == sc
+            take = cand[won]
+            self._tombs -= int(np.count_nonzero(cur[take] == _TOMB))
+            self._bucket[todo[take]] = pos[take]
             left = np.ones(len(todo), np.bool_)
             left[take] = False
             todo = todo[left]
