@@ -69,7 +69,7 @@ def test_a_failed_state_write_leaves_no_marker_and_the_batch_is_replayed(
     assert last == dict(Counter(v % 4 for v in range(PER * BATCHES)))
 
 
-def test_commit_without_waiting_is_durable_once_its_future_is_done(tmp_path: Path) -> None:
+def test_commit_without_waiting_leaves_the_changelog_to_whoever_asks_first(tmp_path: Path) -> None:
     import pyarrow as pa
 
     from headrace.state import open_state_store
@@ -80,10 +80,39 @@ def test_commit_without_waiting_is_durable_once_its_future_is_done(tmp_path: Pat
     s.put(pa.table({"k": [1, 2]}), pa.table({"n": [10, 20]}))
     s.commit(0, wait=False)
     assert len(s) == 2 and s.version == 0  # the working state is at version 0 at once
+    assert not os.path.exists(s.changelog_path(0))  # pending: the engine's I/O thread writes it
     pending = s.pending_write()
-    assert pending is not None
+    assert pending is not None and not pending.done()
     pending.result()
     assert read_state_file(s.changelog_path(0)).num_rows == 2
     s.flush()
     assert s.pending_write() is None
     s.close()
+
+
+def test_a_pending_write_runs_once_and_reports_its_error_to_every_caller() -> None:
+    import threading
+
+    from headrace.state import PendingWrite
+
+    calls: list[str] = []
+
+    def write() -> None:
+        calls.append(threading.current_thread().name)
+        raise OSError(5, "I/O error (injected)")
+
+    w = PendingWrite(write)
+    errors: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            w.result()
+        except OSError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1 and len(errors) == 4 and w.done()

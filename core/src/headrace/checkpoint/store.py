@@ -305,12 +305,13 @@ class Checkpoint:
             purge(self._p("offsets"), self._p("commits"), old)
 
     def write_commit_async(self, batch_id: int, info: dict[str, Any] | None = None,
-                           after: Sequence[Future[Any]] = ()) -> Future[None]:  # fmt: skip
+                           after: Sequence[Any] = ()) -> Future[None]:  # fmt: skip
         """``write_commit`` on the checkpoint's I/O threads: the future is done once the marker
         is visible and durable. For a marker whose body is known only after the batch (a
         watermark's); the others are published as links (``publish_commit``). The marker is
-        written only once every future in ``after`` is done (the batch's state writes); if one
-        failed, it is not written and the returned future raises that error."""
+        written only after ``result()`` of everything in ``after`` returned (the batch's state
+        writes: futures, or pending writes that then run on the I/O thread); if one failed, it
+        is not written and the returned future raises that error."""
         return self.writer().commit(batch_id, info, after)
 
     def publish_commit(self, batch_id: int) -> Future[None]:

@@ -211,15 +211,16 @@ class LogWriter:
             self._purge_before(batch_id)
 
     def commit(self, batch_id: int, info: dict[str, Any] | None = None,
-               after: Sequence[Future[Any]] = ()) -> Future[None]:  # fmt: skip
-        """Write ``commits/<batch_id>`` (with ``info``) whole in the background, once every
-        future in ``after`` is done (a failed one fails the marker, which is then not
+               after: Sequence[Any] = ()) -> Future[None]:  # fmt: skip
+        """Write ``commits/<batch_id>`` (with ``info``) whole in the background, after calling
+        ``result()`` on everything in ``after`` (futures, or the batch's pending state writes,
+        which then run on this thread; a failure fails the marker, which is then not
         written); the future is done once it is visible and durable. For markers whose body
         is known only after the batch (a watermark's event-time maxima)."""
         return self._pool.submit(self._write_commit, batch_id, info, after)
 
-    def _write_commit(self, batch_id: int, info: dict[str, Any] | None, after: Sequence[Future[Any]] = ()) -> None:
-        for f in after:  # the batch's state is durable before its marker
+    def _write_commit(self, batch_id: int, info: dict[str, Any] | None, after: Sequence[Any] = ()) -> None:
+        for f in after:  # the batch's state is durable before its marker (written here if pending)
             f.result()
         path = os.path.join(self.commits_dir, str(batch_id))
         publish(write_temp(path, commit_json(batch_id, info), durable=self.durable), path)

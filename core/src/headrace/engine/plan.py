@@ -22,14 +22,12 @@ import copy
 import logging
 import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
-from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 from headrace.transforms.stateless import SchemaUnknown, SqlOperator
 from headrace.transforms.watermark import WatermarkOperator
 
@@ -241,9 +239,9 @@ class PlanRunner:
         if not yielded and self.sink_schema is not None:
             yield pa.RecordBatch.from_pylist([], schema=self.sink_schema)
 
-    def state_writes(self) -> list[Future[Any]]:
-        """The stateful operators' state writes still in flight after ``finish`` (see
-        ``Operator.state_write``): the engine waits for them before the commit marker."""
+    def state_writes(self) -> list[StateWrite]:
+        """The stateful operators' state writes still pending after ``finish`` (see
+        ``Operator.state_write``): the engine calls their ``result()`` before the marker."""
         out = []
         for _, op in self.stateful:
             f = op.state_write()

@@ -17,7 +17,6 @@ import heapq
 import itertools
 import logging
 import threading
-from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ import pyarrow.compute as pc
 from headrace.state.columns import Column
 from headrace.state.files import OP_COLUMN, OP_PUT, ORDER_COLUMN, read_state_file, write_state_file
 from headrace.state.keyindex import key_index
-from headrace.state.store import StateStore
+from headrace.state.store import PendingWrite, StateStore
 
 __all__ = ["MemoryStateStore"]
 
@@ -219,19 +218,19 @@ class MemoryStateStore(StateStore):
             if self._bg.is_alive():
                 return False  # still writing the previous one: tried again at the next commit
             self._bg.join()
-        self._bg = threading.Thread(target=self._run_snapshot, args=(version, self._changelog_write),
+        self._bg = threading.Thread(target=self._run_snapshot, args=(version, list(self._pending)),
                                     name="headrace-state-snapshot", daemon=True)  # fmt: skip
         self._bg.start()
         return True
 
-    def _run_snapshot(self, version: int, changelog: Future[Any] | None) -> None:
-        if changelog is not None:  # the changelog of ``version`` is written first (commit(wait=False))
-            try:
-                changelog.result()
-            except BaseException as e:  # its batch failed: no snapshot of it
-                log.warning("state %s: no snapshot of version %d, whose changelog failed: %s", self.path, version, e)
-                self._bg_error = e
-                return
+    def _run_snapshot(self, version: int, changelogs: list[PendingWrite]) -> None:
+        try:  # the changelogs up to ``version`` are written first (commit(wait=False) leaves them pending)
+            for w in changelogs:
+                w.result()
+        except BaseException as e:  # its batch failed: no snapshot of it
+            log.warning("state %s: no snapshot of version %d, whose changelogs failed: %s", self.path, version, e)
+            self._bg_error = e
+            return
         self._write_snapshot(version)
 
     def _write_snapshot(self, version: int) -> None:

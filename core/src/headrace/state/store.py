@@ -9,11 +9,13 @@ batch ``n``::
     store.remove(keys) / store.evict(watermark)
     store.commit(n)                   # changelog/<n> written (atomic, fsynced, checksummed)
 
-``commit(n, wait=False)`` (what the operators do) hands the changelog's write and fsyncs to
-the store's writer thread and returns at once; :meth:`StateStore.pending_write` is then the
-future the engine waits for before it writes batch ``n``'s commit marker (so the fsync
-overlaps the sink's write and the checkpoint's own fsyncs), and the next ``commit``, ``load``,
-``flush`` and ``close`` wait for it too, so at most one changelog is in flight per store.
+``commit(n, wait=False)`` (what the operators do) leaves the changelog's write and fsyncs
+pending and returns at once; :meth:`StateStore.pending_write` is then a :class:`PendingWrite`
+whose ``result()`` writes it (once, on the thread that asks first) and returns once version
+``n`` is durable. The engine calls it on the checkpoint's I/O thread, in the job that then
+writes batch ``n``'s commit marker (so the fsync overlaps the next batch and costs no thread
+hand-off of its own); the second ``commit`` after it, ``load``, ``flush`` and ``close`` run it
+if nobody has, so at most two changelogs are pending per store.
 
 Work per batch is proportional to the keys the batch touches: ``commit`` writes only the rows
 put or removed in the batch; a snapshot is written once at least ``snapshot_interval``
@@ -33,10 +35,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,7 +61,7 @@ from headrace.state.files import (
 )
 from headrace.state.metadata import FORMAT_VERSION, check_metadata, schema_doc
 
-__all__ = ["BACKENDS", "StateStore", "WorkCounters", "open_state_store"]
+__all__ = ["BACKENDS", "PendingWrite", "StateStore", "WorkCounters", "open_state_store"]
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +138,7 @@ class StateStore(ABC):
         self._rows_since_snap = 0  # changelog rows written since it (restores and commits)
         self._last_metrics: dict[str, Any] = {}
         self.metadata: dict[str, Any] = {}  # the state folder's metadata document
-        self._io: ThreadPoolExecutor | None = None  # writes changelogs of commit(wait=False)
-        self._changelog_write: Future[Any] | None = None  # the changelog write in flight (at most one)
+        self._pending: deque[PendingWrite] = deque()  # changelogs of commit(wait=False) not yet known durable
         os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
         os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
         self._check_metadata()
@@ -259,16 +261,14 @@ class StateStore(ABC):
                 "an operator must load version n-1 before committing n"
             )
         t0 = time.monotonic()
-        self.flush()  # the previous version's write (done long ago, as a rule): its error surfaces here
+        while len(self._pending) > (0 if wait else 1):  # written by the engine's I/O thread, as a rule
+            self._pending.popleft().result()  # its error surfaces here
         ops = self._batch.ops
-        path = self.changelog_path(version)
+        path, schema, durable = self.changelog_path(version), self.file_schema, self.durable
         if wait:
-            write_state_file(path, self.file_schema, ops, durable=self.durable, sync_dir=True)
+            write_state_file(path, schema, ops, durable=durable, sync_dir=True)
         else:
-            if self._io is None:
-                self._io = ThreadPoolExecutor(1, thread_name_prefix="headrace-state-io")
-            self._changelog_write = self._io.submit(write_state_file, path, self.file_schema, ops, durable=self.durable,
-                                          sync_dir=True)  # fmt: skip
+            self._pending.append(PendingWrite(lambda: write_state_file(path, schema, ops, durable=durable, sync_dir=True)))
         logged = sum(t.num_rows for t in ops)
         self.work.changelog_rows += logged
         self._rows_since_snap += logged
@@ -289,19 +289,19 @@ class StateStore(ABC):
         }
         self._batch = _BatchStats()
 
-    def pending_write(self) -> Future[Any] | None:
-        """The future of the last ``commit(wait=False)``'s changelog write (done once that
-        version is durable; it raises what failed the write), or None when nothing is in
-        flight. Thread-safe: the engine's checkpoint writer waits for it before it writes the
-        batch's commit marker."""
-        return self._changelog_write
+    def pending_write(self) -> PendingWrite | None:
+        """The last ``commit(wait=False)``'s changelog write while it may be pending (its
+        ``result()`` writes it if nobody has, and returns once that version is durable, or
+        raises what failed the write); None after a synchronous commit. Thread-safe: the
+        engine's checkpoint I/O thread calls it before it writes the batch's commit marker."""
+        return self._pending[-1] if self._pending else None
 
     def flush(self) -> None:
-        """Wait until the last committed version is durable; raises what failed its write
-        (the batch is then failed, and replayed from the version before on restart)."""
-        pending, self._changelog_write = self._changelog_write, None
-        if pending is not None:
-            pending.result()
+        """Make every committed version durable (writing what is still pending, in order);
+        raises what failed a write (its batch is then failed, and replayed from the version
+        before on restart)."""
+        while self._pending:
+            self._pending.popleft().result()
 
     def abort(self) -> None:
         """Forget this batch's uncommitted changes (the next ``load`` restores from files)."""
@@ -337,9 +337,7 @@ class StateStore(ABC):
             self.flush()
         except Exception as e:
             log.warning("state %s: the last changelog was not written (%s); its batch is replayed on restart", self.path, e)
-        if self._io is not None:
-            self._io.shutdown(wait=True)
-            self._io = None
+        self._pending.clear()
         self._wait_background()
 
     # ------------------------------------------------------------------ for subclasses
@@ -447,6 +445,35 @@ class StateStore(ABC):
     def _purge(self, version: int) -> None:
         """Keep what restores any of the last ``retain`` versions (:func:`files.purge`)."""
         purge(self.path, version - self.retain + 1, self._snapshot_versions())
+
+
+class PendingWrite:
+    """A state file write that runs once, on the first thread that asks for its ``result()``
+    (the engine's checkpoint I/O thread, a background snapshot, or the store itself), and
+    reports its outcome to every caller after that. Thread-safe."""
+
+    def __init__(self, write: Callable[[], Any]) -> None:
+        self._write: Callable[[], Any] | None = write
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        """Whether the write has run (successfully or not)."""
+        return self._write is None
+
+    def result(self, timeout: float | None = None) -> None:
+        """Run the write if it has not run; return once it is durable, or raise what failed
+        it (also to later callers). ``timeout`` is accepted for ``Future`` compatibility; a
+        caller that finds the write running waits for it."""
+        with self._lock:
+            write, self._write = self._write, None
+            if write is not None:
+                try:
+                    write()
+                except BaseException as e:
+                    self._error = e
+        if self._error is not None:
+            raise self._error
 
 
 def open_state_store(

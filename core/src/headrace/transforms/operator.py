@@ -12,8 +12,8 @@ Life cycle, per query run::
         op.process(table, info) -> table | None  # once per chunk of the batch, in order
         op.finish(info) -> table | None          # once, after the last chunk: emit, then
                                                  # write state version n (may be in flight)
-        op.state_write() -> Future | None        # done once version n is durable: the engine
-                                                 # waits for it before batch n's commit marker
+        op.state_write() -> StateWrite | None    # result() returns once version n is durable:
+                                                 # the engine calls it before batch n's marker
     op.close()
 
 Stateless operators implement only ``output_schema`` and ``process``. Stateful operators keep
@@ -40,13 +40,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
-__all__ = ["BatchInfo", "Operator", "OperatorContext"]
+__all__ = ["BatchInfo", "Operator", "OperatorContext", "StateWrite"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +81,13 @@ class BatchInfo:
     watermark_ms: int | None = None
     real_time: bool = False
     dropped_by_watermark: int = 0
+
+
+class StateWrite(Protocol):
+    """A state write the engine waits for (``concurrent.futures.Future`` fits, as does
+    ``headrace.state.PendingWrite``, which runs the write on the thread that asks)."""
+
+    def result(self, timeout: float | None = None) -> Any: ...
 
 
 class Operator(ABC):
@@ -129,12 +135,12 @@ class Operator(ABC):
         the batch (aggregations), and makes state version ``batch_id`` durable."""
         return None
 
-    def state_write(self) -> Future[Any] | None:
-        """After ``finish``: the future that is done once state version ``batch_id`` is durable
-        (``finish`` may leave the changelog's write and fsync in flight, so that they overlap
-        the sink's write), or None when nothing is in flight. Called once per batch by the
-        engine, which waits for it before it writes the batch's commit marker (never before
-        the sink's write: a replay restores version ``n - 1`` and emits the same rows)."""
+    def state_write(self) -> StateWrite | None:
+        """After ``finish``: what makes state version ``batch_id`` durable, when ``finish``
+        left the changelog's write and fsync pending (so that they run off the batch's path),
+        or None. Called once per batch by the engine, which calls its ``result()`` (on the
+        checkpoint's I/O thread, or its own) before it writes the batch's commit marker, never
+        before the sink's write: a replay restores version ``n - 1`` and emits the same rows."""
         return None
 
     def metrics(self) -> Mapping[str, Any]:

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
-from concurrent.futures import Future
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
-from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 
 __all__ = ["OUTPUT_MODES", "StatefulOperator"]
 
@@ -104,8 +103,9 @@ class StatefulOperator(Operator):
         self._metrics = {"operatorName": self.name, **m, "numShufflePartitions": 1,
                          "stateStore": self.store.backend}  # fmt: skip
 
-    def state_write(self) -> Future[Any] | None:
-        """The write of the state version the last ``finish`` committed, while in flight."""
+    def state_write(self) -> StateWrite | None:
+        """The write of the state version the last ``finish`` committed, while it may be
+        pending (``StateStore.pending_write``)."""
         return self._store.pending_write() if self._store is not None else None
 
     def _run_sql(self, table: pa.Table, query: str) -> pa.Table:
