@@ -6,9 +6,11 @@ numpy storage per key and value column (:mod:`headrace.state.columns`); an event
 (order value -> slots, with a heap of order values) makes eviction by watermark cost the rows
 evicted. Durability comes from the changelog files written by :meth:`StateStore.commit`; once
 at least ``snapshot_interval`` changelogs holding at least half as many rows as the state were
-written since the last snapshot, a background thread consolidates that snapshot and the
-changelogs since into a new one (files only: the working state is not copied, so the batch
-does not wait for it).
+written since the last snapshot, a background thread writes a new one: from a copy of the
+live rows taken at the commit when the state is small (up to ``COPY_SNAPSHOT_ROWS`` rows of
+fixed-width columns: the copy costs the batch ~0.1 ms per 10k rows), otherwise by
+consolidating the last snapshot and the changelogs since (files only: the working state is
+not copied, so the batch does not wait for it).
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ from headrace.state.store import PendingWrite, StateStore
 __all__ = ["MemoryStateStore"]
 
 log = logging.getLogger(__name__)
+
+
+#: states up to this many rows are snapshotted from a copy of the working state (~0.1 ms per
+#: 10k rows on the batch's thread) instead of by consolidating files (an Arrow group_by over
+#: the changelogs since the last snapshot: ~15 ms of CPU for 100k changelog rows); above it,
+#: the copy's memory and its pause on the batch's thread would grow with the state
+COPY_SNAPSHOT_ROWS = 1 << 18
 
 
 class MemoryStateStore(StateStore):
@@ -212,16 +221,37 @@ class MemoryStateStore(StateStore):
         self._last = None
 
     def _snapshot(self, version: int) -> bool:
-        """Consolidate the newest earlier snapshot and the changelogs since into
-        ``snapshot/<version>``, on a background thread (files in, file out)."""
+        """Write ``snapshot/<version>`` on a background thread: for a state of up to
+        :data:`COPY_SNAPSHOT_ROWS` rows of numbers, times and booleans from a copy of the
+        working state's live rows (taken now: a numpy ``take`` per column), others by
+        consolidating the newest
+        earlier snapshot and the changelogs since (files in, file out: the batch copies
+        nothing)."""
         if self._bg is not None:
             if self._bg.is_alive():
                 return False  # still writing the previous one: tried again at the next commit
             self._bg.join()
-        self._bg = threading.Thread(target=self._run_snapshot, args=(version, list(self._pending)),
-                                    name="headrace-state-snapshot", daemon=True)  # fmt: skip
+        if len(self) <= COPY_SNAPSHOT_ROWS and all(c.kind != "o" for c in (*self._keys, *self._vals)):
+            rows = self._rows(self._index.live_slots())
+            table = pa.Table.from_arrays([*rows.columns, pa.array(np.zeros(rows.num_rows, np.int8))],
+                                         schema=self.file_schema)  # fmt: skip
+            self._bg = threading.Thread(target=self._write_copy, args=(version, table),
+                                        name="headrace-state-snapshot", daemon=True)  # fmt: skip
+        else:
+            self._bg = threading.Thread(target=self._run_snapshot, args=(version, list(self._pending)),
+                                        name="headrace-state-snapshot", daemon=True)  # fmt: skip
         self._bg.start()
         return True
+
+    def _write_copy(self, version: int, table: pa.Table) -> None:
+        try:
+            write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable,
+                             sync_dir=True)  # fmt: skip
+            self.work.snapshots += 1
+            self.work.snapshot_rows += table.num_rows
+        except BaseException as e:  # a snapshot is an optimisation: the changelogs stay
+            log.warning("state %s: snapshot of version %d failed: %s", self.path, version, e)
+            self._bg_error = e
 
     def _run_snapshot(self, version: int, changelogs: list[PendingWrite]) -> None:
         try:  # the changelogs up to ``version`` are written first (commit(wait=False) leaves them pending)
@@ -240,7 +270,8 @@ class MemoryStateStore(StateStore):
             tables = [read_state_file(self.snapshot_path(base))] if base >= 0 else []
             tables += [read_state_file(p) for p in self._chain(base, version)]
             table = consolidate(tables, self.file_schema, self.key_schema.names)
-            write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable)
+            write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable,
+                             sync_dir=True)  # fmt: skip
             self.work.snapshots += 1
             self.work.snapshot_rows += table.num_rows
         except BaseException as e:  # a snapshot is an optimisation: the changelogs stay
