@@ -9,13 +9,14 @@ batch ``n``::
     store.remove(keys) / store.evict(watermark)
     store.commit(n)                   # changelog/<n> written (atomic, fsynced, checksummed)
 
-``commit(n, wait=False)`` (what the operators do) leaves the changelog's write and fsyncs
-pending and returns at once; :meth:`StateStore.pending_write` is then a :class:`PendingWrite`
-whose ``result()`` writes it (once, on the thread that asks first) and returns once version
-``n`` is durable. The engine calls it on the checkpoint's I/O thread, in the job that then
-writes batch ``n``'s commit marker (so the fsync overlaps the next batch and costs no thread
-hand-off of its own); the second ``commit`` after it, ``load``, ``flush`` and ``close`` run it
-if nobody has, so at most two changelogs are pending per store.
+``commit(n, wait=False)`` (what the operators do) hands the changelog's write and fsyncs to
+the state I/O threads and returns at once; :meth:`StateStore.pending_write` is then a
+:class:`PendingWrite` whose ``result()`` returns once version ``n`` is durable (writing it
+there and then if no thread has started it). The engine calls it on the checkpoint's I/O
+thread, in the job that then writes batch ``n``'s commit marker, so the changelog's fsync
+overlaps the sink's write, the offsets entry's fsync and the next batch; the second
+``commit`` after it, ``load``, ``flush`` and ``close`` wait for it too, so at most two
+changelogs are pending per store.
 
 Work per batch is proportional to the keys the batch touches: ``commit`` writes only the rows
 put or removed in the batch; a snapshot is written once at least ``snapshot_interval``
@@ -40,6 +41,7 @@ import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -268,7 +270,9 @@ class StateStore(ABC):
         if wait:
             write_state_file(path, schema, ops, durable=durable, sync_dir=True)
         else:
-            self._pending.append(PendingWrite(lambda: write_state_file(path, schema, ops, durable=durable, sync_dir=True)))
+            pending = PendingWrite(lambda: write_state_file(path, schema, ops, durable=durable, sync_dir=True))
+            self._pending.append(pending)
+            _io_pool().submit(pending.run_quietly)  # started now: its fsync overlaps the offsets entry's
         logged = sum(t.num_rows for t in ops)
         self.work.changelog_rows += logged
         self._rows_since_snap += logged
@@ -447,6 +451,20 @@ class StateStore(ABC):
         purge(self.path, version - self.retain + 1, self._snapshot_versions())
 
 
+_IO_POOL: ThreadPoolExecutor | None = None
+_IO_LOCK = threading.Lock()
+
+
+def _io_pool() -> ThreadPoolExecutor:
+    """The threads that start pending state writes as soon as they are committed (shared by
+    every store of the process, created on first use)."""
+    global _IO_POOL
+    with _IO_LOCK:
+        if _IO_POOL is None:
+            _IO_POOL = ThreadPoolExecutor(2, thread_name_prefix="headrace-state-io")
+        return _IO_POOL
+
+
 class PendingWrite:
     """A state file write that runs once, on the first thread that asks for its ``result()``
     (the engine's checkpoint I/O thread, a background snapshot, or the store itself), and
@@ -460,6 +478,12 @@ class PendingWrite:
     def done(self) -> bool:
         """Whether the write has run (successfully or not)."""
         return self._write is None
+
+    def run_quietly(self) -> None:
+        """Run the write if nobody has (on the state I/O threads); its outcome is reported to
+        whoever calls ``result()``."""
+        with contextlib.suppress(BaseException):
+            self.result()
 
     def result(self, timeout: float | None = None) -> None:
         """Run the write if it has not run; return once it is durable, or raise what failed
