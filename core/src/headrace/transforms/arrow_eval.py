@@ -195,7 +195,6 @@ def _int64_remainder_by_positive(a: Any, b: Any) -> pa.Array | None:
     m = b.as_py()
     if m is None or m <= 0:
         return None
-    import numpy as np
 
     arr = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
     x = arr.to_numpy(zero_copy_only=False)
