@@ -19,6 +19,7 @@ import heapq
 import itertools
 import logging
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,21 @@ log = logging.getLogger(__name__)
 COPY_SNAPSHOT_ROWS = 1 << 18
 
 
+_SNAPSHOT_POOL: ThreadPoolExecutor | None = None
+_SNAPSHOT_LOCK = threading.Lock()
+
+
+def _snapshot_pool() -> ThreadPoolExecutor:
+    """The threads that write snapshots, shared by the process's stores and kept between
+    queries: starting a thread per snapshot cost the batch that started it up to tens of ms
+    on a busy 2-core machine (``Thread.start`` waits until the new thread runs)."""
+    global _SNAPSHOT_POOL
+    with _SNAPSHOT_LOCK:
+        if _SNAPSHOT_POOL is None:
+            _SNAPSHOT_POOL = ThreadPoolExecutor(2, thread_name_prefix="headrace-state-snapshot")
+        return _SNAPSHOT_POOL
+
+
 class MemoryStateStore(StateStore):
     """State held in this process's memory; see the module docstring."""
 
@@ -51,7 +67,7 @@ class MemoryStateStore(StateStore):
     def __init__(self, path: str, key_schema: pa.Schema, value_schema: pa.Schema, **kwargs: Any) -> None:
         super().__init__(path, key_schema, value_schema, **kwargs)
         self._reset()
-        self._bg: threading.Thread | None = None
+        self._bg: Future[None] | None = None  # the snapshot being written (on the shared snapshot threads)
         self._bg_error: BaseException | None = None
 
     # ------------------------------------------------------------------ working state
@@ -228,19 +244,16 @@ class MemoryStateStore(StateStore):
         earlier snapshot and the changelogs since (files in, file out: the batch copies
         nothing)."""
         if self._bg is not None:
-            if self._bg.is_alive():
+            if not self._bg.done():
                 return False  # still writing the previous one: tried again at the next commit
-            self._bg.join()
+            self._bg = None
         if len(self) <= COPY_SNAPSHOT_ROWS and all(c.kind != "o" for c in (*self._keys, *self._vals)):
             rows = self._rows(self._index.live_slots())
             table = pa.Table.from_arrays([*rows.columns, pa.array(np.zeros(rows.num_rows, np.int8))],
                                          schema=self.file_schema)  # fmt: skip
-            self._bg = threading.Thread(target=self._write_copy, args=(version, table),
-                                        name="headrace-state-snapshot", daemon=True)  # fmt: skip
+            self._bg = _snapshot_pool().submit(self._write_copy, version, table)
         else:
-            self._bg = threading.Thread(target=self._run_snapshot, args=(version, list(self._pending)),
-                                        name="headrace-state-snapshot", daemon=True)  # fmt: skip
-        self._bg.start()
+            self._bg = _snapshot_pool().submit(self._run_snapshot, version, list(self._pending))
         return True
 
     def _write_copy(self, version: int, table: pa.Table) -> None:
@@ -280,7 +293,7 @@ class MemoryStateStore(StateStore):
 
     def _wait_background(self) -> None:
         if self._bg is not None:
-            self._bg.join()
+            self._bg.result()  # the jobs catch their errors (a snapshot is an optimisation)
             self._bg = None
 
 
