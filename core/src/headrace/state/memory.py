@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -56,6 +57,14 @@ def _snapshot_pool() -> ThreadPoolExecutor:
         if _SNAPSHOT_POOL is None:
             _SNAPSHOT_POOL = ThreadPoolExecutor(2, thread_name_prefix="headrace-state-snapshot")
         return _SNAPSHOT_POOL
+
+
+def _forget_snapshot_pool() -> None:  # a forked child has none of the parent's threads
+    global _SNAPSHOT_POOL
+    _SNAPSHOT_POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_snapshot_pool)
 
 
 class MemoryStateStore(StateStore):

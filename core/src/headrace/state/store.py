@@ -465,6 +465,14 @@ def _io_pool() -> ThreadPoolExecutor:
         return _IO_POOL
 
 
+def _forget_io_pool() -> None:  # a forked child has none of the parent's threads: new ones on first use
+    global _IO_POOL
+    _IO_POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_io_pool)
+
+
 class PendingWrite:
     """A state file write that runs once, on the first thread that asks for its ``result()``
     (the engine's checkpoint I/O thread, a background snapshot, or the store itself), and
