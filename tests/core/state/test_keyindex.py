@@ -76,3 +76,38 @@ def test_fixed_index_grows_and_stays_half_empty() -> None:
     index.remove(np.arange(0, n, 2, dtype=np.int64))
     got = index.lookup(prepared)
     assert (got[0::2] == -1).all() and (got[1::2] == np.arange(1, n, 2)).all()
+
+
+def test_fixed_index_answers_a_repeated_batch_of_keys_from_its_memo_and_stays_exact() -> None:
+    """A batch with the same keys as the one before (an open window's keys) is answered from
+    the memo of the last lookup; inserts, removals and other batches keep every answer exact."""
+    index = FixedKeyIndex(2)
+    model: dict[tuple[int, int], int] = {}
+    nxt = 0
+    rng = np.random.default_rng(7)
+
+    def run(keys: list[tuple[int, int]], *, insert: bool = True) -> None:
+        nonlocal nxt
+        t = pa.table({"a": [k[0] for k in keys], "b": [k[1] for k in keys]}, schema=pa.schema([("a", pa.int64()), ("b", pa.int64())]))
+        prepared = index.prepare(t)
+        slots = index.lookup(prepared)
+        assert slots.tolist() == [model.get(k, -1) for k in keys]
+        if insert:
+            new = np.flatnonzero(slots < 0)
+            assigned = np.arange(nxt, nxt + len(new), dtype=np.int64)
+            nxt += len(new)
+            index.insert(prepared, new, assigned)
+            model.update({keys[i]: int(s) for i, s in zip(new.tolist(), assigned.tolist(), strict=True)})
+
+    window = [(w, k) for w in (1,) for k in range(500)]
+    run(window)  # all new
+    run(window)  # the memo: all found
+    run(window[:250] + [(2, k) for k in range(250)], insert=False)  # other keys: looked up, not inserted
+    run(window[:250] + [(2, k) for k in range(250)])  # the same keys again, inserted by a new batch object
+    run(window[:250] + [(2, k) for k in range(250)])  # the memo after that insert
+    gone = [window[i] for i in rng.choice(500, 100, replace=False).tolist()]
+    index.remove(np.asarray([model.pop(k) for k in gone], np.int64))
+    run(window, insert=False)  # after a removal: the memo is not used
+    run(window)
+    run(window)
+    assert len(index) == len(model)

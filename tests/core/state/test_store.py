@@ -585,3 +585,48 @@ def test_evict_after_orders_change_back_and_forth_and_slots_are_reused(backend: 
     assert got == sorted((u, o) for u, o in model.items() if o <= upto)
     assert {k[0] for k in as_dict(s.scan())} == {u for u, o in model.items() if o > upto}
     s.close()
+
+
+def test_a_small_numeric_state_is_snapshotted_from_a_copy_and_restores_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import headrace.state.memory as memory
+
+    def no_consolidation(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a small numeric state is snapshotted from a copy, not by consolidating files")
+
+    monkeypatch.setattr(memory, "consolidate", no_consolidation)
+    ks = pa.schema([("k", pa.int64()), ("w", pa.timestamp("us", tz="UTC"))])
+    vs = pa.schema([("n", pa.int64()), ("t", pa.float64()), ("b", pa.bool_())])
+    s = open_state_store("memory", str(tmp_path), ks, vs, snapshot_interval=3)
+    s.load(-1)
+    rng = __import__("numpy").random.default_rng(3)
+    for v in range(14):
+        k = sorted({int(x) for x in rng.integers(0, 60, 25)})
+        w = [1_000_000 * (v // 4)] * len(k)
+        n = [None if x % 7 == 0 else x * v for x in k]
+        t = [x / 3 for x in k]
+        b = [None if x % 5 == 0 else bool(x % 2) for x in k]
+        key_t = pa.table({"k": k, "w": pa.array(w, pa.int64()).cast(pa.timestamp("us", tz="UTC"))}, schema=ks)
+        s.get(key_t)
+        s.put(key_t, pa.table({"n": pa.array(n, pa.int64()), "t": t, "b": b}, schema=vs), pa.array(w, pa.int64()))
+        s.remove(key_t.slice(0, 2))
+        if v % 4 == 3:
+            s.evict(1_000_000 * (v // 4 - 1))
+        s.commit(v, wait=v % 2 == 0)
+        s.load(v)
+    s.settle()
+    live = rows_of(s.scan())
+    s.close()
+    snaps = [n for n in os.listdir(tmp_path / "snapshot") if n.isdigit()]
+    assert snaps, "no snapshot was written"
+    s2 = open_state_store("memory", str(tmp_path), ks, vs, snapshot_interval=3)
+    s2.load(13)
+    assert rows_of(s2.scan()) == live
+    assert s2.work.restore_rows < s.work.changelog_rows  # read a snapshot, not every changelog
+    s2.close()
+
+
+def rows_of(t: pa.Table) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    d = t.to_pydict()
+    return {(k, w): (n, x, b, o) for k, w, n, x, b, o in zip(d["k"], d["w"], d["n"], d["t"], d["b"], d["__order"], strict=True)}

@@ -112,3 +112,26 @@ def test_large_chunks_use_the_compiled_query_too(monkeypatch: pytest.MonkeyPatch
     got = op.process(t, BatchInfo(0))
     assert got is not None and got.schema == want
     assert got.column("k").to_pylist() == [v % 10000 for v in range(100_000)]
+
+
+@pytest.mark.parametrize(
+    ("values", "divisor", "divisor_type"),
+    [
+        (list(range(0, 50_000, 7)), 10_000, pa.int32()),
+        ([0, 1, 2**63 - 1, 2**62 + 3], 2**63 - 1, pa.int64()),
+        ([0, 5, 9], 3, pa.uint16()),
+        ([-5, 3, 7], 4, pa.int64()),  # a negative dividend: Arrow's kernel (truncated)
+        ([1, None, 3], 2, pa.int8()),  # nulls: Arrow's kernel
+    ],
+    ids=["bucketing", "int64-extremes", "unsigned-divisor", "negative-dividend", "nulls"],
+)
+def test_integer_remainder_by_a_constant_matches_arrows_kernel(values: list[int | None], divisor: int,
+                                                                divisor_type: pa.DataType) -> None:  # fmt: skip
+    import pyarrow.compute as pc
+
+    from headrace.transforms.arrow_eval import _int_remainder
+
+    a = pa.chunked_array([pa.array(values, pa.int64())])
+    b = pa.scalar(divisor, divisor_type)
+    got, expected = _int_remainder(a, b), pc.remainder_checked(a, b)
+    assert got.type == expected.type and got.to_pylist() == expected.to_pylist()

@@ -28,6 +28,7 @@ import errno
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -209,13 +210,18 @@ class LogWriter:
         for batch_id, _ in pending:
             self._purge_before(batch_id)
 
-    def commit(self, batch_id: int, info: dict[str, Any] | None = None) -> Future[None]:
-        """Write ``commits/<batch_id>`` (with ``info``) whole in the background; the future is
-        done once it is visible and durable. For markers whose body is known only after the
-        batch (a watermark's event-time maxima)."""
-        return self._pool.submit(self._write_commit, batch_id, info)
+    def commit(self, batch_id: int, info: dict[str, Any] | None = None,
+               after: Sequence[Any] = ()) -> Future[None]:  # fmt: skip
+        """Write ``commits/<batch_id>`` (with ``info``) whole in the background, after calling
+        ``result()`` on everything in ``after`` (futures, or the batch's pending state writes,
+        which then run on this thread; a failure fails the marker, which is then not
+        written); the future is done once it is visible and durable. For markers whose body
+        is known only after the batch (a watermark's event-time maxima)."""
+        return self._pool.submit(self._write_commit, batch_id, info, after)
 
-    def _write_commit(self, batch_id: int, info: dict[str, Any] | None) -> None:
+    def _write_commit(self, batch_id: int, info: dict[str, Any] | None, after: Sequence[Any] = ()) -> None:
+        for f in after:  # the batch's state is durable before its marker (written here if pending)
+            f.result()
         path = os.path.join(self.commits_dir, str(batch_id))
         publish(write_temp(path, commit_json(batch_id, info), durable=self.durable), path)
         if self.durable:

@@ -10,7 +10,10 @@
    ``sink.commit(n, messages)``.
 4. ``commits/<n>`` linked to ``offsets/<n>`` (visible at once, no data to fsync; with a
    watermark, whose maxima are known only now, written whole in the background and waited for
-   before the next sink commit), and ``source.commit(end)`` deferred until it is durable.
+   before the next sink commit), and ``source.commit(end)`` deferred until it is durable. The
+   stateful operators' changelogs of batch ``n`` (written and fsynced on the state stores'
+   threads since ``finish``) are durable before the marker: waited for here, or, for a marker
+   written in the background, by its job before it writes the marker.
 5. The progress report (``headrace.engine.report``).
 """
 
@@ -92,10 +95,14 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     event_time = q._tracker.after_batch(info.watermark_ms)
     q._last_watermark = info.watermark_ms
     t = time.monotonic()
+    state = runner.state_writes()  # the stateful operators' changelogs, still being fsynced
     if not q._tracker.enabled:
+        for f in state:  # the state of batch n is durable before its marker
+            f.result()
         durable = cp.publish_commit(batch_id)  # a hard link: visible now
-    else:  # the body records this batch's event-time maxima: written whole, in the background
-        durable = q._marker_in_flight = cp.write_commit_async(batch_id, q._tracker.commit_info())
+    else:  # the body records this batch's event-time maxima: written whole, in the background,
+        # after the batch's state writes (their fsyncs overlap the sink's write and this marker's)
+        durable = q._marker_in_flight = cp.write_commit_async(batch_id, q._tracker.commit_info(), after=state)
     if crash.point:  # crash tests need the marker durable at the named point
         cp.flush_commits()
         durable.result()

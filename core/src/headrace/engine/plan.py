@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
-from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 from headrace.transforms.stateless import SchemaUnknown, SqlOperator
 from headrace.transforms.watermark import WatermarkOperator
 
@@ -238,6 +238,16 @@ class PlanRunner:
                 yield o
         if not yielded and self.sink_schema is not None:
             yield pa.RecordBatch.from_pylist([], schema=self.sink_schema)
+
+    def state_writes(self) -> list[StateWrite]:
+        """The stateful operators' state writes still pending after ``finish`` (see
+        ``Operator.state_write``): the engine calls their ``result()`` before the marker."""
+        out = []
+        for _, op in self.stateful:
+            f = op.state_write()
+            if f is not None:
+                out.append(f)
+        return out
 
     def state_metrics(self) -> list[dict[str, object]]:
         """Spark's ``stateOperators``: one entry per stateful operator, after a batch."""

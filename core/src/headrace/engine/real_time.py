@@ -166,6 +166,8 @@ def run_real_time_batch(
     q._crash("after_sink_commit", batch_id)
     event_time = tracker.after_batch(info.watermark_ms)
     q._last_watermark = info.watermark_ms
+    for f in runner.state_writes():  # the state of batch n is durable before its marker
+        f.result()
     checkpoint.write_commit(batch_id, tracker.commit_info())
     src.commit(end)
     total = time.monotonic() - t0

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from headrace.state.store import BACKENDS, StateStore, WorkCounters, open_state_store
+    from headrace.state.store import BACKENDS, PendingWrite, StateStore, WorkCounters, open_state_store
 
-__all__ = ["BACKENDS", "StateStore", "WorkCounters", "open_state_store"]
+__all__ = ["BACKENDS", "PendingWrite", "StateStore", "WorkCounters", "open_state_store"]
 
 
 def __getattr__(name: str) -> Any:

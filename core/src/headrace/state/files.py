@@ -54,8 +54,12 @@ OP_PUT = 0
 OP_REMOVE = 1
 
 
-def write_state_file(path: str, schema: pa.Schema, tables: list[pa.Table], *, durable: bool = True) -> int:
-    """Write ``tables`` (all of ``schema``) as one checksummed file, atomically. Returns its size."""
+def write_state_file(
+    path: str, schema: pa.Schema, tables: list[pa.Table], *, durable: bool = True, sync_dir: bool = False
+) -> int:
+    """Write ``tables`` (all of ``schema``) as one checksummed file, atomically (with ``sync_dir``
+    the folder is fsynced after the rename, so the name survives a power loss too). Returns its
+    size."""
     buf = io.BytesIO()
     with pa.ipc.new_stream(buf, schema) as writer:
         for t in tables:
@@ -63,7 +67,7 @@ def write_state_file(path: str, schema: pa.Schema, tables: list[pa.Table], *, du
                 writer.write_table(t)
     payload = buf.getvalue()
     data = payload + TRAILER.pack(MAGIC, zlib.crc32(payload), len(payload))
-    atomic_write(path, data, durable=durable)
+    atomic_write(path, data, durable=durable, sync_dir=sync_dir)
     return len(data)
 
 

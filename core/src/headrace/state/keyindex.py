@@ -18,6 +18,7 @@ the ``put`` of the same keys that follows encode them once.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -123,6 +124,24 @@ class DictIndex:
         return int(sys.getsizeof(self._d) + self._keys.nbytes + 64 * len(self._d))
 
 
+class _Prepared:
+    """A batch of keys for :class:`FixedKeyIndex`: their values and null bits, and their hash,
+    computed on first use (a lookup answered by the index's memo needs none)."""
+
+    __slots__ = ("_h", "_hash", "vals")
+
+    def __init__(self, vals: np.ndarray, hash_fn: Callable[[np.ndarray], np.ndarray]) -> None:
+        self.vals = vals
+        self._hash = hash_fn
+        self._h: np.ndarray | None = None
+
+    @property
+    def h(self) -> np.ndarray:
+        if self._h is None:
+            self._h = self._hash(self.vals)
+        return self._h
+
+
 class FixedKeyIndex:
     """Open-addressing hash table over keys of ``k`` int64-convertible columns (nulls allowed:
     a null compares equal to a null of the same column, as in the dict index)."""
@@ -136,10 +155,14 @@ class FixedKeyIndex:
         self._bucket = np.zeros(1024, np.int64)  # slot -> its bucket, to remove by slot
         self._live = 0
         self._tombs = 0
+        # the last lookup (keys, slots, updated by the insert of the same keys): a batch that
+        # touches the same keys as the one before (an open window's keys) skips the hash and
+        # the probing; forgotten when any key is removed
+        self._memo: tuple[np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ keys
-    def prepare(self, keys: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """(per row: the k values and the null bits, as in the table; the hash)."""
+    def prepare(self, keys: pa.Table) -> _Prepared:
+        """Per row: the k values and the null bits (and, when needed, the hash)."""
         n = keys.num_rows
         vals = np.empty((n, self.k + 1), np.int64)
         nulls = vals[:, self.k]
@@ -152,7 +175,7 @@ class FixedKeyIndex:
                 nulls |= (~a.is_valid().to_numpy(zero_copy_only=False)).astype(np.int64) << j
                 a = a.fill_null(0)
             vals[:, j] = a.to_numpy(zero_copy_only=False)
-        return vals, self._hash(vals)
+        return _Prepared(vals, self._hash)
 
     def _hash(self, vals: np.ndarray) -> np.ndarray:
         h = vals[:, self.k].view(np.uint64) * _GOLD
@@ -162,13 +185,24 @@ class FixedKeyIndex:
         return h
 
     # ------------------------------------------------------------------ operations
-    def lookup(self, prepared: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    def lookup(self, prepared: _Prepared) -> np.ndarray:
         """The slot of each key, -1 where absent."""
-        vals, h = prepared
-        n = len(h)
+        vals = prepared.vals
+        memo = self._memo
+        if memo is not None and memo[0].shape == vals.shape and np.array_equal(memo[0], vals):
+            self._memo = (vals, memo[1])  # (the insert of these keys updates it)
+            return memo[1].copy()
+        out = self._lookup(prepared)
+        self._memo = (vals, out.copy())
+        return out
+
+    def _lookup(self, prepared: _Prepared) -> np.ndarray:
+        vals = prepared.vals
+        n = len(vals)
         out = np.full(n, -1, np.int64)
         if not self._live or not n:
             return out
+        h = prepared.h
         table, mask, kd = self._table, self._mask, self._kd
         idx = np.arange(n)
         pos = (h & np.uint64(mask)).astype(np.int64)
@@ -198,11 +232,16 @@ class FixedKeyIndex:
                 p = (p + 1) & mask
         return out
 
-    def insert(self, prepared: tuple[np.ndarray, np.ndarray], rows: np.ndarray, slots: np.ndarray) -> None:
+    def insert(self, prepared: _Prepared, rows: np.ndarray, slots: np.ndarray) -> None:
         """Add the keys at ``rows`` of ``prepared`` (absent, unique) with their ``slots``."""
         if not len(rows):
             return
-        vals, h = prepared
+        vals, h = prepared.vals, prepared.h
+        memo = self._memo
+        if memo is not None and memo[0] is vals:
+            memo[1][rows] = slots
+        else:
+            self._memo = None
         self._ensure_slots(int(slots.max()) + 1)
         self._kd[slots] = np.take(vals, rows, axis=0)
         if 2 * (self._live + self._tombs + len(rows)) > len(self._table):
@@ -215,15 +254,16 @@ class FixedKeyIndex:
         pos = (h & np.uint64(mask)).astype(np.int64)
         todo = slots
         while len(todo) > _SCALAR_TAIL:
-            free = table[pos] < 0
-            # of the keys aiming at the same free bucket, the first takes it
-            cand = np.flatnonzero(free)
-            _, first = np.unique(pos[cand], return_index=True)
-            take = cand[first]
-            p = pos[take]
-            self._tombs -= int((table[p] == _TOMB).sum())
-            table[p] = todo[take]
-            self._bucket[todo[take]] = p
+            cur = table[pos]
+            cand = np.flatnonzero(cur < 0)
+            # of the keys aiming at the same free bucket, one takes it: every key writes its
+            # slot there and the slot read back names the winner (no sort, unlike np.unique)
+            pc, sc = pos[cand], todo[cand]
+            table[pc] = sc
+            won = table[pc] == sc
+            take = cand[won]
+            self._tombs -= int(np.count_nonzero(cur[take] == _TOMB))
+            self._bucket[todo[take]] = pos[take]
             left = np.ones(len(todo), np.bool_)
             left[take] = False
             todo = todo[left]
@@ -262,6 +302,7 @@ class FixedKeyIndex:
         """Forget the keys at ``slots`` (present)."""
         if not len(slots):
             return
+        self._memo = None
         self._table[self._bucket[slots]] = _TOMB
         self._live -= len(slots)
         self._tombs += len(slots)

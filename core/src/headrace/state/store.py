@@ -9,6 +9,15 @@ batch ``n``::
     store.remove(keys) / store.evict(watermark)
     store.commit(n)                   # changelog/<n> written (atomic, fsynced, checksummed)
 
+``commit(n, wait=False)`` (what the operators do) hands the changelog's write and fsyncs to
+the state I/O threads and returns at once; :meth:`StateStore.pending_write` is then a
+:class:`PendingWrite` whose ``result()`` returns once version ``n`` is durable (writing it
+there and then if no thread has started it). The engine calls it on the checkpoint's I/O
+thread, in the job that then writes batch ``n``'s commit marker, so the changelog's fsync
+overlaps the sink's write, the offsets entry's fsync and the next batch; the second
+``commit`` after it, ``load``, ``flush`` and ``close`` wait for it too, so at most two
+changelogs are pending per store.
+
 Work per batch is proportional to the keys the batch touches: ``commit`` writes only the rows
 put or removed in the batch; a snapshot is written once at least ``snapshot_interval``
 changelogs were written since the last one (in the background for the memory backend, which
@@ -24,11 +33,15 @@ A damaged or missing file that the restore needs is refused with ``CheckpointErr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +63,7 @@ from headrace.state.files import (
 )
 from headrace.state.metadata import FORMAT_VERSION, check_metadata, schema_doc
 
-__all__ = ["BACKENDS", "StateStore", "WorkCounters", "open_state_store"]
+__all__ = ["BACKENDS", "PendingWrite", "StateStore", "WorkCounters", "open_state_store"]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +140,7 @@ class StateStore(ABC):
         self._rows_since_snap = 0  # changelog rows written since it (restores and commits)
         self._last_metrics: dict[str, Any] = {}
         self.metadata: dict[str, Any] = {}  # the state folder's metadata document
+        self._pending: deque[PendingWrite] = deque()  # changelogs of commit(wait=False) not yet known durable
         os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
         os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
         self._check_metadata()
@@ -169,6 +183,8 @@ class StateStore(ABC):
         self._batch = _BatchStats()
         if not self._dirty and self.version == version:
             return  # a background snapshot may still be running: it only reads committed files
+        with contextlib.suppress(Exception):  # a failed write failed its batch: restored from files below
+            self.flush()
         self._wait_background()
         for folder in ("changelog", "snapshot"):
             remove_temporaries(os.path.join(self.path, folder))
@@ -230,19 +246,33 @@ class StateStore(ABC):
     def __len__(self) -> int:
         """The number of rows (keys) in the working state."""
 
-    def commit(self, version: int) -> None:
+    def commit(self, version: int, *, wait: bool = True) -> None:
         """Make this batch's changes durable as ``version``: ``changelog/<version>`` written
-        atomically (fsynced, checksummed), then the backend's own bookkeeping, a snapshot every
-        ``snapshot_interval`` versions and the retention clean-up. Called once per batch, in
-        the operator's ``finish``, before its output is handed to the sink."""
+        atomically (fsynced, checksummed, its folder fsynced), then the backend's own
+        bookkeeping, a snapshot every ``snapshot_interval`` versions and the retention
+        clean-up. Called once per batch, in the operator's ``finish``, before its output is
+        handed to the sink.
+
+        With ``wait=False`` the changelog is written and fsynced on the store's writer thread:
+        the working state is at ``version`` at once, and :meth:`pending_write` is the future
+        that is done once ``version`` is durable (the engine waits for it before the batch's
+        commit marker; the next ``commit``, ``load``, ``flush`` and ``close`` wait for it)."""
         if self.version is None or version != self.version + 1:
             raise CheckpointError(
                 f"state {self.path}: commit of version {version} after version {self.version}; "
                 "an operator must load version n-1 before committing n"
             )
         t0 = time.monotonic()
+        while len(self._pending) > (0 if wait else 1):  # written by the engine's I/O thread, as a rule
+            self._pending.popleft().result()  # its error surfaces here
         ops = self._batch.ops
-        write_state_file(self.changelog_path(version), self.file_schema, ops, durable=self.durable)
+        path, schema, durable = self.changelog_path(version), self.file_schema, self.durable
+        if wait:
+            write_state_file(path, schema, ops, durable=durable, sync_dir=True)
+        else:
+            pending = PendingWrite(lambda: write_state_file(path, schema, ops, durable=durable, sync_dir=True))
+            self._pending.append(pending)
+            _io_pool().submit(pending.run_quietly)  # started now: its fsync overlaps the offsets entry's
         logged = sum(t.num_rows for t in ops)
         self.work.changelog_rows += logged
         self._rows_since_snap += logged
@@ -262,6 +292,20 @@ class StateStore(ABC):
             "commitTimeMs": int((time.monotonic() - t0) * 1000),
         }
         self._batch = _BatchStats()
+
+    def pending_write(self) -> PendingWrite | None:
+        """The last ``commit(wait=False)``'s changelog write while it may be pending (its
+        ``result()`` writes it if nobody has, and returns once that version is durable, or
+        raises what failed the write); None after a synchronous commit. Thread-safe: the
+        engine's checkpoint I/O thread calls it before it writes the batch's commit marker."""
+        return self._pending[-1] if self._pending else None
+
+    def flush(self) -> None:
+        """Make every committed version durable (writing what is still pending, in order);
+        raises what failed a write (its batch is then failed, and replayed from the version
+        before on restart)."""
+        while self._pending:
+            self._pending.popleft().result()
 
     def abort(self) -> None:
         """Forget this batch's uncommitted changes (the next ``load`` restores from files)."""
@@ -290,7 +334,14 @@ class StateStore(ABC):
         self._wait_background()
 
     def close(self) -> None:
-        """Finish background work and release files. Idempotent."""
+        """Finish background work and release files. Idempotent. A changelog write that failed
+        is logged, not raised: the engine already failed its batch (it waits for the write
+        before the batch's commit marker), which is replayed from the version before."""
+        try:
+            self.flush()
+        except Exception as e:
+            log.warning("state %s: the last changelog was not written (%s); its batch is replayed on restart", self.path, e)
+        self._pending.clear()
         self._wait_background()
 
     # ------------------------------------------------------------------ for subclasses
@@ -398,6 +449,63 @@ class StateStore(ABC):
     def _purge(self, version: int) -> None:
         """Keep what restores any of the last ``retain`` versions (:func:`files.purge`)."""
         purge(self.path, version - self.retain + 1, self._snapshot_versions())
+
+
+_IO_POOL: ThreadPoolExecutor | None = None
+_IO_LOCK = threading.Lock()
+
+
+def _io_pool() -> ThreadPoolExecutor:
+    """The threads that start pending state writes as soon as they are committed (shared by
+    every store of the process, created on first use)."""
+    global _IO_POOL
+    with _IO_LOCK:
+        if _IO_POOL is None:
+            _IO_POOL = ThreadPoolExecutor(2, thread_name_prefix="headrace-state-io")
+        return _IO_POOL
+
+
+def _forget_io_pool() -> None:  # a forked child has none of the parent's threads: new ones on first use
+    global _IO_POOL
+    _IO_POOL = None
+
+
+os.register_at_fork(after_in_child=_forget_io_pool)
+
+
+class PendingWrite:
+    """A state file write that runs once, on the first thread that asks for its ``result()``
+    (the engine's checkpoint I/O thread, a background snapshot, or the store itself), and
+    reports its outcome to every caller after that. Thread-safe."""
+
+    def __init__(self, write: Callable[[], Any]) -> None:
+        self._write: Callable[[], Any] | None = write
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        """Whether the write has run (successfully or not)."""
+        return self._write is None
+
+    def run_quietly(self) -> None:
+        """Run the write if nobody has (on the state I/O threads); its outcome is reported to
+        whoever calls ``result()``."""
+        with contextlib.suppress(BaseException):
+            self.result()
+
+    def result(self, timeout: float | None = None) -> None:
+        """Run the write if it has not run; return once it is durable, or raise what failed
+        it (also to later callers). ``timeout`` is accepted for ``Future`` compatibility; a
+        caller that finds the write running waits for it."""
+        with self._lock:
+            write, self._write = self._write, None
+            if write is not None:
+                try:
+                    write()
+                except BaseException as e:
+                    self._error = e
+        if self._error is not None:
+            raise self._error
 
 
 def open_state_store(

@@ -43,6 +43,7 @@ _local = threading.local()
 _db_lock = threading.Lock()
 _db: Any = None
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_CHECKED: set[str] = set()  # queries check_syntax passed (one SELECT each)
 
 
 class ExpressionError(HeadraceError):
@@ -167,7 +168,17 @@ def empty_table(schema: pa.Schema) -> pa.Table:
 
 def check_syntax(query: str, *, what: str) -> None:
     """Parse ``query`` (no data, no schema needed); raise ``ExpressionError`` naming ``what``
-    if it is not one valid SELECT statement. Called when a transform is defined."""
+    if it is not one valid SELECT statement. Called when a transform is defined; a query that
+    passed once in this process is not parsed again."""
+    if query in _CHECKED:
+        return
+    _check_syntax(query, what=what)
+    if len(_CHECKED) >= 1024:
+        _CHECKED.clear()
+    _CHECKED.add(query)
+
+
+def _check_syntax(query: str, *, what: str) -> None:
     duckdb = _duckdb()
     try:
         statements = duckdb.extract_statements(query)

@@ -11,7 +11,9 @@ Life cycle, per query run::
         op.begin(BatchInfo(n, watermark_ms, ...))  # stateful operators load state version n-1
         op.process(table, info) -> table | None  # once per chunk of the batch, in order
         op.finish(info) -> table | None          # once, after the last chunk: emit, then
-                                                 # durably write state version n
+                                                 # write state version n (may be in flight)
+        op.state_write() -> StateWrite | None    # result() returns once version n is durable:
+                                                 # the engine calls it before batch n's marker
     op.close()
 
 Stateless operators implement only ``output_schema`` and ``process``. Stateful operators keep
@@ -39,11 +41,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import pyarrow as pa
 
-__all__ = ["BatchInfo", "Operator", "OperatorContext"]
+__all__ = ["BatchInfo", "Operator", "OperatorContext", "StateWrite"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,13 @@ class BatchInfo:
     watermark_ms: int | None = None
     real_time: bool = False
     dropped_by_watermark: int = 0
+
+
+class StateWrite(Protocol):
+    """A state write the engine waits for (``concurrent.futures.Future`` fits, as does
+    ``headrace.state.PendingWrite``, which runs the write on the thread that asks)."""
+
+    def result(self, timeout: float | None = None) -> Any: ...
 
 
 class Operator(ABC):
@@ -124,6 +133,14 @@ class Operator(ABC):
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         """Called once after the batch's last chunk: returns the rows to emit at the end of
         the batch (aggregations), and makes state version ``batch_id`` durable."""
+        return None
+
+    def state_write(self) -> StateWrite | None:
+        """After ``finish``: what makes state version ``batch_id`` durable, when ``finish``
+        left the changelog's write and fsync pending (so that they run off the batch's path),
+        or None. Called once per batch by the engine, which calls its ``result()`` (on the
+        checkpoint's I/O thread, or its own) before it writes the batch's commit marker, never
+        before the sink's write: a replay restores version ``n - 1`` and emits the same rows."""
         return None
 
     def metrics(self) -> Mapping[str, Any]:

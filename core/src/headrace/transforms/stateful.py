@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
-from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
+from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 
 __all__ = ["OUTPUT_MODES", "StatefulOperator"]
 
@@ -95,13 +95,18 @@ class StatefulOperator(Operator):
         self._t_batch = time.monotonic()
 
     def _commit(self, batch: BatchInfo) -> None:
-        self.store.commit(batch.batch_id)
+        self.store.commit(batch.batch_id, wait=False)  # the changelog's fsync: see state_write
         batch.dropped_by_watermark += self._dropped
         self._dropped_total += self._dropped
         m = dict(self.store.metrics())
         m["numRowsDroppedByWatermark"] = self._dropped
         self._metrics = {"operatorName": self.name, **m, "numShufflePartitions": 1,
                          "stateStore": self.store.backend}  # fmt: skip
+
+    def state_write(self) -> StateWrite | None:
+        """The write of the state version the last ``finish`` committed, while it may be
+        pending (``StateStore.pending_write``)."""
+        return self._store.pending_write() if self._store is not None else None
 
     def _run_sql(self, table: pa.Table, query: str) -> pa.Table:
         """``query`` over ``table`` (as ``batch``) on this operator's own DuckDB connection,

@@ -39,6 +39,29 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+# What start() works out per (query, input schema), kept for the process: DuckDB's output
+# schema and the query compiled to Arrow. Both depend only on the key (DuckDB runs with the
+# same settings every time), so a query started again skips ~2 ms of planning per SQL step.
+_SCHEMAS: dict[Any, pa.Schema] = {}
+_COMPILED: dict[Any, Any] = {}
+_REMEMBER = 256  # entries per table (a plain dict: cleared when full, never stale)
+
+
+def _remembered(table: dict[Any, Any], key: Any) -> Any:
+    try:
+        return table.get(key)
+    except TypeError:  # an unhashable schema (e.g. odd metadata): not cached
+        return None
+
+
+def _remember(table: dict[Any, Any], key: Any, value: Any) -> None:
+    try:
+        if len(table) >= _REMEMBER:
+            table.clear()
+        table[key] = value
+    except TypeError:
+        pass
+
 
 class SchemaUnknown(Exception):
     """Raised by ``output_schema`` when a step's output cannot be known before data (a Python
@@ -124,11 +147,17 @@ class SqlOperator(Operator):
         return query
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
-        """DuckDB plans the query over an empty table of ``input_schema`` (once per schema)."""
+        """DuckDB plans the query over an empty table of ``input_schema`` (once per query and
+        schema in the process: a query started again, e.g. a scheduled ``available_now`` run,
+        does not ask DuckDB again)."""
         cached = getattr(self, "_out", None)
         if cached is not None and cached[0] == input_schema:
             return cached[1]
-        out = run_sql(input_schema.empty_table(), self.query_for(input_schema), what=self.what).schema
+        query = self.query_for(input_schema)
+        out = _remembered(_SCHEMAS, (query, input_schema))
+        if out is None:
+            out = run_sql(input_schema.empty_table(), query, what=self.what).schema
+            _remember(_SCHEMAS, (query, input_schema), out)
         self._out = (input_schema, out)
         return out
 
@@ -140,7 +169,13 @@ class SqlOperator(Operator):
             return cached[1]
         from headrace.transforms.arrow_eval import compile_query
 
-        fast = compile_query(self.query_for(schema), schema, self.output_schema(schema))
+        query, out = self.query_for(schema), self.output_schema(schema)
+        key = (query, schema, out)
+        if key in _COMPILED:
+            fast = _COMPILED[key]
+        else:  # the compiled function is pure: shared by every run of the same query and schema
+            fast = compile_query(query, schema, out)
+            _remember(_COMPILED, key, fast)
         self._fast = (schema, fast)
         return fast
 

@@ -58,12 +58,22 @@ class WindowSpec:
         slide = "" if self.tumbling else f", slide {self.slide_us / _US:g}s"
         return f"window({self.column}, {self.duration_us / _US:g}s{slide})"
 
+    def _start_of(self, ts_us: int) -> int:
+        """The latest window start at or before ``ts_us`` (Python's floor division)."""
+        return (ts_us - self.start_us) // self.slide_us * self.slide_us + self.start_us
+
     def assign(self, ts_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For event times (int64 microseconds, no nulls): the row index and window start of
         every (row, window) pair. Vectorised; a tumbling window gives one pair per row."""
+        rows = np.arange(len(ts_us), dtype=np.int64)
+        if self.tumbling and len(ts_us):
+            # a chunk within one window (the common case: chunks are short next to windows):
+            # its start once, not a division per row
+            lo, hi = self._start_of(int(ts_us.min())), self._start_of(int(ts_us.max()))
+            if lo == hi:
+                return rows, np.full(len(ts_us), lo, np.int64)
         # the latest window start at or before ts (floor division: numpy's int64 mod is 6x slower)
         last = (ts_us - self.start_us) // self.slide_us * self.slide_us + self.start_us
-        rows = np.arange(len(ts_us), dtype=np.int64)
         if self.tumbling:
             return rows, last
         idx, starts = [], []
