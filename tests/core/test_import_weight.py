@@ -37,6 +37,8 @@ def test_import_headrace_loads_only_the_package_module() -> None:
                      id="options-no-engine-no-pyarrow"),
         pytest.param("import headrace.plugins", ("headrace.engine", "headrace.transforms", "headrace.api", "pyarrow"),
                      id="plugins-no-engine-no-pyarrow"),
+        pytest.param("from headrace.plugins import ConnectorSpec", ("pluggy", "importlib.metadata", "headrace.engine"),
+                     id="connector-spec-no-plugin-discovery"),
         pytest.param("import headrace.errors", ("headrace.options", "headrace.plugins", "pyarrow"),
                      id="errors-alone"),
         pytest.param("from headrace import OptionsError", ("headrace.engine", "headrace.transforms", "pyarrow"),
