@@ -287,7 +287,7 @@ def compile_bytecode() -> str:
     this interpreter does not write it (``PYTHONDONTWRITEBYTECODE``, as on the machine the
     figures come from). pip compiles an installed wheel; an editable install under that variable
     never is, and then every fresh Python process Spark starts (one per streaming query, see
-    docs/spark.md) compiles headrace's modules again: about 40 ms of the adapter's query start
+    docs/spark.md) compiles headrace's modules again: 50-100 ms CPU of the adapter's query start
     that no user installation pays. PySpark and pyarrow in site-packages are compiled already.
     Returns what was done, for the report."""
     if not (sys.flags.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
