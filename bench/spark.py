@@ -27,8 +27,11 @@ micro-batches' ``triggerExecution``.
 Fairness: the schema is given to all (Spark's file source needs it; without it cloudFiles
 would infer it and add a ``_rescued_data`` column); ``spark.sql.shuffle.partitions`` is the
 core count; every Spark setting (Arrow batch size, Python workers) is Spark's default, the
-same for all runs. ``--verbose`` prints Spark's per-batch durations. Measures; asserts only
-the outputs.
+same for all runs. Where the interpreter writes no bytecode (``PYTHONDONTWRITEBYTECODE``),
+headrace's sources are compiled first, as pip does for an installed wheel (``--no-compile``
+skips it; see ``compile_bytecode``). ``--verbose`` prints Spark's per-batch durations. The load
+average is printed at the start and the end. bench/spark_start.py splits a Python data source's
+query start into its steps. Measures; asserts only the outputs.
 """
 
 from __future__ import annotations
@@ -279,6 +282,26 @@ def run_headrace(src: Path, out: Path, chk: Path, per_trigger: int) -> Run:
     return Run(time.perf_counter() - t0)
 
 
+def compile_bytecode() -> str:
+    """Compile headrace's and the cloudFiles plugin's sources to bytecode (``__pycache__``) when
+    this interpreter does not write it (``PYTHONDONTWRITEBYTECODE``, as on the machine the
+    figures come from). pip compiles an installed wheel; an editable install under that variable
+    never is, and then every fresh Python process Spark starts (one per streaming query, see
+    docs/spark.md) compiles headrace's modules again: 50-100 ms CPU of the adapter's query start
+    that no user installation pays. PySpark and pyarrow in site-packages are compiled already.
+    Returns what was done, for the report."""
+    if not (sys.flags.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")):
+        return "bytecode: written by the interpreter as usual"
+    import compileall
+
+    import headrace_cloudfiles
+
+    dirs = [Path(hr.__file__).parent, Path(headrace_cloudfiles.__file__).parent]
+    ok = all(compileall.compile_dir(str(d), quiet=2) for d in dirs)
+    return (f"bytecode: compiled {', '.join(d.name for d in dirs)} (PYTHONDONTWRITEBYTECODE is set; "
+            f"as pip does for an installed wheel){'' if ok else ' - some files failed to compile'}")  # fmt: skip
+
+
 def start_spark(cores: int) -> Any:
     os.environ.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -303,6 +326,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds after the warm-up (default 3)")
     ap.add_argument("--no-floor", action="store_true", help="skip the minimal Python data source (the floor)")
     ap.add_argument("--verbose", action="store_true", help="print Spark's per-batch durations")
+    ap.add_argument("--no-compile", action="store_true",
+                    help="do not compile headrace's sources to bytecode first (see compile_bytecode)")  # fmt: skip
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="headrace-bench-spark-"))
@@ -314,6 +339,8 @@ def main() -> None:
         id_sum = total * (total - 1) // 2
         print(f"pipeline: Parquet ({args.files} files x {args.rows:,} rows) -> Parquet files, availableNow, "
               f"{args.files_per_trigger} files per trigger, local[{args.cores}], one session")  # fmt: skip
+        print(compile_bytecode() if not args.no_compile else "bytecode: not compiled first (--no-compile)")
+        print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         t0 = time.perf_counter()
         spark = start_spark(args.cores)
         if not args.no_floor:
@@ -341,6 +368,7 @@ def main() -> None:
             for kind, run in got.items():
                 runs[kind].append(run)
         spark.stop()
+        print("load average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
 
         def med(kind: str, attr: str) -> float:
             return statistics.median(getattr(x, attr) for x in runs[kind])

@@ -5,29 +5,51 @@
            .write_stream.format("memory").query_name("out").trigger(available_now=True).start())
     q.await_termination()
     hr.memory_table("out")
+
+``import headrace`` loads nothing but this module: each public name is imported from its
+module the first time it is used (``hr.read_stream``, ``from headrace import StreamingQuery``),
+through the module-level ``__getattr__`` of PEP 562. A process that needs only part of headrace
+(Spark's Python workers unpickling a ``headrace.spark`` data source, a plugin importing
+``headrace.options``) does not pay for the engine, the transforms or pyarrow.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from headrace.api import DataStreamReader, DataStreamWriter, GroupedStream, StreamFrame, read_stream
-from headrace.connectors.memory import memory_table
-from headrace.errors import (
-    CheckpointError,
-    ConnectorNotFoundError,
-    DataLossError,
-    HeadraceError,
-    OptionsError,
-    PluginError,
-    SchemaChangedError,
-    StreamingQueryException,
-    UnsupportedError,
-)
-from headrace.plugins import registry
-from headrace.progress import QueryProgress
-from headrace.query import StreamingQuery, Trigger
-from headrace.transforms.static import DataFrameReader, StaticFrame, read
+if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __getattr__ imports them
+    # subpackages an eager import used to load (``hr.progress``): see _SUBMODULES
+    from headrace import api as api
+    from headrace import checkpoint as checkpoint
+    from headrace import connectors as connectors
+    from headrace import engine as engine
+    from headrace import errors as errors
+    from headrace import history as history
+    from headrace import options as options
+    from headrace import plugins as plugins
+    from headrace import progress as progress
+    from headrace import protocols as protocols
+    from headrace import query as query
+    from headrace import transforms as transforms
+    from headrace.api import DataStreamReader, DataStreamWriter, GroupedStream, StreamFrame, read_stream
+    from headrace.connectors.memory import memory_table
+    from headrace.errors import (
+        CheckpointError,
+        ConnectorNotFoundError,
+        DataLossError,
+        HeadraceError,
+        OptionsError,
+        PluginError,
+        SchemaChangedError,
+        StreamingQueryException,
+        UnsupportedError,
+    )
+    from headrace.plugins import registry
+    from headrace.progress import QueryProgress
+    from headrace.query import StreamingQuery, Trigger
+    from headrace.transforms.static import DataFrameReader, StaticFrame, read
+    from headrace.transforms.window import session_window, window
 
 __version__ = "0.1.0"
 
@@ -58,11 +80,59 @@ __all__ = [
     "window",
 ]
 
+# public name -> the module that defines it (tests/core/test_import_weight.py checks that this
+# covers __all__ exactly)
+_LAZY: dict[str, str] = {
+    "DataStreamReader": "headrace.api",
+    "DataStreamWriter": "headrace.api",
+    "GroupedStream": "headrace.api",
+    "StreamFrame": "headrace.api",
+    "read_stream": "headrace.api",
+    "memory_table": "headrace.connectors.memory",
+    "CheckpointError": "headrace.errors",
+    "ConnectorNotFoundError": "headrace.errors",
+    "DataLossError": "headrace.errors",
+    "HeadraceError": "headrace.errors",
+    "OptionsError": "headrace.errors",
+    "PluginError": "headrace.errors",
+    "SchemaChangedError": "headrace.errors",
+    "StreamingQueryException": "headrace.errors",
+    "UnsupportedError": "headrace.errors",
+    "registry": "headrace.plugins",
+    "QueryProgress": "headrace.progress",
+    "StreamingQuery": "headrace.query",
+    "Trigger": "headrace.query",
+    "DataFrameReader": "headrace.transforms.static",
+    "StaticFrame": "headrace.transforms.static",
+    "read": "headrace.transforms.static",
+    "session_window": "headrace.transforms.window",
+    "window": "headrace.transforms.window",
+}
+
+# Subpackages that an eager ``import headrace`` used to load as a side effect: ``hr.progress``
+# and the like keep working without an explicit ``import headrace.progress``.
+_SUBMODULES = frozenset(
+    {"api", "checkpoint", "connectors", "engine", "errors", "history", "options", "plugins", "progress",
+     "protocols", "query", "transforms"}
+)
+
 
 def __getattr__(name: str) -> Any:
-    # time windows live with the stateful operators, imported only when used
-    if name in ("window", "session_window"):
-        import importlib
+    """Import a public name (or one of the subpackages listed above) on first use and keep it
+    in the module's namespace, so later lookups are plain attribute reads."""
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module 'headrace' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        return getattr(importlib.import_module("headrace.transforms.window"), name)
-    raise AttributeError(f"module 'headrace' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    """The public names, the subpackages and the module's dunders (not this file's helpers)."""
+    own = {n for n in globals() if n.startswith("__")}
+    loaded = {n for n, v in globals().items() if getattr(v, "__name__", "") == f"{__name__}.{n}"}
+    return sorted(own | loaded | set(__all__) | _SUBMODULES)

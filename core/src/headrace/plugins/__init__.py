@@ -39,19 +39,23 @@ One job per module: :mod:`~headrace.plugins.spec` (``ConnectorSpec``),
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
-from headrace.plugins.discovery import (
-    ENTRY_POINT_GROUP,
-    FIRST_PARTY,  # noqa: F401  (importable from here, as before the split)
-    PLUGINS_ENV,
-    Registry,
-    register_listener,
-    registry,
-    unregister_listener,
-)
-from headrace.plugins.hookspecs import PLUGIN_API_VERSION, HeadraceHookSpecs, hookimpl, hookspec
 from headrace.plugins.spec import ConnectorSpec
+
+if TYPE_CHECKING:  # imported on first use (PEP 562 __getattr__ below)
+    from headrace.plugins.discovery import (
+        ENTRY_POINT_GROUP,
+        FIRST_PARTY,  # noqa: F401  (importable from here, as before the split)
+        PLUGINS_ENV,
+        Registry,
+        register_listener,
+        registry,
+        unregister_listener,
+    )
+    from headrace.plugins.hookspecs import PLUGIN_API_VERSION, HeadraceHookSpecs, hookimpl, hookspec
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -68,3 +72,33 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# Discovery (pluggy, importlib.metadata: ~25 ms) is imported when first used, not with the
+# package: a process that only unpickles a ConnectorSpec (Spark's Python workers running a
+# headrace.spark data source) needs none of it.
+_LAZY = {
+    "ENTRY_POINT_GROUP": "headrace.plugins.discovery",
+    "FIRST_PARTY": "headrace.plugins.discovery",
+    "PLUGINS_ENV": "headrace.plugins.discovery",
+    "Registry": "headrace.plugins.discovery",
+    "register_listener": "headrace.plugins.discovery",
+    "registry": "headrace.plugins.discovery",
+    "unregister_listener": "headrace.plugins.discovery",
+    "PLUGIN_API_VERSION": "headrace.plugins.hookspecs",
+    "HeadraceHookSpecs": "headrace.plugins.hookspecs",
+    "hookimpl": "headrace.plugins.hookspecs",
+    "hookspec": "headrace.plugins.hookspecs",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -38,9 +38,10 @@ stream writer; developed against 4.3).
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 try:  # DataSourceStreamArrowWriter: PySpark 4.1; latestOffset(start, limit) and read limits: 4.2
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter  # noqa: F401
@@ -53,9 +54,8 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
 from pyspark.sql.types import StructType
 
 from headrace.errors import HeadraceError
-from headrace.plugins import ConnectorSpec, Registry, registry
+from headrace.plugins import ConnectorSpec
 from headrace.spark._common import FORMAT_PREFIX, STATE_PATH_OPTION
-from headrace.spark.sink import HeadraceCommitMessage, HeadraceStreamWriter
 from headrace.spark.source import (
     HeadraceInputPartition,
     HeadraceStreamReader,
@@ -71,6 +71,9 @@ from headrace.spark.types import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from headrace.plugins import Registry
+    from headrace.spark.sink import HeadraceCommitMessage, HeadraceStreamWriter
 
 __all__ = [
     "FORMAT_PREFIX",
@@ -91,6 +94,23 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# The sink side is imported when a writer is first asked for (Spark's streaming source runner,
+# a fresh Python process per query, unpickles this module's data source and never writes).
+_LAZY = {"HeadraceCommitMessage": "headrace.spark.sink", "HeadraceStreamWriter": "headrace.spark.sink"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def format_name(connector: str) -> str:
@@ -122,7 +142,11 @@ class HeadraceDataSource(DataSource):
     def connector_spec(cls) -> ConnectorSpec:
         """The connector's spec: from this process's registry, or the inline one. Called once
         per reader, writer or schema request."""
-        return cls.inline_spec if cls.inline_spec is not None else registry().get(cls.connector)
+        if cls.inline_spec is not None:
+            return cls.inline_spec
+        from headrace.plugins import registry
+
+        return registry().get(cls.connector)
 
     @classmethod
     def name(cls) -> str:
@@ -159,6 +183,8 @@ class HeadraceDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> HeadraceStreamWriter:
         """A stream writer for this query. Called by Spark on the driver once per micro-batch
         and once per commit/abort; the result is pickled to executors."""
+        from headrace.spark.sink import HeadraceStreamWriter
+
         return HeadraceStreamWriter(self.connector_spec(), dict(self.options), schema, overwrite)
 
 
@@ -174,6 +200,8 @@ def data_source_class(connector: str | ConnectorSpec, *, alias: str = "", reg: R
     ``headraceMaxTasks`` (at most this many Spark tasks per micro-batch; None: one per
     partition of the source).
     """
+    from headrace.plugins import registry
+
     r = reg or registry()
     spec = connector if isinstance(connector, ConnectorSpec) else r.get(connector)
     inline: ConnectorSpec | None = spec
@@ -204,6 +232,8 @@ def register(spark: SparkSession, *connectors: str | ConnectorSpec, aliases: boo
     aliases are registered too. Call once per SparkSession, on the driver; registering again
     replaces the earlier registration.
     """
+    from headrace.plugins import registry
+
     r = reg or registry()
     specs: Sequence[ConnectorSpec]
     if connectors:

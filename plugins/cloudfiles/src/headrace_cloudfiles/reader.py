@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from headrace.badrecords import BadRecord, BadRecords
 from headrace.errors import HeadraceError, SchemaChangedError
@@ -199,6 +198,8 @@ def _take_out_bad(c: Conformed, plan: ReadPlan, uri: str, malformed: Sequence[st
     plan.bad_records.add(bad)  # raises for badRecordsPolicy=fail
     if not bad:
         return c if keep_rescued else Conformed(c.columns, c.num_rows, None, c.new_fields)
+    import pyarrow.compute as pc  # not at module level: Spark's per-query source runner imports this module
+
     mask = pa.array(keep)
     cols = {k: pc.filter(v, mask) for k, v in c.columns.items()}
     rescued = [r for r, k in zip(c.rescued or [], keep, strict=True) if k] if keep_rescued and c.rescued else None
