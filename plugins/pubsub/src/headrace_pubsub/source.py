@@ -30,7 +30,6 @@ import shutil
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,7 +37,6 @@ from typing import Any
 
 import pyarrow as pa
 from google.api_core import exceptions as gexc
-from google.pubsub_v1 import PullResponse
 
 from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError
@@ -61,6 +59,7 @@ from headrace_pubsub._options import (  # typed option handles
     SUBSCRIPTION_ID,
     TOPIC_ID,
 )
+from headrace_pubsub._rpc import SubscriberCalls
 from headrace_pubsub._schema import IDS_SCHEMA, SCHEMA, Columns
 from headrace_pubsub._staging import SegmentPart, SegmentStore, read_part
 
@@ -126,10 +125,10 @@ class PubSubSource(Source):
         self._pool: ThreadPoolExecutor | None = None
         self._acker = Acker(self._ack_ids, self._modify_deadline)
         self._closed = False
-        warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated", category=DeprecationWarning)
         self._client: Any = subscriber_client(options, self.endpoint)
         try:
             self.ack_deadline = self._ensure_subscription(options)
+            self._calls = SubscriberCalls(self._client, self.subscription_path, _RPC_TIMEOUT)
         except BaseException:
             self.close()
             raise
@@ -330,7 +329,7 @@ class PubSubSource(Source):
     def __getstate__(self) -> dict[str, Any]:
         """A pickled copy reads staged files only: no client, threads or locks."""
         state = dict(self.__dict__)
-        for k in ("_client", "_pool", "_acker", "_seen_lock", "_seen", "_pending_fetch_ids"):
+        for k in ("_client", "_calls", "_pool", "_acker", "_seen_lock", "_seen", "_pending_fetch_ids"):
             state.pop(k, None)
         state["_closed"] = True
         return state
@@ -348,10 +347,7 @@ class PubSubSource(Source):
         request nobody reads: they come back only after the ack deadline (measured under load:
         100-200 of 50,000 messages missed an available-now run). Safety first."""
         try:
-            resp = self._client.pull(
-                request={"subscription": self.subscription_path, "max_messages": n, "return_immediately": True},
-                timeout=_RPC_TIMEOUT,
-            )
+            return self._calls.pull(n)
         except gexc.DeadlineExceeded:
             return []
         except gexc.NotFound as e:
@@ -360,16 +356,13 @@ class PubSubSource(Source):
                 "expired after 31 days without subscribers); messages published meanwhile are lost for it; "
                 "fix: restart the query (it recreates the subscription)"
             ) from e
-        return PullResponse.pb(resp).received_messages
 
     # ------------------------------------------------------------------ acks
     def _modify_deadline(self, ack_ids: Sequence[str], seconds: int) -> None:
-        self._client.modify_ack_deadline(
-            subscription=self.subscription_path, ack_ids=list(ack_ids), ack_deadline_seconds=seconds, timeout=_RPC_TIMEOUT
-        )
+        self._calls.modify_ack_deadline(ack_ids, seconds)
 
     def _ack_ids(self, ack_ids: list[str]) -> None:
-        self._client.acknowledge(subscription=self.subscription_path, ack_ids=ack_ids, timeout=_RPC_TIMEOUT)
+        self._calls.acknowledge(ack_ids)
 
     def _resume_staged(self, start: int, pending: list[int]) -> Offset:
         """Segments staged after ``start`` by a run that died before writing their offsets."""
