@@ -380,3 +380,17 @@ def test_staged_segments_live_until_commit(topic: Topic, make_source: Sources) -
     src.commit(end)
     assert src._store.staged() == []
     assert len(os.listdir(src._store.dedup_dir)) == 1
+    # the committed segment's folder went to retired/, deleted in the background
+    wait_for(lambda: not os.listdir(src._store.retired_dir), timeout=10, what="the retired segment to be deleted")
+
+
+def test_retired_segments_left_by_a_crash_are_deleted_at_start(topic: Topic, make_source: Sources, tmp_path: Path) -> None:
+    src = make_source(topic.source_options())
+    topic.publish_ints(3)
+    end = src.latest_offset(src.initial_offset(), ALL)
+    src._store._delete_later = lambda path: None  # type: ignore[method-assign]  # the process dies before deleting
+    src.commit(end)
+    left = os.listdir(src._store.retired_dir)
+    assert left and src._store.staged() == []
+    again = make_source(topic.source_options())  # a restart on the same state folder
+    assert not os.listdir(again._store.retired_dir) and again._store.staged() == []

@@ -311,6 +311,7 @@ class PubSubSource(Source):
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._acker.close()  # acknowledgements in flight are sent before the client closes
+        self._store.close()  # committed segments still being deleted finish in the background
         client = getattr(self, "_client", None)
         if client is not None:
             if self.delete_on_stop:
