@@ -4,6 +4,7 @@ redelivery, nack, ack deadlines, ordering keys, staging and clean-up."""
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 import uuid
@@ -381,6 +382,7 @@ def test_staged_segments_live_until_commit(topic: Topic, make_source: Sources) -
     assert src._store.staged() == []
     assert len(os.listdir(src._store.dedup_dir)) == 1
     # the committed segment's folder went to retired/, deleted in the background
+    assert pickle.loads(pickle.dumps(src)).schema == src.schema  # a copy without the deleter thread
     wait_for(lambda: not os.listdir(src._store.retired_dir), timeout=10, what="the retired segment to be deleted")
 
 
