@@ -1,7 +1,7 @@
 """``PubSubSource``: Pub/Sub made replayable by staging pulled messages in the checkpoint.
 
 Per trigger, ``latest_offset`` pulls (``numFetchPartitions`` fetch partitions, each up to
-``maxRecordsPerFetch`` messages or ``maxFetchPeriod``, with two pull requests in flight, ending
+``maxRecordsPerFetch`` messages or ``maxFetchPeriod``, with three pull requests in flight, ending
 early once the subscription is idle for ``fetchIdleTimeout``; see ``_fetch``), extends the ack
 deadlines of what it holds, and stages what it pulled in chunks: whenever ``_STAGE_ROWS`` messages
 wait, they are written durably as one segment ``sources/<i>/pubsub/segments/<seq>`` (Arrow IPC)
