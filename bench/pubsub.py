@@ -1,7 +1,7 @@
 """Benchmark: headrace's pubsub source and sink vs plain google-cloud-pubsub, same run, same emulator.
 
     .venv/bin/python bench/pubsub.py [--messages 20000] [--size 100] [--rounds 3] [--only source|sink]
-                                     [--idle-ms 200] [--partitions 1]
+                                     [--idle-ms 200] [--partitions 1] [--baseline-src DIR]
 
 Source: N messages of --size bytes are published once to a topic with one subscription per run
 (all created alike: ack deadline 60 s, no ordering, no filter), so every consumer reads the same
@@ -23,6 +23,9 @@ Ratios printed: vs the loop told N (the issue's figure), vs the loop that finds 
 like), and headrace-to-the-last-message vs the loop told N (the same work). docs/performance.md
 says why the second is the fair one. Each side's CPU time is shown too: this process's
 (user+sys) and the emulator JVM's.
+--baseline-src DIR also runs another version of the source (DIR = another checkout's
+plugins/pubsub/src, e.g. main's) in the same rounds on the same emulator: a before/after that the
+load of a shared machine cannot tilt between two separate runs.
 Sink: N rows published to a topic:
   - baseline: ``PublisherClient.publish`` per message with the same batch settings, then every future;
   - headrace: rate-micro-batch -> map_batches (value -> bytes) -> pubsub sink, available_now.
@@ -148,7 +151,7 @@ def bench_unary_drain(emu: PubSubEmulator, sub: str, n: int, idle: float = 0.2) 
 
 
 def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: int, partitions: int,
-                          idle: str = "200 ms") -> tuple[float, int, float]:  # fmt: skip
+                          idle: str = "200 ms", fmt: str = "pubsub") -> tuple[float, int, float]:  # fmt: skip
     """msgs/s of the whole run (start() to the end of await_termination()), rows, and msgs/s up
     to the progress report of the batch that completed N rows (every message pulled, staged,
     acknowledged or being acknowledged, and handed to the batch function, whose batch committed)."""
@@ -174,7 +177,7 @@ def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: in
             last_rows.append(time.perf_counter())
 
     t0 = time.perf_counter()
-    q = hr.read_stream.format("pubsub").options(opts).load().write_stream.foreach_batch(batch) \
+    q = hr.read_stream.format(fmt).options(opts).load().write_stream.foreach_batch(batch) \
         .on_progress(progress).option("checkpointLocation", chk).trigger(available_now=True).start()  # fmt: skip
     q.await_termination()
     elapsed = time.perf_counter() - t0
@@ -184,6 +187,42 @@ def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: in
     assert sum(payload_bytes) == rows * _SIZE, "payloads differ from what was published"
     to_last = (last_rows[0] - t0) if last_rows else elapsed
     return rows / elapsed, rows, rows / to_last
+
+
+def _register_baseline(src_dir: str) -> str:
+    """Register the pubsub plugin found in ``src_dir`` (e.g. another checkout's
+    ``plugins/pubsub/src``) as the connector ``pubsub_baseline``, so the same process runs both
+    versions on the same emulator, interleaved. Its package is copied to a temp folder as
+    ``headrace_pubsub_baseline`` (imports rewritten); it uses this checkout's option declarations."""
+    import re
+    import shutil
+
+    from headrace.plugins import PLUGIN_API_VERSION, ConnectorSpec, hookimpl
+    from headrace.plugins.discovery import registry
+    from headrace_pubsub._options import SOURCE_OPTIONS
+
+    root = tempfile.mkdtemp(prefix="bench-pubsub-baseline-")
+    dest = os.path.join(root, "headrace_pubsub_baseline")
+    shutil.copytree(os.path.join(src_dir, "headrace_pubsub"), dest)
+    for name in os.listdir(dest):
+        if name.endswith(".py"):
+            path = os.path.join(dest, name)
+            with open(path) as f:
+                text = re.sub(r"\bheadrace_pubsub\b", "headrace_pubsub_baseline", f.read())
+            with open(path, "w") as f:
+                f.write(text)
+    sys.path.insert(0, root)
+
+    class _Baseline:
+        @hookimpl
+        def headrace_connectors(self) -> list[ConnectorSpec]:
+            return [ConnectorSpec(name="pubsub_baseline", source="headrace_pubsub_baseline.source:PubSubSource",
+                                  source_options=SOURCE_OPTIONS, description=f"pubsub source from {src_dir}",
+                                  api_version=PLUGIN_API_VERSION)]  # fmt: skip
+
+    registry().register_module(_Baseline(), distribution=f"bench baseline ({src_dir})")
+    __import__("headrace_pubsub_baseline.source")  # import cost outside the timings
+    return "pubsub_baseline"
 
 
 def _emulator_cpu(emu: PubSubEmulator) -> float:
@@ -238,14 +277,16 @@ def bench_headrace_sink(emu: PubSubEmulator, topic_id: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, partitions: int, idle_ms: int) -> None:
+def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, partitions: int, idle_ms: int,
+                 baseline: str | None = None) -> None:  # fmt: skip
     sub_client = emu.subscriber()
     topic_id = _name("bench")
     topic = f"projects/{PROJECT}/topics/{topic_id}"
     pub.create_topic(name=topic)
-    subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace")}
+    subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace", "warm-baseline")}
     for r in range(rounds):
         subs[f"unary{r}"], subs[f"drain{r}"], subs[f"headrace{r}"] = _name("unary"), _name("drain"), _name("headrace")
+        subs[f"baseline{r}"] = _name("baseline")
     for s in subs.values():  # every subscription alike
         sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
     _publish(emu, topic, n, size)
@@ -255,7 +296,12 @@ def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, 
     # warm-up of both (the emulator's JIT; pyarrow's first pa.array imports pandas, ~0.5 s), not counted
     bench_unary_pull(emu, path + subs["warm-unary"], n)
     bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, partitions, idle)
+    fmt_b = _register_baseline(baseline) if baseline else None
+    if fmt_b:
+        bench_headrace_source(emu, topic_id, subs["warm-baseline"], n, partitions, idle, fmt_b)
     unarys, drains, hrs, hr_last, cpu_u, cpu_h = [], [], [], [], [], []
+    bases: list[float] = []
+    cpu_b: list[tuple[float, float]] = []
     for r in range(rounds):  # interleaved rounds, the order flipped every other round; medians: the machine is shared
         def unary(r: int = r) -> None:
             rate, py, jvm = _measured(emu, bench_unary_pull, emu, path + subs[f"unary{r}"], n)
@@ -271,7 +317,15 @@ def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, 
             hr_last.append(to_last)
             cpu_h.append((py, jvm))
 
-        for side in (unary, headrace) if r % 2 == 0 else (headrace, unary):
+        def base(r: int = r) -> None:
+            if fmt_b:
+                (rate, rows, _), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"baseline{r}"],
+                                                     n, partitions, idle, fmt_b)  # fmt: skip
+                assert rows == n, (rows, n)
+                bases.append(rate)
+                cpu_b.append((py, jvm))
+
+        for side in (unary, headrace, base) if r % 2 == 0 else (base, headrace, unary):
             side()
     unary_m, drain_m, hr_m, last_m = (statistics.median(v) for v in (unarys, drains, hrs, hr_last))
     print(f"source ({n} msgs of {size} B, numFetchPartitions={partitions}, fetchIdleTimeout {idle}; medians of "
@@ -283,7 +337,14 @@ def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, 
           "end: staged + acked + read back, then finding the end)")  # fmt: skip
     print(f"  headrace to the last message {last_m:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hr_last)}; start() to "
           "the progress report of the batch that completed N)")  # fmt: skip
-    for label, cpu in (("plain", cpu_u), ("headrace", cpu_h)):
+    if bases:
+        base_m = statistics.median(bases)
+        print(f"  baseline (--baseline-src)    {base_m:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in bases)}; the same "
+              f"run for the other version: {hr_m / base_m:.2f}x; vs told N {base_m / unary_m:.2f}, vs until idle "
+              f"{base_m / drain_m:.2f})")  # fmt: skip
+    for label, cpu in (("plain", cpu_u), ("headrace", cpu_h), ("baseline", cpu_b)):
+        if not cpu:
+            continue
         py, jvm = statistics.median(c[0] for c in cpu), statistics.median(c[1] for c in cpu)
         print(f"  CPU {label:9} this process {py:5.2f} s, emulator {jvm:5.2f} s  "
               f"({1e6 * py / n:5.1f} + {1e6 * jvm / n:5.1f} us/msg)")  # fmt: skip
@@ -318,6 +379,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1, help="numFetchPartitions of the headrace source")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are printed)")
     ap.add_argument("--only", choices=("source", "sink"), help="run one half of the bench")
+    ap.add_argument("--baseline-src", metavar="DIR",
+                    help="also run the pubsub plugin found in DIR (another checkout's plugins/pubsub/src) in the "
+                         "same rounds, for a before/after in one process")  # fmt: skip
     ap.add_argument("--idle-ms", type=int, default=200,
                     help="fetchIdleTimeout of the headrace run and the idle end of the plain loop that finds the end")  # fmt: skip
     args = ap.parse_args()
@@ -329,7 +393,7 @@ def main() -> None:
 
         pub = emu.publisher()
         if args.only != "sink":
-            bench_source(emu, pub, n, args.size, args.rounds, args.partitions, args.idle_ms)
+            bench_source(emu, pub, n, args.size, args.rounds, args.partitions, args.idle_ms, args.baseline_src)
         if args.only != "source":
             bench_sink(emu, pub, n, args.size, args.rounds)
     finally:
