@@ -371,6 +371,24 @@ def test_available_now_stops_at_messages_published_before_it(topic: Topic, make_
     assert sorted(int(m.message.data) for m in left) == later  # handed back, not lost
 
 
+def test_available_now_waits_for_the_end_once(topic: Topic, make_source: Sources) -> None:
+    """A fetch that ended because the subscription stayed empty for fetchIdleTimeout ends the
+    available-now run: the next call returns at once instead of waiting that long again. A fetch
+    that ended at its limit does not."""
+    src = make_source(topic.source_options(fetchIdleTimeout="1500 milliseconds", maxRecordsPerFetch=4))
+    sent = topic.publish_ints(6)
+    assert src.prepare_for_available_now()
+    start = src.initial_offset()
+    first = src.latest_offset(start, ALL)  # ends at maxRecordsPerFetch: not drained
+    assert first["seq"] > 0 and not src._drained
+    second = src.latest_offset(first, ALL)  # the last 2 messages, then 1.5 s of nothing
+    assert second["seq"] > first["seq"] and src._drained
+    t0 = time.monotonic()
+    assert src.latest_offset(second, ALL) == second  # the end, without a second wait
+    assert time.monotonic() - t0 < 1.0
+    assert sorted(values([read(src, start, second)])) == sent
+
+
 def test_staged_segments_live_until_commit(topic: Topic, make_source: Sources) -> None:
     src = make_source(topic.source_options())
     topic.publish_ints(4)

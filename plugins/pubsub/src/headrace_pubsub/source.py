@@ -121,6 +121,7 @@ class PubSubSource(Source):
         self._reacked: set[int] = set()
         self._stats: dict[int, dict[str, Any]] = {}
         self._cutoff_ms: int | None = None
+        self._drained = False  # available-now: the last fetch found the subscription empty (see latest_offset)
         self._pending_fetch_ids: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._acker = Acker(self._ack_ids, self._modify_deadline)
@@ -187,7 +188,8 @@ class PubSubSource(Source):
     def prepare_for_available_now(self) -> bool:
         """Called once for ``trigger(available_now=True)``: messages published after this moment
         (by their publish time) are handed back (nacked) for a later run; the query stops once a
-        fetch finds nothing published before it."""
+        fetch finds nothing published before it, or right after a fetch that ended because the
+        subscription delivered nothing for ``fetchIdleTimeout`` (that wait is not repeated)."""
         self._cutoff_ms = int(time.time() * 1000)
         return True
 
@@ -203,6 +205,10 @@ class PubSubSource(Source):
         pending = [q for q in self._store.staged() if q > s]
         if pending:
             return self._resume_staged(s, pending)
+        if self._cutoff_ms is not None and self._drained:
+            # available-now: the previous fetch, after the cut-off, ended only once the subscription
+            # had delivered nothing for fetchIdleTimeout; a second such wait would find nothing more
+            return dict(start)
         run = FetchRun(self, limit, self._puller_pool)
         seq = s
         stats: dict[str, Any] = {"stageDurationMs": 0}
@@ -222,6 +228,7 @@ class PubSubSource(Source):
                 self._pending_fetch_ids.clear()  # so those redeliveries are taken, not dropped
             raise
         run.stop()
+        self._drained = run.drained
         stats.update({
             "numRecordsFetched": run.fetched,
             "numBytesFetched": run.bytes,
