@@ -8,7 +8,7 @@ interceptor, a deadline object and a retry closure: about half of this process's
 serialises the plain protobuf messages (``PullRequest.pb()`` etc.) on the same channel (so the
 same credentials, TLS and endpoint), with the metadata the client would send (routing header and
 ``x-goog-api-client``), and the client's own retry policy for each method (api_core ``Retry``
-with the GAPIC defaults of google-cloud-pubsub 2.x: 0.1 s doubling by 1.3 up to 60 s, on the
+with the GAPIC defaults of google-cloud-pubsub 2.x: 0.1 s, x1.3 a retry, up to 60 s, on the
 codes the client retries). Errors are the client's (``google.api_core.exceptions``), mapped by
 api_core's ``wrap_errors``.
 
