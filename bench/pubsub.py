@@ -1,26 +1,37 @@
 """Benchmark: headrace's pubsub source and sink vs plain google-cloud-pubsub, same run, same emulator.
 
     .venv/bin/python bench/pubsub.py [--messages 20000] [--size 100] [--rounds 3] [--only source|sink]
+                                     [--idle-ms 200] [--partitions 1] [--baseline-src DIR]
 
-Source: N messages are published once to a topic with one subscription per run (all created
-alike: ack deadline 60 s, no ordering, no filter); then each consumer drains its own subscription:
+Source: N messages of --size bytes are published once to a topic with one subscription per run
+(all created alike: ack deadline 60 s, no ordering, no filter), so every consumer reads the same
+messages; each drains its own subscription, and each one's output is checked afterwards (N
+distinct message ids, N x size payload bytes). Every side creates its own client inside its timing.
   - shown once: the client's streaming pull (``SubscriberClient.subscribe``) acking each message;
   - the reference (issue 17): a plain unary loop, Pull (max 1000 messages; the emulator hands out
-    100) then Acknowledge those, until it has N; it keeps every message id and payload, and the
-    ids are checked afterwards (N distinct);
-  - shown once: the same loop not told N, ending once the subscription delivered nothing for
-    200 ms (the end condition of the headrace run below);
+    100) then Acknowledge those, until it has N ("told N": it knows when to stop);
+  - the same loop not told N, ending once the subscription delivered nothing for --idle-ms (the
+    end condition of the headrace run below; a real consumer does not know N);
   - headrace: a pubsub -> foreach_batch query with trigger(available_now=True), from start() to
     the end: pull, stage to the checkpoint as Arrow IPC (fsync), ack, read back; the batch
-    function keeps the messageId column, checked afterwards (N distinct). It must also find the
-    end of the backlog (fetchIdleTimeout 200 ms of empty pulls), which the plain loop, told N,
-    does not; and it starts a query (checkpoint, subscription check).
-Each side's CPU time is shown too: this process's (user+sys) and the emulator JVM's.
+    function keeps the messageId and payload columns. It must find the end of the backlog
+    (fetchIdleTimeout --idle-ms of empty pulls) and it starts a query (checkpoint, subscription
+    check). Also shown: its msgs/s up to the progress report of the batch that completed N rows,
+    the same work as the loop told N (both stop at the N-th message; the last chunk's
+    acknowledgement may still be in flight then, ~1 ms).
+Ratios printed: vs the loop told N (the issue's figure), vs the loop that finds the end (like for
+like), and headrace-to-the-last-message vs the loop told N (the same work). docs/performance.md
+says why the second is the fair one. Each side's CPU time is shown too: this process's
+(user+sys) and the emulator JVM's.
+--baseline-src DIR also runs another version of the source (DIR = another checkout's
+plugins/pubsub/src, e.g. main's) in the same rounds on the same emulator: a before/after that the
+load of a shared machine cannot tilt between two separate runs.
 Sink: N rows published to a topic:
   - baseline: ``PublisherClient.publish`` per message with the same batch settings, then every future;
   - headrace: rate-micro-batch -> map_batches (value -> bytes) -> pubsub sink, available_now.
-Each side runs once as a warm-up (not counted), then ``--rounds`` interleaved rounds; prints the
-median msgs/s and the ratio headrace / baseline (goal >= 0.8). The machine may be shared: medians.
+Each side runs once as a warm-up (not counted), then ``--rounds`` interleaved rounds (the order
+flipped every other round); prints the median msgs/s and the ratios (goal >= 0.8). The machine
+may be shared: medians, and the load average is printed.
 """
 
 from __future__ import annotations
@@ -81,6 +92,7 @@ def bench_streaming_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
     done.wait(600)
     elapsed = time.perf_counter() - t0
     future.cancel()
+    future.result()  # waits until the stream and its dispatcher stopped (no ack on a closed channel)
     client.close()
     return n / elapsed
 
@@ -88,8 +100,8 @@ def bench_streaming_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
 def bench_unary_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
     from google.pubsub_v1 import PullResponse
 
-    client = emu.subscriber()
     t0 = time.perf_counter()
+    client = emu.subscriber()  # inside the timing, as the headrace run makes its client
     got = 0
     message_ids: list[str] = []
     payloads: list[bytes] = []
@@ -104,6 +116,7 @@ def bench_unary_pull(emu: PubSubEmulator, sub: str, n: int) -> float:
     elapsed = time.perf_counter() - t0
     client.close()
     assert len(set(message_ids)) == n == len(payloads), (len(set(message_ids)), n)
+    assert sum(map(len, payloads)) == n * _SIZE, "payloads differ from what was published"
     return n / elapsed
 
 
@@ -113,9 +126,10 @@ def bench_unary_drain(emu: PubSubEmulator, sub: str, n: int, idle: float = 0.2) 
     from google.api_core import exceptions as gexc
     from google.pubsub_v1 import PullResponse
 
-    client = emu.subscriber()
     t0 = time.perf_counter()
+    client = emu.subscriber()
     message_ids: list[str] = []
+    payload_bytes = 0
     last = time.perf_counter()
     while time.perf_counter() - last < idle:
         try:  # a short deadline: the emulator answers at once when it holds nothing (< 1 s left)
@@ -127,32 +141,88 @@ def bench_unary_drain(emu: PubSubEmulator, sub: str, n: int, idle: float = 0.2) 
             continue
         last = time.perf_counter()
         message_ids.extend(m.message.message_id for m in resp.received_messages)
+        payload_bytes += sum(len(m.message.data) for m in resp.received_messages)
         client.acknowledge(subscription=sub, ack_ids=[m.ack_id for m in resp.received_messages])
     elapsed = time.perf_counter() - t0
     client.close()
     assert len(set(message_ids)) == n == len(message_ids), (len(set(message_ids)), n)
+    assert payload_bytes == n * _SIZE, "payloads differ from what was published"
     return n / elapsed
 
 
-def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: int, partitions: int) -> tuple[float, int]:
+def bench_headrace_source(emu: PubSubEmulator, topic_id: str, sub_id: str, n: int, partitions: int,
+                          idle: str = "200 ms", fmt: str = "pubsub") -> tuple[float, int, float]:  # fmt: skip
+    """msgs/s of the whole run (start() to the end of await_termination()), rows, and msgs/s up
+    to the progress report of the batch that completed N rows (every message pulled, staged,
+    acknowledged or being acknowledged, and handed to the batch function, whose batch committed)."""
     import pyarrow.compute as pc
 
     import headrace as hr
 
     chk = tempfile.mkdtemp(prefix="bench-pubsub-")
     opts = {"projectId": PROJECT, "topicId": topic_id, "subscriptionId": sub_id, "endpoint": emu.host,
-            "maxRecordsPerFetch": 10000, "numFetchPartitions": partitions, "fetchIdleTimeout": "200 ms"}  # fmt: skip
+            "maxRecordsPerFetch": 10000, "numFetchPartitions": partitions, "fetchIdleTimeout": idle}  # fmt: skip
     ids: list[pa.ChunkedArray] = []
+    payload_bytes: list[int] = []
+    last_rows: list[float] = []
+    seen = [0]
+
+    def batch(table: pa.Table, _batch_id: int) -> None:
+        ids.append(table.column("messageId"))
+        payload_bytes.append(pc.sum(pc.binary_length(table.column("payload"))).as_py() or 0)
+
+    def progress(p: Any) -> None:
+        seen[0] += p.num_input_rows
+        if p.num_input_rows and seen[0] >= n and not last_rows:
+            last_rows.append(time.perf_counter())
+
     t0 = time.perf_counter()
-    q = hr.read_stream.format("pubsub").options(opts).load().write_stream \
-        .foreach_batch(lambda table, _batch_id: ids.append(table.column("messageId"))) \
-        .option("checkpointLocation", chk).trigger(available_now=True).start()  # fmt: skip
+    q = hr.read_stream.format(fmt).options(opts).load().write_stream.foreach_batch(batch) \
+        .on_progress(progress).option("checkpointLocation", chk).trigger(available_now=True).start()  # fmt: skip
     q.await_termination()
     elapsed = time.perf_counter() - t0
     rows = sum(p["numInputRows"] for p in q.recent_progress)
     distinct = pc.count_distinct(pa.chunked_array([c for a in ids for c in a.chunks], pa.string())).as_py()
     assert distinct == rows, (distinct, rows)
-    return rows / elapsed, rows
+    assert sum(payload_bytes) == rows * _SIZE, "payloads differ from what was published"
+    to_last = (last_rows[0] - t0) if last_rows else elapsed
+    return rows / elapsed, rows, rows / to_last
+
+
+def _register_baseline(src_dir: str) -> str:
+    """Register the pubsub plugin found in ``src_dir`` (e.g. another checkout's
+    ``plugins/pubsub/src``) as the connector ``pubsub_baseline``, so the same process runs both
+    versions on the same emulator, interleaved. Its package is copied to a temp folder as
+    ``headrace_pubsub_baseline`` (imports rewritten); it uses this checkout's option declarations."""
+    import re
+    import shutil
+
+    from headrace.plugins import PLUGIN_API_VERSION, ConnectorSpec, hookimpl
+    from headrace.plugins.discovery import registry
+    from headrace_pubsub._options import SOURCE_OPTIONS
+
+    root = tempfile.mkdtemp(prefix="bench-pubsub-baseline-")
+    dest = os.path.join(root, "headrace_pubsub_baseline")
+    shutil.copytree(os.path.join(src_dir, "headrace_pubsub"), dest)
+    for name in os.listdir(dest):
+        if name.endswith(".py"):
+            path = os.path.join(dest, name)
+            with open(path) as f:
+                text = re.sub(r"\bheadrace_pubsub\b", "headrace_pubsub_baseline", f.read())
+            with open(path, "w") as f:
+                f.write(text)
+    sys.path.insert(0, root)
+
+    class _Baseline:
+        @hookimpl
+        def headrace_connectors(self) -> list[ConnectorSpec]:
+            return [ConnectorSpec(name="pubsub_baseline", source="headrace_pubsub_baseline.source:PubSubSource",
+                                  source_options=SOURCE_OPTIONS, description=f"pubsub source from {src_dir}",
+                                  api_version=PLUGIN_API_VERSION)]  # fmt: skip
+
+    registry().register_module(_Baseline(), distribution=f"bench baseline ({src_dir})")
+    __import__("headrace_pubsub_baseline.source")  # import cost outside the timings
+    return "pubsub_baseline"
 
 
 def _emulator_cpu(emu: PubSubEmulator) -> float:
@@ -207,46 +277,81 @@ def bench_headrace_sink(emu: PubSubEmulator, topic_id: str, n: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, partitions: int) -> None:
+def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, partitions: int, idle_ms: int,
+                 baseline: str | None = None) -> None:  # fmt: skip
     sub_client = emu.subscriber()
     topic_id = _name("bench")
     topic = f"projects/{PROJECT}/topics/{topic_id}"
     pub.create_topic(name=topic)
-    subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace")}
+    subs = {k: _name(k) for k in ("stream", "warm-unary", "warm-headrace", "warm-baseline")}
     for r in range(rounds):
         subs[f"unary{r}"], subs[f"drain{r}"], subs[f"headrace{r}"] = _name("unary"), _name("drain"), _name("headrace")
+        subs[f"baseline{r}"] = _name("baseline")
     for s in subs.values():  # every subscription alike
         sub_client.create_subscription(name=f"projects/{PROJECT}/subscriptions/{s}", topic=topic, ack_deadline_seconds=60)
     _publish(emu, topic, n, size)
     path = f"projects/{PROJECT}/subscriptions/"
+    idle = f"{idle_ms} ms"
     stream = bench_streaming_pull(emu, path + subs["stream"], n)
     # warm-up of both (the emulator's JIT; pyarrow's first pa.array imports pandas, ~0.5 s), not counted
     bench_unary_pull(emu, path + subs["warm-unary"], n)
-    bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, partitions)
-    unarys, drains, hrs, cpu_u, cpu_h = [], [], [], [], []
-    for r in range(rounds):  # interleaved rounds, medians: the machine is shared
-        rate, py, jvm = _measured(emu, bench_unary_pull, emu, path + subs[f"unary{r}"], n)
-        unarys.append(rate)
-        cpu_u.append((py, jvm))
-        drains.append(bench_unary_drain(emu, path + subs[f"drain{r}"], n))
-        (rate, rows), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"headrace{r}"], n, partitions)
-        assert rows == n, (rows, n)
-        hrs.append(rate)
-        cpu_h.append((py, jvm))
-    unary, drain, hr_src = statistics.median(unarys), statistics.median(drains), statistics.median(hrs)
-    print(f"source ({n} msgs of {size} B, numFetchPartitions={partitions}; medians of {rounds} "
-          "interleaved rounds after one warm-up each):")
+    bench_headrace_source(emu, topic_id, subs["warm-headrace"], n, partitions, idle)
+    fmt_b = _register_baseline(baseline) if baseline else None
+    if fmt_b:
+        bench_headrace_source(emu, topic_id, subs["warm-baseline"], n, partitions, idle, fmt_b)
+    unarys, drains, hrs, hr_last, cpu_u, cpu_h = [], [], [], [], [], []
+    bases: list[float] = []
+    cpu_b: list[tuple[float, float]] = []
+    for r in range(rounds):  # interleaved rounds, the order flipped every other round; medians: the machine is shared
+        def unary(r: int = r) -> None:
+            rate, py, jvm = _measured(emu, bench_unary_pull, emu, path + subs[f"unary{r}"], n)
+            unarys.append(rate)
+            cpu_u.append((py, jvm))
+            drains.append(bench_unary_drain(emu, path + subs[f"drain{r}"], n, idle_ms / 1000))
+
+        def headrace(r: int = r) -> None:
+            (rate, rows, to_last), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"headrace{r}"],
+                                                       n, partitions, idle)  # fmt: skip
+            assert rows == n, (rows, n)
+            hrs.append(rate)
+            hr_last.append(to_last)
+            cpu_h.append((py, jvm))
+
+        def base(r: int = r) -> None:
+            if fmt_b:
+                (rate, rows, _), py, jvm = _measured(emu, bench_headrace_source, emu, topic_id, subs[f"baseline{r}"],
+                                                     n, partitions, idle, fmt_b)  # fmt: skip
+                assert rows == n, (rows, n)
+                bases.append(rate)
+                cpu_b.append((py, jvm))
+
+        for side in (unary, headrace, base) if r % 2 == 0 else (base, headrace, unary):
+            side()
+    unary_m, drain_m, hr_m, last_m = (statistics.median(v) for v in (unarys, drains, hrs, hr_last))
+    print(f"source ({n} msgs of {size} B, numFetchPartitions={partitions}, fetchIdleTimeout {idle}; medians of "
+          f"{rounds} interleaved rounds after one warm-up each; load average {os.getloadavg()[0]:.2f}):")  # fmt: skip
     print(f"  plain streaming pull + ack   {stream:10,.0f} msgs/s  (one round)")
-    print(f"  plain unary pull + ack       {unary:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in unarys)})")
-    print(f"  same, until 200 ms idle      {drain:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in drains)}; not told N)")
-    print(f"  headrace pubsub -> batch fn  {hr_src:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hrs)}; staged + acked + read back)")
-    for label, cpu in (("plain", cpu_u), ("headrace", cpu_h)):
+    print(f"  plain unary pull + ack       {unary_m:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in unarys)}; told N)")
+    print(f"  same, until {idle_ms} ms idle      {drain_m:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in drains)}; not told N)")
+    print(f"  headrace pubsub -> batch fn  {hr_m:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hrs)}; start() to the "
+          "end: staged + acked + read back, then finding the end)")  # fmt: skip
+    print(f"  headrace to the last message {last_m:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in hr_last)}; start() to "
+          "the progress report of the batch that completed N)")  # fmt: skip
+    if bases:
+        base_m = statistics.median(bases)
+        print(f"  baseline (--baseline-src)    {base_m:10,.0f} msgs/s  ({' '.join(f'{v:,.0f}' for v in bases)}; the same "
+              f"run for the other version: {hr_m / base_m:.2f}x; vs told N {base_m / unary_m:.2f}, vs until idle "
+              f"{base_m / drain_m:.2f})")  # fmt: skip
+    for label, cpu in (("plain", cpu_u), ("headrace", cpu_h), ("baseline", cpu_b)):
+        if not cpu:
+            continue
         py, jvm = statistics.median(c[0] for c in cpu), statistics.median(c[1] for c in cpu)
         print(f"  CPU {label:9} this process {py:5.2f} s, emulator {jvm:5.2f} s  "
               f"({1e6 * py / n:5.1f} + {1e6 * jvm / n:5.1f} us/msg)")  # fmt: skip
-    print(f"  ratio vs streaming pull      {hr_src / stream:10.2f}   (goal >= 0.8)")
-    print(f"  ratio vs unary pull loop     {hr_src / unary:10.2f}   (goal >= 0.8)")
-    print(f"  ratio vs that loop until idle{hr_src / drain:10.2f}   (shown too: both must find the end)")
+    print(f"  ratio vs streaming pull           {hr_m / stream:5.2f}")
+    print(f"  ratio vs unary loop told N        {hr_m / unary_m:5.2f}   (issue 17's figure, goal >= 0.8; headrace must also find the end)")
+    print(f"  ratio vs that loop until idle     {hr_m / drain_m:5.2f}   (both find the end the same way: the like-for-like figure)")
+    print(f"  to the last message vs told N     {last_m / unary_m:5.2f}   (both stop at the N-th message: the same work)")
 
 
 def bench_sink(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int) -> None:
@@ -274,6 +379,11 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1, help="numFetchPartitions of the headrace source")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians are printed)")
     ap.add_argument("--only", choices=("source", "sink"), help="run one half of the bench")
+    ap.add_argument("--baseline-src", metavar="DIR",
+                    help="also run the pubsub plugin found in DIR (another checkout's plugins/pubsub/src) in the "
+                         "same rounds, for a before/after in one process")  # fmt: skip
+    ap.add_argument("--idle-ms", type=int, default=200,
+                    help="fetchIdleTimeout of the headrace run and the idle end of the plain loop that finds the end")  # fmt: skip
     args = ap.parse_args()
     n, _SIZE = args.messages, args.size
     emu = PubSubEmulator(project_id=PROJECT)
@@ -283,7 +393,7 @@ def main() -> None:
 
         pub = emu.publisher()
         if args.only != "sink":
-            bench_source(emu, pub, n, args.size, args.rounds, args.partitions)
+            bench_source(emu, pub, n, args.size, args.rounds, args.partitions, args.idle_ms, args.baseline_src)
         if args.only != "source":
             bench_sink(emu, pub, n, args.size, args.rounds)
     finally:

@@ -144,7 +144,7 @@ def test_messages_to_batch_columns() -> None:
 
 def test_ordering_keys_stay_in_order_across_chunks(pubsub_emulator: Any, sources: list[PubSubSource], tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    """Pub/Sub withholds a key's next messages while earlier ones are unacked, so with two pulls
+    """Pub/Sub withholds a key's next messages while earlier ones are unacked, so with several pulls
     in flight and a segment per chunk a key's messages still come in order (segments are read
     in order)."""
     monkeypatch.setattr(source_module, "_STAGE_ROWS", 1)

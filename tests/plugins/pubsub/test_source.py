@@ -4,6 +4,7 @@ redelivery, nack, ack deadlines, ordering keys, staging and clean-up."""
 from __future__ import annotations
 
 import os
+import pickle
 import threading
 import time
 import uuid
@@ -370,6 +371,24 @@ def test_available_now_stops_at_messages_published_before_it(topic: Topic, make_
     assert sorted(int(m.message.data) for m in left) == later  # handed back, not lost
 
 
+def test_available_now_waits_for_the_end_once(topic: Topic, make_source: Sources) -> None:
+    """A fetch that ended because the subscription stayed empty for fetchIdleTimeout ends the
+    available-now run: the next call returns at once instead of waiting that long again. A fetch
+    that ended at its limit does not."""
+    src = make_source(topic.source_options(fetchIdleTimeout="1500 milliseconds", maxRecordsPerFetch=4))
+    sent = topic.publish_ints(6)
+    assert src.prepare_for_available_now()
+    start = src.initial_offset()
+    first = src.latest_offset(start, ALL)  # ends at maxRecordsPerFetch: not drained
+    assert first["seq"] > 0 and not src._drained
+    second = src.latest_offset(first, ALL)  # the last 2 messages, then 1.5 s of nothing
+    assert second["seq"] > first["seq"] and src._drained
+    t0 = time.monotonic()
+    assert src.latest_offset(second, ALL) == second  # the end, without a second wait
+    assert time.monotonic() - t0 < 1.0
+    assert sorted(values([read(src, start, second)])) == sent
+
+
 def test_staged_segments_live_until_commit(topic: Topic, make_source: Sources) -> None:
     src = make_source(topic.source_options())
     topic.publish_ints(4)
@@ -380,3 +399,18 @@ def test_staged_segments_live_until_commit(topic: Topic, make_source: Sources) -
     src.commit(end)
     assert src._store.staged() == []
     assert len(os.listdir(src._store.dedup_dir)) == 1
+    # the committed segment's folder went to retired/, deleted in the background
+    assert pickle.loads(pickle.dumps(src)).schema == src.schema  # a copy without the deleter thread
+    wait_for(lambda: not os.listdir(src._store.retired_dir), timeout=10, what="the retired segment to be deleted")
+
+
+def test_retired_segments_left_by_a_crash_are_deleted_at_start(topic: Topic, make_source: Sources, tmp_path: Path) -> None:
+    src = make_source(topic.source_options())
+    topic.publish_ints(3)
+    end = src.latest_offset(src.initial_offset(), ALL)
+    src._store._delete_later = lambda path: None  # type: ignore[method-assign]  # the process dies before deleting
+    src.commit(end)
+    left = os.listdir(src._store.retired_dir)
+    assert left and src._store.staged() == []
+    again = make_source(topic.source_options())  # a restart on the same state folder
+    assert not os.listdir(again._store.retired_dir) and again._store.staged() == []

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 MAX_PULL = 1000  # messages per Pull request (server maximum)
 ACK_CHUNK = 1000  # ack ids per Acknowledge / ModifyAckDeadline request (request size limit 512 KiB)
-PULLS_IN_FLIGHT = 2  # pull requests at once per fetch partition: the next pull travels while one is handled
+PULLS_IN_FLIGHT = 3  # pull requests at once per fetch partition: pulls travel while one is handled (bench/pubsub.py: 3 > 2)
 _IDLE_POLL = 0.02  # seconds between pulls while the subscription has nothing to deliver
 
 
@@ -122,6 +122,8 @@ class FetchRun:
         # and pulls in flight together would each overshoot the (soft) cap by themselves
         n = src.num_fetch_partitions * (PULLS_IN_FLIGHT if max_bytes is None else 1)
         self._active = n
+        self._last_delivery = self.t0  # when a pull last brought messages (any puller)
+        self._ended_idle = False  # the last puller ended because nothing came for fetchIdleTimeout
         executor = pool(n)
         self._futures: list[Future[None]] = [executor.submit(self._puller, self.partitions[i % len(self.partitions)])
                                              for i in range(n)]  # fmt: skip
@@ -145,6 +147,13 @@ class FetchRun:
             self._waiting = 0
             return out
 
+    @property
+    def drained(self) -> bool:
+        """The fetch ended because the subscription delivered nothing, to any puller, for
+        ``fetchIdleTimeout`` (its last puller stopped for that, not for a limit, the deadline, a
+        late message or :meth:`stop`). Read after :meth:`stop`."""
+        return self._ended_idle
+
     def stop(self) -> None:
         """End the pullers (after their pull in flight) and the lease; idempotent."""
         with self._cond:
@@ -155,8 +164,9 @@ class FetchRun:
 
     # ------------------------------------------------------------------ the pullers
     def _puller(self, part: _Partition) -> None:
+        idle = False
         try:
-            self._pull_until_done(part)
+            idle = self._pull_until_done(part)
         except BaseException as e:  # handed to the caller's take()
             with self._cond:
                 if self._error is None:
@@ -165,23 +175,27 @@ class FetchRun:
             with self._cond:
                 self._active -= 1
                 if not self._active:
-                    self.fetch_ms = int((time.monotonic() - self.t0) * 1000)
+                    now = time.monotonic()
+                    self.fetch_ms = int((now - self.t0) * 1000)
+                    self._ended_idle = idle and now - self._last_delivery >= self.source.fetch_idle
                 self._cond.notify_all()
 
-    def _pull_until_done(self, part: _Partition) -> None:
+    def _pull_until_done(self, part: _Partition) -> bool:
+        """Pull into ``part`` until a limit, the deadline, :meth:`stop` or fetchIdleTimeout of
+        empty pulls (then True)."""
         src, budget, cutoff = self.source, self.budget, self.cutoff
         idle_until = time.monotonic() + src.fetch_idle
         while not (budget.closed or self._stopped or self._error is not None):
             now = time.monotonic()
             if now >= self.deadline:
-                return
+                return False
             want = part.budget.reserve(MAX_PULL)
             if want <= 0:
-                return
+                return False
             got = budget.reserve(budget.estimate(want))
             if got <= 0:
                 part.budget.give_back(want)
-                return
+                return False
             part.budget.give_back(want - got)
             received = src._pull(got)
             budget.give_back(got - len(received))
@@ -191,13 +205,14 @@ class FetchRun:
                     self.pulls += 1
                 now = time.monotonic()
                 if now >= idle_until:
-                    return
+                    return True
                 time.sleep(min(_IDLE_POLL, idle_until - now, max(0.0, self.deadline - now)))
                 continue
             idle_until = time.monotonic() + src.fetch_idle
             taken: list[str] = []
             with self._cond:
                 self.pulls += 1
+                self._last_delivery = time.monotonic()
                 seen, pending, cols = src._seen, src._pending_fetch_ids, part.columns
                 before = cols.bytes
                 for r in received:
@@ -224,4 +239,5 @@ class FetchRun:
             part.budget.give_back(len(received) - len(taken))
             if not budget.add_bytes(size, len(taken)):
                 budget.close()  # the byte budget is spent: every puller stops
-                return
+                return False
+        return False

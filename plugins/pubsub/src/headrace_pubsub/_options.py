@@ -67,7 +67,7 @@ SOURCE_OPTIONS = OptionSchema(
         Option("maxFetchPeriod", Duration(), default="10 seconds",
                doc="Longest time each fetch partition pulls before the micro-batch starts."),
         Option("numFetchPartitions", Integer(min=1, max=64), default=1,
-               doc="Fetch partitions per micro-batch, each with two pulls in flight (one under "
+               doc="Fetch partitions per micro-batch, each with three pulls in flight (one under "
                    "maxBytesPerTrigger); each stages its own part file of every segment (a read partition)."),
         Option("fetchIdleTimeout", Duration(), default="100 milliseconds",
                doc="A fetch ends once the subscription has delivered nothing for this long "

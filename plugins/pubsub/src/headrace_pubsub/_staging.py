@@ -8,10 +8,13 @@ replayed batch reads the same files. Layout under ``sources/<i>/``::
     segments/<seq>/ids.arrow        messageId + ackId of every row (IDS_SCHEMA)
     segments/<seq>/MANIFEST.json    written last, atomically: the segment exists iff this does
     dedup/<seq>-<stagedMs>.arrow    ids of committed segments, kept for the dedup window
+    retired/<seq>/                  committed segments being deleted (in the background)
 
 A segment folder without a manifest is a crash mid-staging: its messages were never acked (they
 are redelivered) and it is deleted. Committing a segment moves its ids file to ``dedup/`` and
-deletes the folder, so staged data lives only until its batch commits.
+its folder to ``retired/`` (two renames), and a background thread deletes it: unlinking freshly
+fsynced files cost 2-12 ms a segment on this machine's ext4, on the commit's path otherwise.
+Whatever is left in ``retired/`` (a crash) is deleted when the source starts.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,8 +108,17 @@ class SegmentStore:
         self.durable = durable
         self.segments_dir = os.path.join(root, "segments")
         self.dedup_dir = os.path.join(root, "dedup")
+        self.retired_dir = os.path.join(root, "retired")
         os.makedirs(self.segments_dir, exist_ok=True)
         os.makedirs(self.dedup_dir, exist_ok=True)
+        os.makedirs(self.retired_dir, exist_ok=True)
+        self._deleter: ThreadPoolExecutor | None = None
+
+    def __getstate__(self) -> dict[str, object]:
+        """A pickled copy (for ``read_part`` elsewhere) has no deleter thread."""
+        state = dict(self.__dict__)
+        state["_deleter"] = None
+        return state
 
     # ------------------------------------------------------------------ paths
     def _seg(self, seq: int) -> str:
@@ -118,7 +131,9 @@ class SegmentStore:
     def recover(self) -> list[int]:
         """Delete half-staged segments (no manifest) and return the staged ones, ascending.
 
-        Called once when the source starts."""
+        Called once when the source starts; also deletes what ``retired/`` still holds."""
+        for name in os.listdir(self.retired_dir):
+            shutil.rmtree(os.path.join(self.retired_dir, name), ignore_errors=True)
         staged = []
         for name in sorted(os.listdir(self.segments_dir)):
             path = os.path.join(self.segments_dir, name)
@@ -206,7 +221,8 @@ class SegmentStore:
 
     # ------------------------------------------------------------------ commit and dedup
     def commit_upto(self, end: int) -> int:
-        """Retire every staged segment ``<= end``: keep its ids for dedup, delete its rows.
+        """Retire every staged segment ``<= end``: keep its ids for dedup, then move its folder to
+        ``retired/``, deleted in the background (the segment is no longer staged once moved).
 
         Called once per committed micro-batch (idempotent). Returns how many were retired."""
         n = 0
@@ -216,9 +232,26 @@ class SegmentStore:
             src = os.path.join(self._seg(seq), "ids.arrow")
             if os.path.exists(src):
                 os.replace(src, os.path.join(self.dedup_dir, f"{seq:0{_SEQ_WIDTH}d}-{staged_ms}.arrow"))
-            shutil.rmtree(self._seg(seq), ignore_errors=True)
+            retired = os.path.join(self.retired_dir, f"{seq:0{_SEQ_WIDTH}d}")
+            if os.path.exists(retired):  # left by an earlier commit of the same seq (checkpoint reset)
+                shutil.rmtree(retired, ignore_errors=True)
+            os.replace(self._seg(seq), retired)
+            self._delete_later(retired)
             n += 1
         return n
+
+    def _delete_later(self, path: str) -> None:
+        if self._deleter is None:
+            self._deleter = ThreadPoolExecutor(1, thread_name_prefix="headrace-pubsub-retire")
+        self._deleter.submit(shutil.rmtree, path, True)
+
+    def close(self) -> None:
+        """Let the deletions under way finish in the background (the thread is not a daemon, so the
+        interpreter waits for it at exit; a kill leaves ``retired/`` to :meth:`recover`). Called
+        when the source closes; idempotent."""
+        if self._deleter is not None:
+            self._deleter.shutdown(wait=False)
+            self._deleter = None
 
     def staged_upto(self, end: int) -> list[int]:
         return [int(n) for n in sorted(os.listdir(self.segments_dir)) if n.isdigit() and int(n) <= end]

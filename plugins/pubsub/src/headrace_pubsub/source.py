@@ -1,7 +1,7 @@
 """``PubSubSource``: Pub/Sub made replayable by staging pulled messages in the checkpoint.
 
 Per trigger, ``latest_offset`` pulls (``numFetchPartitions`` fetch partitions, each up to
-``maxRecordsPerFetch`` messages or ``maxFetchPeriod``, with two pull requests in flight, ending
+``maxRecordsPerFetch`` messages or ``maxFetchPeriod``, with three pull requests in flight, ending
 early once the subscription is idle for ``fetchIdleTimeout``; see ``_fetch``), extends the ack
 deadlines of what it holds, and stages what it pulled in chunks: whenever ``_STAGE_ROWS`` messages
 wait, they are written durably as one segment ``sources/<i>/pubsub/segments/<seq>`` (Arrow IPC)
@@ -30,7 +30,6 @@ import shutil
 import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,7 +37,6 @@ from typing import Any
 
 import pyarrow as pa
 from google.api_core import exceptions as gexc
-from google.pubsub_v1 import PullResponse
 
 from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError
@@ -61,6 +59,7 @@ from headrace_pubsub._options import (  # typed option handles
     SUBSCRIPTION_ID,
     TOPIC_ID,
 )
+from headrace_pubsub._rpc import SubscriberCalls
 from headrace_pubsub._schema import IDS_SCHEMA, SCHEMA, Columns
 from headrace_pubsub._staging import SegmentPart, SegmentStore, read_part
 
@@ -122,14 +121,15 @@ class PubSubSource(Source):
         self._reacked: set[int] = set()
         self._stats: dict[int, dict[str, Any]] = {}
         self._cutoff_ms: int | None = None
+        self._drained = False  # available-now: the last fetch found the subscription empty (see latest_offset)
         self._pending_fetch_ids: set[str] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._acker = Acker(self._ack_ids, self._modify_deadline)
         self._closed = False
-        warnings.filterwarnings("ignore", message="The return_immediately flag is deprecated", category=DeprecationWarning)
         self._client: Any = subscriber_client(options, self.endpoint)
         try:
             self.ack_deadline = self._ensure_subscription(options)
+            self._calls = SubscriberCalls(self._client, self.subscription_path, _RPC_TIMEOUT)
         except BaseException:
             self.close()
             raise
@@ -188,7 +188,8 @@ class PubSubSource(Source):
     def prepare_for_available_now(self) -> bool:
         """Called once for ``trigger(available_now=True)``: messages published after this moment
         (by their publish time) are handed back (nacked) for a later run; the query stops once a
-        fetch finds nothing published before it."""
+        fetch finds nothing published before it, or right after a fetch that ended because the
+        subscription delivered nothing for ``fetchIdleTimeout`` (that wait is not repeated)."""
         self._cutoff_ms = int(time.time() * 1000)
         return True
 
@@ -204,6 +205,10 @@ class PubSubSource(Source):
         pending = [q for q in self._store.staged() if q > s]
         if pending:
             return self._resume_staged(s, pending)
+        if self._cutoff_ms is not None and self._drained:
+            # available-now: the previous fetch, after the cut-off, ended only once the subscription
+            # had delivered nothing for fetchIdleTimeout; a second such wait would find nothing more
+            return dict(start)
         run = FetchRun(self, limit, self._puller_pool)
         seq = s
         stats: dict[str, Any] = {"stageDurationMs": 0}
@@ -223,6 +228,7 @@ class PubSubSource(Source):
                 self._pending_fetch_ids.clear()  # so those redeliveries are taken, not dropped
             raise
         run.stop()
+        self._drained = run.drained
         stats.update({
             "numRecordsFetched": run.fetched,
             "numBytesFetched": run.bytes,
@@ -312,6 +318,7 @@ class PubSubSource(Source):
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         self._acker.close()  # acknowledgements in flight are sent before the client closes
+        self._store.close()  # committed segments still being deleted finish in the background
         client = getattr(self, "_client", None)
         if client is not None:
             if self.delete_on_stop:
@@ -330,7 +337,7 @@ class PubSubSource(Source):
     def __getstate__(self) -> dict[str, Any]:
         """A pickled copy reads staged files only: no client, threads or locks."""
         state = dict(self.__dict__)
-        for k in ("_client", "_pool", "_acker", "_seen_lock", "_seen", "_pending_fetch_ids"):
+        for k in ("_client", "_calls", "_pool", "_acker", "_seen_lock", "_seen", "_pending_fetch_ids"):
             state.pop(k, None)
         state["_closed"] = True
         return state
@@ -348,10 +355,7 @@ class PubSubSource(Source):
         request nobody reads: they come back only after the ack deadline (measured under load:
         100-200 of 50,000 messages missed an available-now run). Safety first."""
         try:
-            resp = self._client.pull(
-                request={"subscription": self.subscription_path, "max_messages": n, "return_immediately": True},
-                timeout=_RPC_TIMEOUT,
-            )
+            return self._calls.pull(n)
         except gexc.DeadlineExceeded:
             return []
         except gexc.NotFound as e:
@@ -360,16 +364,13 @@ class PubSubSource(Source):
                 "expired after 31 days without subscribers); messages published meanwhile are lost for it; "
                 "fix: restart the query (it recreates the subscription)"
             ) from e
-        return PullResponse.pb(resp).received_messages
 
     # ------------------------------------------------------------------ acks
     def _modify_deadline(self, ack_ids: Sequence[str], seconds: int) -> None:
-        self._client.modify_ack_deadline(
-            subscription=self.subscription_path, ack_ids=list(ack_ids), ack_deadline_seconds=seconds, timeout=_RPC_TIMEOUT
-        )
+        self._calls.modify_ack_deadline(ack_ids, seconds)
 
     def _ack_ids(self, ack_ids: list[str]) -> None:
-        self._client.acknowledge(subscription=self.subscription_path, ack_ids=ack_ids, timeout=_RPC_TIMEOUT)
+        self._calls.acknowledge(ack_ids)
 
     def _resume_staged(self, start: int, pending: list[int]) -> Offset:
         """Segments staged after ``start`` by a run that died before writing their offsets."""
