@@ -69,12 +69,16 @@ def test_a_failure_between_chunks_keeps_what_was_staged(topic: Topic, sources: l
                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     monkeypatch.setattr(source_module, "_STAGE_ROWS", 1)
     sub = topic.subscription(ack_deadline=1)  # what the failed run pulled returns after 1 s
-    sent = topic.publish_ints(300)
+    sent = topic.publish_ints(150)
     opts = topic.source_options(sub, fetchIdleTimeout="2 seconds")
     src = make(sources, opts, tmp_path / "state")
     stage = src._store.stage
 
     def fail_second(seq: int, *args: Any, **kwargs: Any) -> Any:
+        if seq == 1:
+            # more messages arrive while the first chunk is staged (the pullers wait fetchIdleTimeout
+            # for them), so there is a second chunk even when the first took all of the first 150
+            sent.extend(topic.publish_ints(150))
         if seq == 2:
             raise OSError("disk full (test)")
         return stage(seq, *args, **kwargs)
