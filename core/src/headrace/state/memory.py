@@ -267,13 +267,16 @@ class MemoryStateStore(StateStore):
 
     def _write_copy(self, version: int, table: pa.Table) -> None:
         try:
-            write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable,
-                             sync_dir=True)  # fmt: skip
-            self.work.snapshots += 1
-            self.work.snapshot_rows += table.num_rows
+            self._write_snapshot_file(version, table)
         except BaseException as e:  # a snapshot is an optimisation: the changelogs stay
             log.warning("state %s: snapshot of version %d failed: %s", self.path, version, e)
             self._bg_error = e
+
+    def _write_snapshot_file(self, version: int, table: pa.Table) -> None:
+        write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable,
+                         sync_dir=True)  # fmt: skip
+        self.work.snapshots += 1
+        self.work.snapshot_rows += table.num_rows
 
     def _run_snapshot(self, version: int, changelogs: list[PendingWrite]) -> None:
         try:  # the changelogs up to ``version`` are written first (commit(wait=False) leaves them pending)
@@ -291,11 +294,7 @@ class MemoryStateStore(StateStore):
             base = snaps[-1] if snaps else -1
             tables = [read_state_file(self.snapshot_path(base))] if base >= 0 else []
             tables += [read_state_file(p) for p in self._chain(base, version)]
-            table = consolidate(tables, self.file_schema, self.key_schema.names)
-            write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable,
-                             sync_dir=True)  # fmt: skip
-            self.work.snapshots += 1
-            self.work.snapshot_rows += table.num_rows
+            self._write_snapshot_file(version, consolidate(tables, self.file_schema, self.key_schema.names))
         except BaseException as e:  # a snapshot is an optimisation: the changelogs stay
             log.warning("state %s: snapshot of version %d failed: %s", self.path, version, e)
             self._bg_error = e

@@ -28,17 +28,9 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcError, sort_events
+from headrace_delta._auto_cdc import _ACTION, _MK, END_AT, START_AT, _q
 
 __all__ = ["apply_tracked", "tracked_columns"]
-
-START_AT = "__START_AT"
-END_AT = "__END_AT"
-_ACTION = "__headrace_action"
-_MK = "__headrace_mk_"
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def tracked_columns(
