@@ -39,10 +39,10 @@ One job per module: :mod:`~headrace.plugins.spec` (``ConnectorSpec``),
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from headrace._lazy import lazy_attributes
 from headrace.plugins.spec import ConnectorSpec
 
 if TYPE_CHECKING:  # imported on first use (PEP 562 __getattr__ below)
@@ -91,14 +91,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(globals(), _LAZY)

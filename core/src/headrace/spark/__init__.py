@@ -38,10 +38,9 @@ stream writer; developed against 4.3).
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 try:  # DataSourceStreamArrowWriter: PySpark 4.1; latestOffset(start, limit) and read limits: 4.2
     from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter  # noqa: F401
@@ -53,6 +52,7 @@ except ImportError as _e:  # pragma: no cover - depends on the environment
 
 from pyspark.sql.types import StructType
 
+from headrace._lazy import lazy_attributes
 from headrace.errors import HeadraceError
 from headrace.plugins import ConnectorSpec
 from headrace.spark._common import FORMAT_PREFIX, STATE_PATH_OPTION
@@ -100,17 +100,7 @@ log = logging.getLogger(__name__)
 _LAZY = {"HeadraceCommitMessage": "headrace.spark.sink", "HeadraceStreamWriter": "headrace.spark.sink"}
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(globals(), _LAZY)
 
 
 def format_name(connector: str) -> str:
