@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import pyarrow as pa
@@ -42,7 +42,7 @@ from headrace.engine.deadletters import close_dead_letter_sinks, settle_bad_reco
 from headrace.engine.loop import run_loop
 from headrace.engine.plan import PlanRunner
 from headrace.engine.planner import LOOK_AHEAD, Planner
-from headrace.engine.reader import BatchCounts
+from headrace.engine.reader import BatchCounts, ReadLane
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.setup import resolve_plan, setup_query
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
@@ -126,7 +126,7 @@ class StreamingQuery:
         self._sink: Sink | None = None
         self._checkpoint: Checkpoint | None = None
         self._history: ProgressHistory | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: ReadLane | None = None
         self._crash = CrashHook.from_env()
         self._last_trigger: float | None = None
         self._current_batch: int | None = None
@@ -257,7 +257,7 @@ class StreamingQuery:
                 log.warning("query '%s': progress history disabled: %s", self.name, e)
                 self._history = None
         try:
-            self._pool = ThreadPoolExecutor(self._parallelism, thread_name_prefix="headrace-read")
+            self._pool = ReadLane(self._parallelism)
             try:
                 batch_id = run_loop(self)
             finally:

@@ -14,7 +14,6 @@ import os
 import tempfile
 import uuid
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,7 +29,7 @@ __all__ = ["DataFrameReader", "StaticFrame", "read", "read_source_once"]
 def read_source_once(plan: Any, *, max_rounds: int = 10_000) -> pa.Table:
     """Everything ``plan`` (a ``SourcePlan``) has now, as one table. Called once per read."""
     from headrace.engine.crash import CrashHook
-    from headrace.engine.reader import BatchCounts, read_partitions
+    from headrace.engine.reader import BatchCounts, ReadLane, read_partitions
     from headrace.plugins import registry
     from headrace.protocols import ReadLimit, SourceContext
 
@@ -45,7 +44,8 @@ def read_source_once(plan: Any, *, max_rounds: int = 10_000) -> pa.Table:
             limit = ReadLimit.all_available()
             start = src.initial_offset()
             batches: list[pa.RecordBatch] = []
-            with ThreadPoolExecutor(min(8, max(2, os.cpu_count() or 2)), thread_name_prefix="headrace-read") as pool:
+            pool = ReadLane(min(8, max(2, os.cpu_count() or 2)))
+            try:
                 for _ in range(max_rounds):
                     end = src.latest_offset(start, limit)
                     if end == start:
@@ -56,6 +56,8 @@ def read_source_once(plan: Any, *, max_rounds: int = 10_000) -> pa.Table:
                     start = end
                     if not bounded:  # a source that cannot fix its end: one batch of what is there now
                         break
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
             return pa.Table.from_batches(batches, schema=schema) if batches else schema.empty_table()
         finally:
             src.close()

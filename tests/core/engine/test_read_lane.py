@@ -1,0 +1,93 @@
+"""The reader threads are shared by the process: a query's lane bounds its reads, keeps
+partition order, and its shutdown waits for its running reads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from headrace.engine.crash import CrashHook
+from headrace.engine.reader import BatchCounts, ReadLane, read_partitions
+
+
+class _Src:
+    """Each partition is an int; reading it records the concurrent readers and its thread."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+        self.threads: set[int] = set()
+
+    def read(self, p: Any) -> Iterator[pa.RecordBatch]:
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+            self.threads.add(threading.get_ident())
+        try:
+            for j in range(3):
+                yield pa.record_batch({"p": [p] * 4, "j": [j] * 4})
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def _read(src: _Src, lane: ReadLane, n: int) -> list[tuple[int, int]]:
+    counts = BatchCounts(input_rows=[0])
+    out = list(read_partitions([src], [(0, k) for k in range(n)], None, counts,  # type: ignore[list-item]
+                               batch_id=0, pool=lane, crash=CrashHook(None)))  # fmt: skip
+    assert counts.input_rows == [12 * n]
+    return [(b.column(0)[0].as_py(), b.column(1)[0].as_py()) for b in out]
+
+
+@pytest.mark.parametrize("parallelism", [1, 2, 3], ids=["one-thread", "two-threads", "three-threads"])
+def test_partitions_come_in_order_and_at_most_parallelism_read_at_once(parallelism: int) -> None:
+    src = _Src()
+    lane = ReadLane(parallelism)
+    got = _read(src, lane, 7)
+    assert got == [(k, j) for k in range(7) for j in range(3)]
+    assert src.peak <= parallelism
+    lane.shutdown(wait=True)
+    assert src.running == 0
+
+
+def test_reader_threads_are_reused_between_queries() -> None:
+    src = _Src()
+    for _ in range(4):  # four queries one after the other, two reads each
+        lane = ReadLane(2)
+        _read(src, lane, 2)
+        lane.shutdown(wait=True)
+    assert len(src.threads) <= 3  # not 8 (a new pool per query); an idle worker may lag once
+
+
+def test_a_shut_down_lane_refuses_reads_and_bad_parallelism_is_refused() -> None:
+    lane = ReadLane(2)
+    lane.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        lane.submit(lambda: None)
+    with pytest.raises(ValueError, match="at least 1, got 0"):
+        ReadLane(0)
+
+
+def test_shutdown_waits_for_a_running_read() -> None:
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def job() -> None:
+        started.set()
+        release.wait(5)
+        finished.set()
+
+    lane = ReadLane(1)
+    lane.submit(job)
+    assert started.wait(5)
+    t = threading.Thread(target=lane.shutdown)
+    t.start()
+    t.join(0.05)
+    assert t.is_alive()  # still waiting for the read
+    release.set()
+    t.join(5)
+    assert finished.is_set() and not t.is_alive()
