@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -22,17 +23,26 @@ def schema_doc(schema: pa.Schema) -> list[list[str]]:
     return [[f.name, str(f.type)] for f in schema]
 
 
-def check_metadata(folder: str, doc: dict[str, Any], *, durable: bool = True) -> dict[str, Any]:
+def check_metadata(
+    folder: str, doc: dict[str, Any], *, durable: bool = True, write: Callable[[str, bytes], None] | None = None
+) -> dict[str, Any]:
     """Write ``doc`` as ``<folder>/metadata`` when there is none, else check the stored one
     against it (backend, key and value schemas). Returns the folder's document (the stored
     one: backend fields keep the values the folder was created with). Raises
-    ``CheckpointError`` with the fix when it does not match or cannot be read."""
+    ``CheckpointError`` with the fix when it does not match or cannot be read.
+
+    ``write(path, data)``, when given, writes a new folder's file instead of an atomic write
+    here (the store defers it to its I/O threads, ahead of its first changelog)."""
     path = os.path.join(folder, "metadata")
     try:
         with open(path, "rb") as f:
             old = json.loads(f.read())
     except FileNotFoundError:
-        atomic_write(path, json.dumps(doc, indent=1).encode(), durable=durable)
+        data = json.dumps(doc, indent=1).encode()
+        if write is not None:
+            write(path, data)
+        else:
+            atomic_write(path, data, durable=durable)
         return doc
     except ValueError as e:
         raise CheckpointError(f"state metadata {path} is corrupt ({e}); restore it or use a new checkpointLocation") from None

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from headrace.checkpoint import atomic_write
 from headrace.errors import CheckpointError, UnsupportedError
 from headrace.state.files import (
     OP_COLUMN,
@@ -141,6 +142,7 @@ class StateStore(ABC):
         self._last_metrics: dict[str, Any] = {}
         self.metadata: dict[str, Any] = {}  # the state folder's metadata document
         self._pending: deque[PendingWrite] = deque()  # changelogs of commit(wait=False) not yet known durable
+        self._meta_write: PendingWrite | None = None  # a new folder's metadata, until it is written
         os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
         os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
         self._check_metadata()
@@ -155,7 +157,18 @@ class StateStore(ABC):
             "operator": self.description,
             **self._metadata_extra(),
         }
-        self.metadata = check_metadata(self.path, doc, durable=self.durable)
+        self.metadata = check_metadata(self.path, doc, durable=self.durable, write=self._write_metadata_later)
+
+    def _write_metadata_later(self, path: str, data: bytes) -> None:
+        # A new folder's metadata is written (atomically, fsynced) on the state I/O threads,
+        # not on the query's start path (an fsync: ~1-4 ms on a busy disk). It is the first
+        # pending write: every changelog write waits for it (so no changelog, hence no commit
+        # marker, exists without it), and flush/close/load wait for it like any pending write.
+        durable = self.durable
+        pending = PendingWrite(lambda: atomic_write(path, data, durable=durable))
+        self._meta_write = pending
+        self._pending.append(pending)
+        _io_pool().submit(pending.run_quietly)
 
     def _metadata_extra(self) -> dict[str, Any]:
         """Backend fields of a new state folder's ``metadata`` (an existing folder keeps its own:
@@ -267,10 +280,17 @@ class StateStore(ABC):
             self._pending.popleft().result()  # its error surfaces here
         ops = self._batch.ops
         path, schema, durable = self.changelog_path(version), self.file_schema, self.durable
-        if wait:
+        meta, self._meta_write = self._meta_write, None
+
+        def write() -> None:
+            if meta is not None:
+                meta.result()  # the folder's metadata first (normally written long before)
             write_state_file(path, schema, ops, durable=durable, sync_dir=True)
+
+        if wait:
+            write()
         else:
-            pending = PendingWrite(lambda: write_state_file(path, schema, ops, durable=durable, sync_dir=True))
+            pending = PendingWrite(write)
             self._pending.append(pending)
             _io_pool().submit(pending.run_quietly)  # started now: its fsync overlaps the offsets entry's
         logged = sum(t.num_rows for t in ops)
