@@ -3,6 +3,7 @@ partition order, and its shutdown waits for its running reads."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -125,3 +126,26 @@ def test_shutdown_waits_for_a_running_read() -> None:
     release.set()
     t.join(5)
     assert finished.is_set() and not t.is_alive()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_reads_with_new_threads() -> None:
+    """The parent's idle reader threads do not exist in a forked child: its reads must not
+    be queued for them (they would never run)."""
+    src = _Src()
+    lane = ReadLane(2)
+    _read(src, lane, 2)  # the parent's pool has idle threads now
+    lane.shutdown(wait=True)
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if a read on the lane's threads completes
+        code = 1
+        try:
+            done = threading.Event()
+            child = ReadLane(2)
+            child.submit(done.set)
+            code = 0 if done.wait(5) else 3
+            child.shutdown(wait=False)
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -12,6 +12,7 @@ also for an empty batch.
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -49,6 +50,17 @@ def _read_pool() -> ThreadPoolExecutor:
         if _READ_POOL is None:
             _READ_POOL = ThreadPoolExecutor(_MAX_READ_THREADS, thread_name_prefix="headrace-read")
         return _READ_POOL
+
+
+def _forget_read_pool() -> None:
+    # a forked child has none of the parent's threads (the pool would count them as idle and
+    # never run a read): a new pool on first use, and a fresh lock
+    global _READ_POOL, _READ_POOL_LOCK
+    _READ_POOL = None
+    _READ_POOL_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_read_pool)
 
 
 class ReadLane:
