@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from headrace.engine.planner import PlannedBatch
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.report import report_progress
-from headrace.errors import HeadraceError
 from headrace.protocols import Partition
 from headrace.transforms.operator import BatchInfo
 
@@ -64,11 +63,7 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     data = runner.run(read, info)
     try:
         messages.append(sink.write(batch_id, data))
-        if not runner.finished:
-            raise HeadraceError(
-                f"sink '{q._sink_connector}' returned from write() without reading the whole batch; "
-                "a sink must consume every record batch it is given"
-            )
+        runner.require_finished(q._sink_connector)
         if p.wal is not None:
             tw = time.monotonic()
             p.wal.result()  # the write-ahead entry is durable before anything is committed

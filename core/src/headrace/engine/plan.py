@@ -214,6 +214,15 @@ class PlanRunner:
                 yield from self._through(k + 1, out, info)
         self.finished = True
 
+    def require_finished(self, sink_name: str) -> None:
+        """Raise unless the sink read the whole batch; called after ``sink.write`` returns, once
+        per batch (micro-batch and real-time)."""
+        if not self.finished:
+            raise HeadraceError(
+                f"sink '{sink_name}' returned from write() without reading the whole batch; "
+                "a sink must consume every record batch it is given"
+            )
+
     def run(self, data: Iterator[pa.RecordBatch], info: BatchInfo) -> Generator[pa.RecordBatch, None, None]:
         """The batch as the sink sees it: the reader's record batches (prefix applied) through
         the suffix, then the operators' end-of-batch output. Counts the rows handed on in

@@ -251,19 +251,23 @@ def _read_partitions(
 
     futures = [pool.submit(run) for _ in range(min(pool.parallelism, len(parts)))]
     n_out = 0
+
+    def emit(i: int, n_in: int, outs: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        nonlocal n_out
+        counts.input_rows[i] += n_in
+        for o in outs:
+            counts.output_rows += o.num_rows
+            n_out += 1
+            if n_out == 2:
+                crash("mid_write", batch_id)
+            yield o
+
     try:
         for k, q in enumerate(queues):
             i = parts[k][0]
             if claim_inline(k):
                 for b in sources[i].read(parts[k][1]):
-                    outs = list(apply_transform(transform, b))
-                    counts.input_rows[i] += b.num_rows
-                    for o in outs:
-                        counts.output_rows += o.num_rows
-                        n_out += 1
-                        if n_out == 2:
-                            crash("mid_write", batch_id)
-                        yield o
+                    yield from emit(i, b.num_rows, list(apply_transform(transform, b)))
                 continue
             while True:
                 item = q.get()
@@ -271,14 +275,7 @@ def _read_partitions(
                     break
                 if isinstance(item, BaseException):
                     raise item
-                n_in, outs = item
-                counts.input_rows[i] += n_in
-                for o in outs:
-                    counts.output_rows += o.num_rows
-                    n_out += 1
-                    if n_out == 2:
-                        crash("mid_write", batch_id)
-                    yield o
+                yield from emit(i, *item)
     finally:
         cancelled.set()
         for f in futures:

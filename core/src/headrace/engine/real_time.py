@@ -28,7 +28,6 @@ import pyarrow as pa
 from headrace.checkpoint import OffsetEntry
 from headrace.engine.reader import BatchCounts, apply_transform
 from headrace.engine.report import report_progress
-from headrace.errors import HeadraceError
 from headrace.protocols import Offset
 from headrace.transforms.operator import BatchInfo
 
@@ -142,11 +141,7 @@ def run_real_time_batch(
     flow = runner.run(chunks(), info)
     try:
         messages.append(sink.write(batch_id, flow))
-        if not runner.finished:
-            raise HeadraceError(
-                f"sink '{q._sink_connector}' returned from write() without reading the whole batch; "
-                "a sink must consume every record batch it is given"
-            )
+        runner.require_finished(q._sink_connector)
         stop.set()
         end = last[0]
         out_rows[0] = runner.rows_out
