@@ -388,6 +388,42 @@ def test_integer_keys_grouped_by_direct_indexing_match_duckdb(backend: str, tmp_
     assert_rows_equal(latest, want)
 
 
+def test_chunks_within_one_window_match_duckdb(backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each chunk lies in one tumbling window (the common case: chunks are short next to
+    windows): its window start is a constant key for dense_group, no column; the result is
+    DuckDB's over all input."""
+    from headrace.transforms import agg_partial
+
+    constants = []
+    real = agg_partial.dense_group
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        constants.append(kwargs.get("constants"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(agg_partial, "dense_group", spy)
+    rng = random.Random(11)
+    batches = []
+    for b in range(4):  # batch b in minute b // 2: two batches per window, one window per batch
+        ts = [(1_700_000_040 + (b // 2) * 60 + rng.uniform(0, 50)) * 1_000_000 for _ in range(300)]
+        batches.append(pa.table({"ts": pa.array([int(t) for t in ts], pa.int64()).cast(TS),
+                                 "user": pa.array([rng.randrange(0, 30) for _ in ts], pa.int64()),
+                                 "amount": pa.array([rng.randrange(-50, 100) for _ in ts], pa.int64())}))  # fmt: skip
+    aggs = ["count(*) AS n", "sum(amount) AS total", "avg(amount) AS mean"]
+    keys: list[Any] = [window("ts", "60 seconds"), "user"]
+    run = run_batches(lambda: AggregateOperator(keys, aggs, watermark_column="ts"), batches, state_path=str(tmp_path),
+                      backend=backend, mode="update", chunks=3)  # fmt: skip
+    firsts = [c for c in constants if c]
+    assert firsts and all(set(c) == {"__ws"} for c in firsts)
+    latest: dict[Any, dict[str, Any]] = {}
+    for t in run.outputs:
+        if t is not None:
+            latest.update(norm(t.to_pylist(), ("wstart", "wend", "user")))
+    sql = _window_sql(60, 60).replace(SQL_AGGS, "count(*) AS n, sum(amount)::BIGINT AS total, avg(amount) AS mean")
+    want = norm(_as_utc(duck(batches, sql)), ("wstart", "wend", "user"))
+    assert_rows_equal(latest, want)
+
+
 @pytest.mark.parametrize("aligned", [True, False], ids=["same-keys", "different-keys"])
 def test_chunk_partials_combine_like_one_partial(aligned: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Partials of several chunks combined per key equal the partial of all their rows; when

@@ -66,3 +66,16 @@ def test_a_key_with_one_value_and_keys_from_zero() -> None:
     assert [g[6] for g in got] == pytest.approx([w[6] for w in want])
     one = dense_group(t, ["ws"], [(None, "count_all")], steps={"ws": 60_000_000})
     assert one is not None and [c.to_pylist() for c in one] == [[120_000_000], [300]]
+
+
+def test_a_constant_key_gives_the_same_groups_as_its_column() -> None:
+    """A key given as a constant (the one window a chunk lies in) instead of a column: the same
+    rows out, in the same order, with the constant's type."""
+    n = 2000
+    t = pa.table({"k": np.arange(n) % 13, "v": np.arange(n), "f": np.ones(n)})
+    with_column = dense_group(t.append_column("ws", pa.array(np.full(n, 60_000_000))), ["k", "ws"], AGGS,
+                              steps={"ws": 60_000_000})  # fmt: skip
+    constant = dense_group(t, ["k", "ws"], AGGS, steps={"ws": 60_000_000}, constants={"ws": (60_000_000, pa.int64())})
+    assert with_column is not None and constant is not None
+    assert [c.to_pylist() for c in constant] == [c.to_pylist() for c in with_column]
+    assert constant[1].type == pa.int64()

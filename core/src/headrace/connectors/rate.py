@@ -37,22 +37,14 @@ def _int64(values: Any) -> pa.Array:
     return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
 
 
-_SMALL = 8192  # rows: a column below 64 KiB is a small allocation for glibc (no trimming)
 _BASE: Any = None  # numpy 0.._CHUNK-1, made once: ranges are computed into Arrow buffers from it
 
 
 def _new_int64(n: int) -> tuple[pa.Buffer, Any]:
-    """An uninitialised int64 column of ``n`` values in Arrow's memory pool, and a writable
-    numpy view of it. Columns are built in place in it: numpy's own allocations (512 KiB per
-    64k-row temporary, from glibc) made glibc return the heap's top to the kernel after a batch
-    on the query's thread and fault it in again in the next one (~300 page faults a batch).
-    Small columns stay with numpy: Arrow's allocation releases the GIL, a hand-off that costs
-    more than a small column."""
-    if n < _SMALL:
-        arr = _np.empty(n, dtype=_np.int64)
-        return pa.py_buffer(arr), arr
-    buf = pa.allocate_buffer(n * 8)
-    return buf, _np.frombuffer(buf, dtype=_np.int64)
+    """An int64 column computed in place in Arrow's memory pool (:mod:`headrace._buffers`)."""
+    from headrace._buffers import new_int64
+
+    return new_int64(n)
 
 
 def _range_into(out: Any, a: int) -> None:

@@ -2,7 +2,8 @@
 
 1. (planned) ``offsets/<n>`` handed to the checkpoint's writer; with ``available_now`` the next
    batches are planned ahead now.
-2. Partitions read (``headrace.engine.reader``), the stream's plan applied
+2. Partitions read (``headrace.engine.reader``; in reader threads or on the query's thread,
+   whichever ``headrace.engine.read_mode`` measured to be cheaper), the stream's plan applied
    (``headrace.engine.plan``: stateless steps in the reader threads, stateful ones on the
    consumer), ``sink.write``.
 3. ``offsets/<n>`` durable (waited for), dead letters settled, the sources of earlier batches
@@ -58,12 +59,16 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     t_commit = 0.0
     messages: list[Any] = []
     runner.begin(info)
-    read = read_partitions(q._sources, parts, runner.prefix_transform, counts, batch_id=batch_id, pool=q._pool,
-                           crash=crash)  # fmt: skip
+    mode = q._read_mode
+    parallel = len(parts) > 1 and mode.parallel()  # reader threads, or the query's thread alone
+    read = read_partitions(q._sources, parts, runner.prefix_transform, counts, batch_id=batch_id,
+                           pool=q._pool if parallel else None, crash=crash)  # fmt: skip
     data = runner.run(read, info)
     try:
         messages.append(sink.write(batch_id, data))
         runner.require_finished(q._sink_connector)
+        if len(parts) > 1:
+            mode.record(parallel, sum(counts.input_rows), time.monotonic() - t)
         if p.wal is not None:
             tw = time.monotonic()
             p.wal.result()  # the write-ahead entry is durable before anything is committed

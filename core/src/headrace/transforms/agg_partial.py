@@ -82,23 +82,37 @@ class PartialAggregation:
         """One chunk's partial aggregates: a row per distinct key with ``__rows`` and the
         partial columns ``p0, p1, ...``. Rows with a null event time belong to no window and
         are left out. Thread-safe."""
+        if not table.num_rows:  # e.g. the engine's probe of the output schema in a batch without data
+            return self.partial_schema.empty_table()
         spec = self.window
-        if spec is not None and table.num_rows:
+        if spec is not None:
             ts, valid = event_time_micros(table.column(spec.column))
             if valid is not None:
                 table = table.filter(pa.array(valid))
                 ts = ts[valid]
+            start = spec.single_start(ts) if self.dense_aggs is not None else None
+            if start is not None:  # the chunk lies in one window (chunks are short next to windows)
+                out = self._dense(table, {"__ws": (start, pa.int64())})
+                if out is not None:
+                    return out
             rows, starts = spec.assign(ts)
             if not spec.tumbling:
                 table = table.take(pa.array(rows))
             table = table.append_column("__ws", pa.array(starts, pa.int64()))
-        elif spec is not None:
-            table = table.append_column("__ws", pa.array([], pa.int64()))
         if self.arrow_plan is not None:
             return self._partial_arrow(table)
         from headrace.transforms.expressions import run_sql
 
         return run_sql(table, self.sql, what=self.what).cast(self.partial_schema)
+
+    def _dense(self, table: pa.Table, constants: dict[str, tuple[int, pa.DataType]]) -> pa.Table | None:
+        """:func:`dense_group` of the chunk with ``constants`` as key values it has no column
+        for; None when the chunk is not of the shape it handles."""
+        assert self.dense_aggs is not None
+        out = dense_group(table, self.key_names, self.dense_aggs, steps=self.steps, constants=constants)
+        if out is None:
+            return None
+        return pa.Table.from_arrays(out, names=self.partial_schema.names).cast(self.partial_schema)
 
     def _partial_arrow(self, table: pa.Table) -> pa.Table:
         """The partial aggregates of bare columns without SQL: by direct indexing for integer

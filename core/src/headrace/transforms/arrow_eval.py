@@ -200,7 +200,15 @@ def _int64_remainder_by_positive(a: Any, b: Any) -> pa.Array | None:
     x = arr.to_numpy(zero_copy_only=False)
     if not len(x) or int(x.min()) < 0:
         return None
-    return pa.array(x - (x // m) * m, pa.int64())
+    import numpy as np
+
+    from headrace._buffers import int64_array, new_int64
+
+    buf, out = new_int64(len(x))  # computed in place: no column-sized numpy temporaries
+    np.floor_divide(x, m, out=out)
+    out *= m
+    np.subtract(x, out, out=out)
+    return int64_array(buf, len(x))
 
 
 def _broadcast(value: Any, n: int) -> pa.Array | pa.ChunkedArray:

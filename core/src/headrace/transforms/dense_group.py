@@ -36,6 +36,7 @@ def dense_group(
     aggs: Sequence[tuple[str | None, str]],
     *,
     steps: Mapping[str, int] | None = None,
+    constants: Mapping[str, tuple[int, pa.DataType]] | None = None,
 ) -> list[pa.Array] | None:
     """``table`` grouped by ``keys``: the key columns (with their input types), then one
     column per ``(column, function)`` of ``aggs``, a row per group in ascending key order.
@@ -44,7 +45,9 @@ def dense_group(
     ``sum(CAST(x AS DOUBLE))``, exact here as every partial sum is), ``sqsum`` (the sum of
     squares as float64). A column's sums are computed once whatever asks for them. ``None``
     when the chunk is not of the shape this handles. ``steps``: keys whose values are
-    multiples of a step plus a common offset (window starts)."""
+    multiples of a step plus a common offset (window starts). ``constants``: keys that are not
+    columns of ``table`` but one value (and type) for every row, e.g. the start of the one
+    window a chunk lies in: no column of that value is built nor indexed."""
     n = table.num_rows
     if not n:
         return None
@@ -73,7 +76,12 @@ def dense_group(
     gid: np.ndarray | None = None
     groups = 1
     layout: list[tuple[pa.DataType, int, int, int]] = []
+    constants = constants or {}
     for k in keys:
+        if k in constants:
+            value, typ = constants[k]
+            layout.append((typ, value, 1, 1))
+            continue
         c = table.column(k)
         a = _ints(c)
         if a is None:
@@ -102,6 +110,9 @@ def dense_group(
     out_keys: list[pa.Array] = []
     rest = present
     for t, lo, step, r in reversed(layout):
+        if r == 1:  # one value: no arithmetic over the groups
+            out_keys.append(pa.array(np.full(len(present), lo, np.int64)).cast(t))
+            continue
         out_keys.append(pa.array((rest % r) * step + lo).cast(t))
         rest = rest // r
     out: list[pa.Array] = out_keys[::-1]

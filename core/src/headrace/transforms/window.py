@@ -62,6 +62,15 @@ class WindowSpec:
         """The latest window start at or before ``ts_us`` (Python's floor division)."""
         return (ts_us - self.start_us) // self.slide_us * self.slide_us + self.start_us
 
+    def single_start(self, ts_us: np.ndarray) -> int | None:
+        """The start of the one tumbling window every event time of ``ts_us`` (int64
+        microseconds, no nulls, not empty) lies in; ``None`` when they span several windows or
+        the window slides (a row is then in several)."""
+        if not self.tumbling or not len(ts_us):
+            return None
+        lo, hi = self._start_of(int(ts_us.min())), self._start_of(int(ts_us.max()))
+        return lo if lo == hi else None
+
     def assign(self, ts_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For event times (int64 microseconds, no nulls): the row index and window start of
         every (row, window) pair. Vectorised; a tumbling window gives one pair per row."""
