@@ -306,3 +306,22 @@ def test_a_query_that_failed_before_its_first_batch_can_be_corrected(tmp_path: P
              .trigger(available_now=True).start(str(tmp_path / "out")))  # fmt: skip
     fixed.await_termination(30)
     assert sum(p["numInputRows"] for p in fixed.recent_progress) == 10
+
+
+@pytest.mark.parametrize("most", [None, 3], ids=["whole-writes", "short-writes"])
+def test_atomic_write_of_buffers_writes_them_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     most: int | None) -> None:  # fmt: skip
+    """Buffers (an Arrow buffer, bytes) are written one after the other without being joined,
+    every byte even when the system writes fewer than asked."""
+    import pyarrow as pa
+
+    if most is not None:
+        real = os.writev
+
+        def short(fd: int, views: list[memoryview]) -> int:
+            return real(fd, [views[0][:most]])
+
+        monkeypatch.setattr(os, "writev", short)
+    target = tmp_path / "f"
+    atomic_write(str(target), [pa.py_buffer(b"headrace "), b"state", memoryview(b" file")])
+    assert target.read_bytes() == b"headrace state file"
