@@ -196,8 +196,9 @@ def _int64_remainder_by_positive(a: Any, b: Any) -> pa.Array | None:
     if m is None or m <= 0:
         return None
 
-    arr = a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
-    x = arr.to_numpy(zero_copy_only=False)
+    if isinstance(a, pa.ChunkedArray):  # one chunk as a rule: combine_chunks would copy it
+        a = a.chunk(0) if a.num_chunks == 1 else a.combine_chunks()
+    x = a.to_numpy(zero_copy_only=False)
     if not len(x) or int(x.min()) < 0:
         return None
     import numpy as np

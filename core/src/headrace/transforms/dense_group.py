@@ -30,6 +30,12 @@ def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
     return np.asarray(col.to_numpy(), dtype=np.int64)
 
 
+def _as(values: np.ndarray, t: pa.DataType) -> pa.Array:
+    """int64 ``values`` as an Arrow array of the key's type ``t`` (no cast when it is int64)."""
+    arr = pa.array(values)
+    return arr if t == pa.int64() else arr.cast(t)
+
+
 def dense_group(
     table: pa.Table,
     keys: Sequence[str],
@@ -109,12 +115,18 @@ def dense_group(
     present = np.flatnonzero(counts)
     out_keys: list[pa.Array] = []
     rest = present
+    varying = sum(1 for *_, r in layout if r > 1)
     for t, lo, step, r in reversed(layout):
         if r == 1:  # one value: no arithmetic over the groups
-            out_keys.append(pa.array(np.full(len(present), lo, np.int64)).cast(t))
+            out_keys.append(_as(np.full(len(present), lo, np.int64), t))
             continue
-        out_keys.append(pa.array((rest % r) * step + lo).cast(t))
-        rest = rest // r
+        varying -= 1
+        idx = rest % r if varying else rest  # the outermost varying key: rest < r already
+        if step != 1:
+            idx = idx * step
+        out_keys.append(_as(idx + lo if lo else idx, t))
+        if varying:
+            rest = rest // r
     out: list[pa.Array] = out_keys[::-1]
     n_present = counts[present]
     done: dict[tuple[str, bool], np.ndarray] = {}

@@ -114,5 +114,10 @@ class WatermarkOperator(Operator):
         lo = int(us.min())
         if lo < 0:
             return False
-        self.stats.add(lo // 1000, int(us.max()) // 1000, int((us // 1000).sum()), len(us))
+        lo_ms, hi_ms = lo // 1000, int(us.max()) // 1000
+        # the sum of the rows' milliseconds (Spark truncates each event time to ms before its
+        # average); a chunk within one millisecond (one timestamp per micro-batch, a producer's
+        # batch) needs no division per row
+        total = lo_ms * len(us) if lo_ms == hi_ms else int((us // 1000).sum())
+        self.stats.add(lo_ms, hi_ms, total, len(us))
         return True
