@@ -133,6 +133,8 @@ def merge_col(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Array
             wide = pa.decimal256(t.precision, t.scale)
             total = pc.add(old.cast(wide), new.cast(wide))
             return pc.coalesce(total.cast(t), old, new)
+        if not old.null_count and not new.null_count:  # both sides have a value everywhere
+            return pc.add(old, new)
         return pc.coalesce(pc.add(old, new), old, new)
     t = old.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
