@@ -36,6 +36,8 @@ __all__ = ["MemoryStateStore"]
 
 log = logging.getLogger(__name__)
 
+_INT64, _FLOAT64 = pa.int64(), pa.float64()
+
 
 #: states up to this many rows are snapshotted from a copy of the working state (~0.1 ms per
 #: 10k rows on the batch's thread) instead of by consolidating files (an Arrow group_by over
@@ -127,6 +129,36 @@ class MemoryStateStore(StateStore):
         miss = ~found
         cols = [c.take(safe, miss) for c in self._vals]
         return pa.Table.from_arrays(cols, schema=self.value_schema), found
+
+    def add(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> pa.Table | None:
+        """In place in the numpy columns (gather, add, scatter per column: no Arrow copy out
+        and back in), when every key has a row and every value column is int64 or float64
+        without nulls on either side (a batch that touches an open window's keys again);
+        ``None`` otherwise. Integer sums wrap on overflow, as Arrow's ``add``."""
+        n = keys.num_rows
+        if not n or values.num_rows != n or values.schema.types != self.value_schema.types:
+            return None
+        if not all(t in (_INT64, _FLOAT64) for t in self.value_schema.types) or any(
+            c.null_count for c in values.columns
+        ):
+            return None
+        _, slots = self._lookup(keys)
+        if not len(slots) or int(slots.min()) < 0 or not all(c.valid[slots].all() for c in self._vals):
+            return None
+        self.work.rows_looked_up += n
+        order_arr = self._order_array(order, n)
+        sums = []
+        for c, col in zip(self._vals, values.columns, strict=True):
+            arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+            total = c.data[slots] + arr.to_numpy(zero_copy_only=False)
+            c.data[slots] = total
+            sums.append(pa.array(total))
+        self._last = None
+        self._dirty = True
+        self._set_order(slots, order_arr)
+        out = pa.Table.from_arrays(sums, schema=self.value_schema)
+        self._log_put(keys, out, order_arr)
+        return out
 
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
         prepared, slots = self._lookup(keys)

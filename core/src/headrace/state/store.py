@@ -226,10 +226,23 @@ class StateStore(ABC):
         order_arr = self._order_array(order, n)
         self._dirty = True
         self._put(keys, values, order_arr)
+        self._log_put(keys, values, order_arr)
+
+    def _log_put(self, keys: pa.Table, values: pa.Table, order_arr: pa.Array) -> None:
+        """Count and log (for this batch's changelog) rows written by ``put`` or ``add``."""
+        n = keys.num_rows
         self.work.rows_written += n
         self._batch.updated += n
         cols = [*keys.columns, *values.columns, order_arr, pa.array(np.full(n, OP_PUT, np.int8))]
         self._batch.ops.append(pa.Table.from_arrays(cols, schema=self.file_schema))
+
+    def add(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> pa.Table | None:
+        """Add ``values`` to the rows of ``keys`` column by column, in place, and return the
+        sums (value rows, as :meth:`put` writes them), when the backend can do it without a
+        :meth:`get` and a :meth:`put`; ``None`` (nothing done) otherwise, and the caller gets,
+        merges and puts. Called once per batch by aggregations whose partials all merge by
+        addition (counts, sums). This base class does nothing."""
+        return None
 
     def remove(self, keys: pa.Table) -> int:
         """Remove the rows of ``keys`` (unique within the call; absent keys are ignored).

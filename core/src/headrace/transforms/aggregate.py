@@ -96,6 +96,7 @@ class AggregateOperator(StatefulOperator):
         self._arrow_plan: list[tuple[str | None, str, str]] | None = None
         self._partial_names: list[str] = []
         self._merge_kinds: list[str] = []
+        self._all_add = False
         self._value_schema = pa.schema([])
         self._key_schema = pa.schema([])
         self._out_schema = pa.schema([])
@@ -181,6 +182,7 @@ class AggregateOperator(StatefulOperator):
         """Key, value, partial and output schemas from the partial aggregation's schema."""
         self._partial_names = names
         self._merge_kinds = [k for _, k in partials]
+        self._all_add = all(k == "add" for k in self._merge_kinds)
         self._key_schema = pa.schema([probe.field(k) for k in key_cols])
         self._value_schema = pa.schema([probe.field(n) for n in names])
         self._partial_schema = pa.schema([*self._key_schema, pa.field("__rows", pa.int64()), *self._value_schema])
@@ -329,6 +331,11 @@ class AggregateOperator(StatefulOperator):
             return None
         keys = partial.select(self._key_schema.names)
         new = partial.select(self._partial_names)
+        if self._all_add:  # counts and sums: added in place by the store when it can
+            new_values = new if new.schema.types == self._value_schema.types else new.cast(self._value_schema)
+            added = self.store.add(keys, new_values, order)
+            if added is not None:
+                return keys, added
         old, found = self.store.get(keys)
         if found.any():
             cols = [merge_col(kind, o, n).cast(f.type) for kind, o, n, f in
