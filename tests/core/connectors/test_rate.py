@@ -1,6 +1,6 @@
 """rate-micro-batch: every row's value and timestamp, whatever the chunk and batch sizes, and
-columns built in Arrow's memory pool (no per-batch numpy temporaries: see docs/performance.md,
-"the slow mode was page faults")."""
+columns built in pooled memory reused once free (no per-batch allocation: see
+docs/performance.md, "the slow mode was page faults", and headrace._buffers)."""
 
 from __future__ import annotations
 
@@ -46,12 +46,17 @@ def test_every_row_has_its_value_and_timestamp(per_batch: int, advance: int, sta
     assert (ts == (start + rows // per_batch * advance) * 1000).all()
 
 
-def test_a_full_chunk_lives_in_arrows_pool() -> None:
-    """Both 512 KiB columns of a 64k-row chunk come from Arrow's memory pool (which keeps its
-    pages between batches), not from numpy (glibc), and no temporary is left behind."""
+def test_chunks_reuse_memory_only_once_it_is_free() -> None:
+    """A chunk's columns live in pooled memory (headrace._buffers): a chunk still in use keeps
+    its values while later chunks are read; once dropped, its memory serves a later chunk."""
     src = source(65536)
-    before = pa.total_allocated_bytes()
-    batch = next(iter(src.read(RangePartition(0, _CHUNK))))
-    assert pa.total_allocated_bytes() - before >= 2 * _CHUNK * 8
-    del batch
-    assert pa.total_allocated_bytes() - before < _CHUNK * 8
+    first = next(iter(src.read(RangePartition(0, _CHUNK))))
+    addresses = {first.column(i).buffers()[1].address for i in range(2)}
+    second = next(iter(src.read(RangePartition(_CHUNK, 2 * _CHUNK))))
+    assert addresses.isdisjoint(second.column(i).buffers()[1].address for i in range(2))
+    assert first.column("value").to_numpy()[[0, -1]].tolist() == [0, _CHUNK - 1]
+    del first
+    third = next(iter(src.read(RangePartition(2 * _CHUNK, 3 * _CHUNK))))
+    assert {third.column(i).buffers()[1].address for i in range(2)} == addresses
+    assert second.column("value").to_numpy()[[0, -1]].tolist() == [_CHUNK, 2 * _CHUNK - 1]
+    assert third.column("value").to_numpy()[[0, -1]].tolist() == [2 * _CHUNK, 3 * _CHUNK - 1]

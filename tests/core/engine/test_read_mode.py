@@ -26,18 +26,18 @@ def run(mode: ReadMode, costs: dict[bool, float], batches: int) -> list[bool]:
     return chosen
 
 
-def test_starts_with_reader_threads_and_probes_the_query_thread_on_the_third_batch() -> None:
+def test_starts_with_reader_threads_and_probes_the_query_thread_on_the_second_batch() -> None:
     chosen = run(ReadMode(), {True: 2e-6, False: 1e-6}, 6)
-    assert chosen == [True, True, False, False, False, False]
+    assert chosen == [True, False, False, False, False, False]
 
 
 def test_keeps_reader_threads_when_they_are_cheaper() -> None:
     mode = ReadMode()
     chosen = run(mode, {True: 1e-6, False: 3e-6}, 40)
     assert mode.parallel_mode is True
-    assert chosen[2] is False  # the probe
+    assert chosen[1] is False  # the probe
     # after a losing probe, the next comes 16 batches later, then 32 later
-    assert [i for i, c in enumerate(chosen) if not c] == [2, 19]
+    assert [i for i, c in enumerate(chosen) if not c] == [1, 18]
 
 
 @pytest.mark.parametrize("cheaper_by", [0.0, 0.03], ids=["same-cost", "within-margin"])

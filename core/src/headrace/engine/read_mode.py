@@ -8,9 +8,10 @@ partial-aggregation steps): the threads then take turns on the GIL, and each han
 context switch. On a 2-core machine a 2-partition windowed aggregation ran ~12% slower with a
 reader thread than on the query thread alone (docs/performance.md).
 
-Neither can be told from outside a read, so :class:`ReadMode` measures: batches start with
-reader threads; one batch is read on the query thread (a probe), and the cheaper mode per input
-row is kept. The other mode is probed again later, after 16 batches, then twice as many each
+Neither can be told from outside a read, so :class:`ReadMode` measures: the first batch is read
+with reader threads, the second on the query thread (a probe), and the cheaper mode per input
+row is kept. (The first batch also pays a query's one-off costs, which favours the probe; a
+wrong choice is undone at the next probe.) The other mode is probed again later, after 16 batches, then twice as many each
 time it loses again (at most 1,024), so a query whose reads are I/O-bound spends at most one
 batch in 16, then far fewer, in the slower mode. Both modes give the same rows in the same
 order (partition order); only the threads that read them differ.
@@ -39,18 +40,18 @@ class ReadMode:
     margin: float = 0.05  # the other mode must be this much cheaper per row to take over
     parallel_mode: bool = True
     _cost: dict[bool, float] = field(default_factory=dict)  # seconds per input row, per mode
-    _warm: bool = False
+    _measured: bool = False
     _since_switch_or_probe: int = 0
     _probe_after: int = 0
     _probing: bool = False
 
     def __post_init__(self) -> None:
-        self._probe_after = 1  # the first comparison comes early: after one measured batch
+        self._probe_after = 1  # the first comparison comes early: the second batch is the probe
 
     def parallel(self) -> bool:
         """Whether the next batch's partitions go to reader threads. Called once per batch
         with more than one partition, before it is read."""
-        if self._warm and self._since_switch_or_probe >= self._probe_after:
+        if self._measured and self._since_switch_or_probe >= self._probe_after:
             self._probing = True
             return not self.parallel_mode
         self._probing = False
@@ -61,9 +62,7 @@ class ReadMode:
         ``seconds``. Called once per batch that asked :meth:`parallel`, after the sink's write."""
         if rows < _MIN_ROWS or seconds <= 0:
             return
-        if not self._warm:  # the query's first batch pays one-off costs (imports, caches)
-            self._warm = True
-            return
+        self._measured = True
         per_row = seconds / rows
         old = self._cost.get(parallel)
         self._cost[parallel] = per_row if old is None else (old + per_row) / 2
