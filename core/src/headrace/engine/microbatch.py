@@ -61,9 +61,9 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     runner.begin(info)
     mode = q._read_mode
     parallel = len(parts) > 1 and mode.parallel()  # reader threads, or the query's thread alone
-    read = read_partitions(q._sources, parts, runner.prefix_transform, counts, batch_id=batch_id,
+    read = read_partitions(q._sources, parts, runner.reader_transform, counts, batch_id=batch_id,
                            pool=q._pool if parallel else None, crash=crash)  # fmt: skip
-    data = runner.run(read, info)
+    data = runner.run(read, info, gather=True)
     try:
         messages.append(sink.write(batch_id, data))
         runner.require_finished(q._sink_connector)

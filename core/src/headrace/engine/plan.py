@@ -7,8 +7,13 @@ the steps are split in two stages:
 - the *prefix*: the stateless steps before the first stateful one, run per record batch in the
   reader threads (consecutive SQL steps fused into one DuckDB query, or compiled to Arrow
   compute); when the first stateful step is an aggregation, its partial stage
-  (``pre_aggregation()``: windows assigned, partial aggregates per key) runs there too, so the
-  consumer thread only merges one partial row per key and chunk into state;
+  (``pre_aggregation()``: windows assigned, partial aggregates per key) runs on the rows the
+  prefix kept. In a micro-batch it runs on the consumer thread over the record batches
+  gathered up to :data:`COALESCE_ROWS` rows (or :data:`COALESCE_BYTES`): one partial per
+  gathering instead of one per record batch, and no combining of partials that have the
+  same keys (Spark's partial aggregate likewise builds one hash map per task over all its
+  rows). In a real-time batch it runs per chunk in the readers, so each chunk's updates go
+  out at once. The consumer then merges one partial row per key into state;
 - the *suffix*: from the first stateful step on, run on the consumer thread, in order:
   ``process`` per chunk, then ``finish`` per operator at the end of the batch, each
   operator's output going through the steps after it.
@@ -35,6 +40,11 @@ from headrace.transforms.watermark import WatermarkOperator
 __all__ = ["PlanRunner", "is_aggregation"]
 
 log = logging.getLogger(__name__)
+
+#: record batches are gathered for an aggregation's partial stage up to this many rows ...
+COALESCE_ROWS = 1 << 18
+#: ... or this many bytes (the memory a gathering holds), whichever comes first
+COALESCE_BYTES = 32 << 20
 
 
 def is_aggregation(op: Operator) -> bool:
@@ -187,7 +197,28 @@ class PlanRunner:
 
     @property
     def prefix_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
+        """The readers' transform of each record batch in a real-time batch (the stateless
+        steps, then the partial aggregation), or None when there is nothing to apply."""
         return self.apply_prefix if self.prefix or self.pre_aggregate is not None else None
+
+    def apply_stateless(self, table: pa.Table) -> pa.Table | None:
+        """The stateless steps before the first stateful one (thread-safe)."""
+        info = self._info
+        for op in self.prefix:
+            out = op.process(table, info)
+            if out is None:
+                return None
+            table = out
+        return table
+
+    @property
+    def reader_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
+        """The readers' transform of each record batch in a micro-batch: the stateless steps
+        (the partial aggregation runs in :meth:`run`, over record batches gathered), or None
+        when there is nothing to apply. Called once per batch."""
+        if self.pre_aggregate is None:
+            return self.prefix_transform
+        return self.apply_stateless if self.prefix else None
 
     def _through(self, start: int, table: pa.Table | None, info: BatchInfo) -> Iterator[pa.Table]:
         if table is None or (table.num_rows == 0 and start < len(self.suffix)):
@@ -224,19 +255,43 @@ class PlanRunner:
                 "a sink must consume every record batch it is given"
             )
 
-    def run(self, data: Iterator[pa.RecordBatch], info: BatchInfo) -> Generator[pa.RecordBatch, None, None]:
-        """The batch as the sink sees it: the reader's record batches (prefix applied) through
-        the suffix, then the operators' end-of-batch output. Counts the rows handed on in
-        ``self.rows_out``."""
+    def run(self, data: Iterator[pa.RecordBatch], info: BatchInfo, *, gather: bool = False,
+            ) -> Generator[pa.RecordBatch, None, None]:  # fmt: skip
+        """The batch as the sink sees it: the reader's record batches through the suffix, then
+        the operators' end-of-batch output. With ``gather`` (micro-batches, whose readers
+        applied :attr:`reader_transform`), an aggregation's partial stage runs here over the
+        record batches gathered up to :data:`COALESCE_ROWS` rows or :data:`COALESCE_BYTES`;
+        without, the readers applied :attr:`prefix_transform` (partials per record batch).
+        Counts the rows handed on in ``self.rows_out``."""
         self.rows_out = 0
         yielded = False
+        gathered: list[pa.RecordBatch] = []
+        rows = size = 0
+        gathering = gather and self.pre_aggregate is not None
         for b in data:
             if not self.suffix:
                 self.rows_out += b.num_rows
                 yielded = True
                 yield b
                 continue
-            for t in self.process_chunk(pa.Table.from_batches([b]), info):
+            if gathering:
+                if b.num_rows:
+                    gathered.append(b)
+                    rows += b.num_rows
+                    size += b.nbytes
+                if rows < COALESCE_ROWS and size < COALESCE_BYTES:
+                    continue
+                chunks, gathered, rows, size = self._partials_of(gathered), [], 0, 0
+            else:
+                chunks = [pa.Table.from_batches([b])]
+            for chunk in chunks:
+                for t in self.process_chunk(chunk, info):
+                    for o in t.to_batches():
+                        self.rows_out += o.num_rows
+                        yielded = True
+                        yield o
+        for chunk in self._partials_of(gathered) if gathered else []:
+            for t in self.process_chunk(chunk, info):
                 for o in t.to_batches():
                     self.rows_out += o.num_rows
                     yielded = True
@@ -248,6 +303,17 @@ class PlanRunner:
                 yield o
         if not yielded and self.sink_schema is not None:
             yield empty_batch(self.sink_schema)
+
+    def _partials_of(self, batches: list[pa.RecordBatch]) -> list[pa.Table]:
+        """The partial aggregation of record batches gathered by :meth:`run`: of one table
+        whose columns keep the batches as chunks (nothing is copied), or, for batches of
+        different schemas, of each batch."""
+        assert self.pre_aggregate is not None
+        try:
+            table = pa.Table.from_batches(batches)
+        except pa.ArrowInvalid:
+            return [self.pre_aggregate(pa.Table.from_batches([b])) for b in batches]
+        return [self.pre_aggregate(table)]
 
     def state_writes(self) -> list[StateWrite]:
         """The stateful operators' state writes still pending after ``finish`` (see

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from headrace.transforms.agg_functions import merge_col, quote
 from headrace.transforms.dense_group import dense_group
-from headrace.transforms.window import WindowSpec, event_time_micros
+from headrace.transforms.window import WindowSpec, event_time_micros, event_time_range_us
 
 __all__ = ["PartialAggregation", "known_probe"]
 
@@ -86,15 +86,16 @@ class PartialAggregation:
             return self.partial_schema.empty_table()
         spec = self.window
         if spec is not None:
-            ts, valid = event_time_micros(table.column(spec.column))
-            if valid is not None:
-                table = table.filter(pa.array(valid))
-                ts = ts[valid]
-            start = spec.single_start(ts) if self.dense_aggs is not None else None
+            span = event_time_range_us(table.column(spec.column)) if self.dense_aggs is not None else None
+            start = spec.single_start_between(*span) if span is not None else None
             if start is not None:  # the chunk lies in one window (chunks are short next to windows)
                 out = self._dense(table, {"__ws": (start, pa.int64())})
                 if out is not None:
                     return out
+            ts, valid = event_time_micros(table.column(spec.column))
+            if valid is not None:
+                table = table.filter(pa.array(valid))
+                ts = ts[valid]
             rows, starts = spec.assign(ts)
             if not spec.tumbling:
                 table = table.take(pa.array(rows))

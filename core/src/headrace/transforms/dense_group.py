@@ -8,6 +8,9 @@ sums per group in one pass each: ~3x cheaper than a hash ``group_by`` of two key
 Integer sums go through float64 ``bincount`` only when every partial sum is exact
 (``rows * max |value| < 2**53``). Anything else (nulls, other types, min/max, a key range
 too sparse for the chunk) returns ``None`` and the caller uses Arrow's hash ``group_by``.
+
+A table whose columns are in several chunks (record batches gathered by the engine) is
+grouped chunk by chunk into the same dense counts and sums: no column is concatenated.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ _EXACT = 2**53
 _SMALL_INTS = (pa.uint8(), pa.uint16(), pa.uint32())
 
 
-def _ints(col: pa.ChunkedArray | pa.Array) -> np.ndarray | None:
-    t = col.type
-    if col.null_count or not (pa.types.is_signed_integer(t) or t in _SMALL_INTS):
-        return None
-    return np.asarray(col.to_numpy(), dtype=np.int64)
+def _int_type(t: pa.DataType) -> bool:
+    return pa.types.is_signed_integer(t) or t in _SMALL_INTS
+
+
+def _numpy(chunk: pa.Array, dtype: type) -> np.ndarray:
+    return np.asarray(chunk.to_numpy(zero_copy_only=False), dtype=dtype)
 
 
 def _as(values: np.ndarray, t: pa.DataType) -> pa.Array:
@@ -59,7 +63,9 @@ def dense_group(
         return None
     limit = max(4 * n, 1 << 16)
     steps = steps or {}
-    values: dict[str, np.ndarray] = {}
+    constants = constants or {}
+    batches = table.to_batches()
+    value_cols: dict[str, bool] = {}  # column -> whether it is floating
     for col, fn in aggs:  # check everything before computing anything
         if fn == "count_all":
             continue
@@ -67,51 +73,67 @@ def dense_group(
         c = table.column(col)
         if c.null_count or fn not in ("count", "sum", "fsum", "sqsum"):
             return None
-        if fn == "count" or col in values:
+        if fn == "count" or col in value_cols:
             continue
-        t = c.type
-        if pa.types.is_floating(t):
-            values[col] = np.asarray(c.to_numpy(), dtype=np.float64)
+        if pa.types.is_floating(c.type):
+            value_cols[col] = True
             continue
-        x = _ints(c)
-        if x is None:
+        if not _int_type(c.type):
             return None
-        if n * max(abs(int(x.min())), abs(int(x.max()))) >= _EXACT:
-            return None
-        values[col] = x
-    gid: np.ndarray | None = None
+        value_cols[col] = False
+    values: dict[str, list[np.ndarray]] = {
+        col: [_numpy(b.column(col), np.float64 if floating else np.int64) for b in batches]
+        for col, floating in value_cols.items()
+    }
+    for col, floating in value_cols.items():
+        if not floating:
+            bound = max(max(abs(int(x.min())), abs(int(x.max()))) for x in values[col] if len(x))
+            if n * bound >= _EXACT:
+                return None
     groups = 1
     layout: list[tuple[pa.DataType, int, int, int]] = []
-    constants = constants or {}
+    indexes: list[list[np.ndarray] | None] = []  # per key: its index per chunk (None: one value)
     for k in keys:
         if k in constants:
             value, typ = constants[k]
             layout.append((typ, value, 1, 1))
+            indexes.append(None)
             continue
         c = table.column(k)
-        a = _ints(c)
-        if a is None:
+        if c.null_count or not _int_type(c.type):
             return None
-        lo, hi = int(a.min()), int(a.max())
+        chunks = [_numpy(b.column(k), np.int64) for b in batches]
+        lo = min(int(a.min()) for a in chunks if len(a))
+        hi = max(int(a.max()) for a in chunks if len(a))
         step = int(steps.get(k, 1))
         if lo == hi:  # one value (a chunk within one window): no index to compute
             layout.append((c.type, lo, 1, 1))
+            indexes.append(None)
             continue
-        idx = a - lo if lo else a
-        if step > 1:
-            off = idx
-            idx = off // step
-            if not np.array_equal(idx * step, off):  # (numpy's int64 % costs 6x a division)
-                return None
+        idxs = []
+        for a in chunks:
+            idx = a - lo if lo else a
+            if step > 1:
+                off = idx
+                idx = off // step
+                if not np.array_equal(idx * step, off):  # (numpy's int64 % costs 6x a division)
+                    return None
+            idxs.append(idx)
         r = (hi - lo) // step + 1
         groups *= r
         if groups > limit:
             return None
-        gid = idx if gid is None else gid * r + idx
         layout.append((c.type, lo, step, r))
-    if gid is None:
-        gid = np.zeros(n, np.int64)
-    counts = np.bincount(gid, minlength=groups)
+        indexes.append(idxs)
+    gids: list[np.ndarray] = []
+    for j, b in enumerate(batches):
+        gid: np.ndarray | None = None
+        for (_, _, _, r), key_idxs in zip(layout, indexes, strict=True):
+            if key_idxs is None:
+                continue
+            gid = key_idxs[j] if gid is None else gid * r + key_idxs[j]
+        gids.append(gid if gid is not None else np.zeros(b.num_rows, np.int64))
+    counts = _bincount(gids, None, groups)
     present = np.flatnonzero(counts)
     out_keys: list[pa.Array] = []
     rest = present
@@ -135,11 +157,22 @@ def dense_group(
             out.append(pa.array(n_present))
             continue
         assert col is not None
-        x = values[col]
+        xs = values[col]
         square = fn == "sqsum"
         s = done.get((col, square))
         if s is None:
-            w = x.astype(np.float64) * x if square else x
-            s = done[(col, square)] = np.bincount(gid, weights=w, minlength=groups)[present]
-        out.append(pa.array(np.rint(s).astype(np.int64) if fn == "sum" and x.dtype == np.int64 else s))
+            ws = [x.astype(np.float64) * x for x in xs] if square else xs
+            s = done[(col, square)] = _bincount(gids, ws, groups)[present]
+        integer = not value_cols[col]
+        out.append(pa.array(np.rint(s).astype(np.int64) if fn == "sum" and integer else s))
     return out
+
+
+def _bincount(gids: list[np.ndarray], weights: list[np.ndarray] | None, groups: int) -> np.ndarray:
+    """Counts (or sums of ``weights``) per group id over every chunk."""
+    total = None
+    for j, gid in enumerate(gids):
+        part = np.bincount(gid, weights=None if weights is None else weights[j], minlength=groups)
+        total = part if total is None else total + part
+    assert total is not None
+    return total

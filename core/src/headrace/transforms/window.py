@@ -20,7 +20,8 @@ import pyarrow as pa
 from headrace.errors import HeadraceError
 from headrace.options import Duration
 
-__all__ = ["SessionWindowSpec", "WindowSpec", "event_time_micros", "session_window", "window", "window_struct_type"]
+__all__ = ["SessionWindowSpec", "WindowSpec", "event_time_micros", "event_time_range_us", "session_window", "window",
+           "window_struct_type"]  # fmt: skip
 
 _US = 1_000_000
 
@@ -66,9 +67,15 @@ class WindowSpec:
         """The start of the one tumbling window every event time of ``ts_us`` (int64
         microseconds, no nulls, not empty) lies in; ``None`` when they span several windows or
         the window slides (a row is then in several)."""
-        if not self.tumbling or not len(ts_us):
+        if not len(ts_us):
             return None
-        lo, hi = self._start_of(int(ts_us.min())), self._start_of(int(ts_us.max()))
+        return self.single_start_between(int(ts_us.min()), int(ts_us.max()))
+
+    def single_start_between(self, lo_us: int, hi_us: int) -> int | None:
+        """:meth:`single_start` of event times from ``lo_us`` to ``hi_us`` (the extremes)."""
+        if not self.tumbling:
+            return None
+        lo, hi = self._start_of(lo_us), self._start_of(hi_us)
         return lo if lo == hi else None
 
     def assign(self, ts_us: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -154,6 +161,23 @@ def check_event_time(schema: pa.Schema, column: str, what: str) -> pa.DataType:
             f"with_column({column!r}, \"CAST({column} AS TIMESTAMP)\")"
         )
     return t
+
+
+def event_time_range_us(col: pa.ChunkedArray | pa.Array) -> tuple[int, int] | None:
+    """The earliest and latest event time of a microsecond timestamp column without nulls,
+    read chunk by chunk (no copy of a column in several chunks); ``None`` for another unit,
+    nulls, or no rows."""
+    if col.null_count or not len(col) or col.type.unit != "us":
+        return None
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    lo = hi = None
+    for c in chunks:
+        if not len(c):
+            continue
+        us = c.view(pa.int64()).to_numpy(zero_copy_only=False)
+        a, b = int(us.min()), int(us.max())
+        lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+    return None if lo is None or hi is None else (lo, hi)
 
 
 def event_time_micros(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
