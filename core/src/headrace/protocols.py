@@ -174,6 +174,12 @@ class Source(ABC):
       its arguments and what was there when ``prepare_for_available_now`` ran, and does nothing
       that assumes ``start`` is committed (Spark's engine never calls it early: a source that
       acknowledges or frees ``start`` upstream in ``latest_offset`` must leave it False).
+    - ``reads_wait``: reading a partition waits on something outside the process (a broker, a
+      file system, a server): the engine reads a batch's partitions in reader threads at
+      first. A source that generates or copies its rows in process (the rate and memory
+      sources) sets it False: its reads only hold the GIL, so the engine reads its partitions
+      one after the other on the query's thread at first, and tries reader threads after 16
+      batches (``headrace.engine.read_mode``, which keeps whichever measures cheaper).
 
     The constructor is called once per query run, on the driver, with validated options; it may
     connect to the service. It must not read data.
@@ -183,6 +189,7 @@ class Source(ABC):
     supports_real_time: ClassVar[bool] = False
     needs_state_path: ClassVar[bool] = False
     supports_planning_ahead: ClassVar[bool] = False
+    reads_wait: ClassVar[bool] = True
 
     @classmethod
     def default_state_path(cls, options: Options) -> str | None:

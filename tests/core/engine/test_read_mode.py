@@ -101,7 +101,7 @@ class _Fixed(ReadMode):
 
 @pytest.mark.parametrize("parallel", [True, False], ids=["reader-threads", "query-thread"])
 def test_either_mode_gives_every_row_once_in_order(tmp_path, monkeypatch, parallel: bool) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr("headrace.engine.query.ReadMode", lambda: _Fixed(parallel))
+    monkeypatch.setattr(ReadMode, "for_sources", lambda sources: _Fixed(parallel))
     name = f"read_mode_{'par' if parallel else 'ser'}"
     values, threads = _run_query(tmp_path, name)
     assert values == list(range(100_000))  # every row once, partitions in order within each batch
@@ -110,3 +110,20 @@ def test_either_mode_gives_every_row_once_in_order(tmp_path, monkeypatch, parall
         assert readers, threads
     else:
         assert not readers, threads
+
+
+def test_sources_whose_reads_do_not_wait_start_on_the_query_thread() -> None:
+    class Waits:
+        reads_wait = True
+
+    class InProcess:
+        reads_wait = False
+
+    assert ReadMode.for_sources([Waits(), InProcess()]).parallel_mode is True
+    mode = ReadMode.for_sources([InProcess()])
+    chosen = run(mode, {True: 2e-6, False: 1e-6}, 40)
+    assert [i for i, c in enumerate(chosen) if c] == [16]  # reader threads tried once, after 16 batches
+    assert mode.parallel_mode is False
+    mode = ReadMode.for_sources([InProcess()])
+    chosen = run(mode, {True: 1e-6, False: 3e-6}, 20)
+    assert chosen[16] is True and mode.parallel_mode is True  # threads won: kept

@@ -92,6 +92,8 @@ class _Slice(Partition):
 class MemorySource(Source):
     """Reads a :class:`MemoryStream`. Offsets: ``{"index": number of tables}``."""
 
+    reads_wait = False  # the tables are in this process
+
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
         self.stream = memory_stream(options["name"], context.user_schema)

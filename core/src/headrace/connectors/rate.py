@@ -91,6 +91,7 @@ class RateMicroBatchSource(Source):
     ``startTimestamp + (i // rowsPerBatch) * advanceMillisPerBatch``. Offsets: ``{"rows": n}``."""
 
     supports_planning_ahead = True  # offsets are row counts: latest_offset is arithmetic
+    reads_wait = False  # rows are generated in process
 
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
@@ -172,6 +173,7 @@ class RateSource(Source):
     ``start + i / rowsPerSecond``. Supports the real-time trigger."""
 
     supports_real_time = True
+    reads_wait = False  # rows are generated in process
 
     needs_state_path = True  # the start time, so a restart continues the same timeline
 

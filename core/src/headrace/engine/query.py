@@ -260,6 +260,7 @@ class StreamingQuery:
                 self._history = None
         try:
             self._pool = ReadLane(self._parallelism)
+            self._read_mode = ReadMode.for_sources(self._sources)
             try:
                 batch_id = run_loop(self)
             finally:

@@ -11,7 +11,9 @@ reader thread than on the query thread alone (docs/performance.md).
 Neither can be told from outside a read, so :class:`ReadMode` measures: the first batch is read
 with reader threads, the second on the query thread (a probe), and the cheaper mode per input
 row is kept. (The first batch also pays a query's one-off costs, which favours the probe; a
-wrong choice is undone at the next probe.) The other mode is probed again later, after 16 batches, then twice as many each
+wrong choice is undone at the next probe.) When every source says its reads do not wait
+(``Source.reads_wait`` False: rows generated or copied in process), batches start on the query
+thread and reader threads are first tried after 16 batches. The other mode is probed again later, after 16 batches, then twice as many each
 time it loses again (at most 1,024), so a query whose reads are I/O-bound spends at most one
 batch in 16, then far fewer, in the slower mode. Both modes give the same rows in the same
 order (partition order); only the threads that read them differ.
@@ -20,7 +22,9 @@ order (partition order); only the threads that read them differ.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["ReadMode"]
 
@@ -46,7 +50,17 @@ class ReadMode:
     _probing: bool = False
 
     def __post_init__(self) -> None:
-        self._probe_after = 1  # the first comparison comes early: the second batch is the probe
+        # reader threads first: the first comparison comes early (the second batch is the
+        # probe); on the query thread first (reads that do not wait): threads after 16 batches
+        self._probe_after = 1 if self.parallel_mode else self.first_probe_after
+        if not self.parallel_mode:
+            self._measured = True
+
+    @classmethod
+    def for_sources(cls, sources: Sequence[Any]) -> ReadMode:
+        """The read mode of a query reading ``sources`` (see ``Source.reads_wait``). Called
+        once per query run, after its sources are built."""
+        return cls(parallel_mode=any(getattr(s, "reads_wait", True) for s in sources))
 
     def parallel(self) -> bool:
         """Whether the next batch's partitions go to reader threads. Called once per batch
