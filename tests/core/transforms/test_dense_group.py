@@ -48,7 +48,8 @@ def test_declines_what_it_does_not_handle() -> None:
     with_null = dict(base, k=pa.array([None, *range(1, n)]))
     assert dense_group(pa.table(with_null), ["k"], AGGS) is None  # a null key
     assert dense_group(pa.table(dict(base, v=pa.array([None, *range(1, n)]))), ["k"], AGGS) is None  # a null value
-    assert dense_group(pa.table(dict(base, k=np.arange(n) * 10**9)), ["k"], AGGS) is None  # too sparse
+    sparse = dict(base, k=np.arange(n) * 10**9, k2=np.arange(n) * 7 * 10**9)
+    assert dense_group(pa.table(sparse), ["k", "k2"], AGGS) is None  # two wide keys: 1M combinations
     assert dense_group(pa.table(dict(base, v=np.full(n, 2**50))), ["k"], AGGS) is None  # float sums not exact
     assert dense_group(pa.table(dict(base, k=[str(i % 3) for i in range(n)])), ["k"], AGGS) is None  # not integers
     assert dense_group(pa.table(base), ["k"], [("v", "min")]) is None
@@ -79,3 +80,24 @@ def test_a_constant_key_gives_the_same_groups_as_its_column() -> None:
     assert with_column is not None and constant is not None
     assert [c.to_pylist() for c in constant] == [c.to_pylist() for c in with_column]
     assert constant[1].type == pa.int64()
+
+
+@pytest.mark.parametrize("chunks", [1, 3], ids=["one-chunk", "three-chunks"])
+def test_a_key_of_wide_range_is_indexed_by_its_distinct_values(chunks: int) -> None:
+    """Ids drawn from a range far wider than the chunk (1,000 of 10**12): grouped by their
+    distinct values (Arrow's dictionary encoding), in ascending key order, as Arrow's group_by."""
+    rng = np.random.default_rng(3)
+    ids = rng.choice(10**12, 1000, replace=False) - 5 * 10**11
+    n = 6000
+    t = pa.table({"ws": np.full(n, 60_000_000) + (np.arange(n) % 2) * 60_000_000, "k": rng.choice(ids, n),
+                  "v": rng.integers(-1000, 1000, n), "f": rng.random(n)})  # fmt: skip
+    t = pa.Table.from_batches([b for part in np.array_split(np.arange(n), chunks)
+                               for b in t.slice(int(part[0]), len(part)).to_batches()])  # fmt: skip
+    assert t.column("k").num_chunks == chunks
+    out = dense_group(t, ["ws", "k"], AGGS, steps={"ws": 60_000_000})
+    assert out is not None
+    got = list(zip(*(c.to_pylist() for c in out), strict=True))
+    want = arrow_result(t, ["ws", "k"])
+    assert [g[:2] for g in got] == [w[:2] for w in want]  # ascending (ws, k), as sorted
+    assert [g[2:6] for g in got] == [w[2:6] for w in want]
+    assert [g[6] for g in got] == pytest.approx([w[6] for w in want])

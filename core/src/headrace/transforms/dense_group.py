@@ -9,6 +9,10 @@ Integer sums go through float64 ``bincount`` only when every partial sum is exac
 (``rows * max |value| < 2**53``). Anything else (nulls, other types, min/max, a key range
 too sparse for the chunk) returns ``None`` and the caller uses Arrow's hash ``group_by``.
 
+A key whose values span too wide a range (ids drawn from millions) but take few distinct
+values is indexed by Arrow's hash ``dictionary_encode`` instead (its distinct values, sorted):
+the group ids stay dense, and the sums still take one ``bincount`` each.
+
 A table whose columns are in several chunks (record batches gathered by the engine) is
 grouped chunk by chunk into the same dense counts and sums: no column is concatenated.
 """
@@ -19,6 +23,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["dense_group"]
 
@@ -91,12 +96,13 @@ def dense_group(
             if n * bound >= _EXACT:
                 return None
     groups = 1
-    layout: list[tuple[pa.DataType, int, int, int]] = []
+    # per key: its type, offset, step, number of index values, and (a sparse key) its values
+    layout: list[tuple[pa.DataType, int, int, int, np.ndarray | None]] = []
     indexes: list[list[np.ndarray] | None] = []  # per key: its index per chunk (None: one value)
     for k in keys:
         if k in constants:
             value, typ = constants[k]
-            layout.append((typ, value, 1, 1))
+            layout.append((typ, value, 1, 1, None))
             indexes.append(None)
             continue
         c = table.column(k)
@@ -107,8 +113,17 @@ def dense_group(
         hi = max(int(a.max()) for a in chunks if len(a))
         step = int(steps.get(k, 1))
         if lo == hi:  # one value (a chunk within one window): no index to compute
-            layout.append((c.type, lo, 1, 1))
+            layout.append((c.type, lo, 1, 1, None))
             indexes.append(None)
+            continue
+        if groups * ((hi - lo) // step + 1) > limit:  # too wide a range: index its distinct values
+            sparse = _distinct_index(pa.chunked_array([b.column(k) for b in batches], type=c.type))
+            if groups * len(sparse[0]) > limit:
+                return None
+            distinct, idxs = sparse
+            groups *= len(distinct)
+            layout.append((c.type, 0, 1, len(distinct), distinct))
+            indexes.append(idxs)
             continue
         idxs = []
         for a in chunks:
@@ -121,14 +136,12 @@ def dense_group(
             idxs.append(idx)
         r = (hi - lo) // step + 1
         groups *= r
-        if groups > limit:
-            return None
-        layout.append((c.type, lo, step, r))
+        layout.append((c.type, lo, step, r, None))
         indexes.append(idxs)
     gids: list[np.ndarray] = []
     for j, b in enumerate(batches):
         gid: np.ndarray | None = None
-        for (_, _, _, r), key_idxs in zip(layout, indexes, strict=True):
+        for (_, _, _, r, _), key_idxs in zip(layout, indexes, strict=True):
             if key_idxs is None:
                 continue
             gid = key_idxs[j] if gid is None else gid * r + key_idxs[j]
@@ -137,16 +150,19 @@ def dense_group(
     present = np.flatnonzero(counts)
     out_keys: list[pa.Array] = []
     rest = present
-    varying = sum(1 for *_, r in layout if r > 1)
-    for t, lo, step, r in reversed(layout):
+    varying = sum(1 for _, _, _, r, _ in layout if r > 1)  # (a sparse key has 2 values or more)
+    for t, lo, step, r, distinct in reversed(layout):
         if r == 1:  # one value: no arithmetic over the groups
             out_keys.append(_as(np.full(len(present), lo, np.int64), t))
             continue
         varying -= 1
         idx = rest % r if varying else rest  # the outermost varying key: rest < r already
-        if step != 1:
-            idx = idx * step
-        out_keys.append(_as(idx + lo if lo else idx, t))
+        if distinct is not None:
+            out_keys.append(_as(distinct[idx], t))
+        else:
+            if step != 1:
+                idx = idx * step
+            out_keys.append(_as(idx + lo if lo else idx, t))
         if varying:
             rest = rest // r
     out: list[pa.Array] = out_keys[::-1]
@@ -166,6 +182,18 @@ def dense_group(
         integer = not value_cols[col]
         out.append(pa.array(np.rint(s).astype(np.int64) if fn == "sum" and integer else s))
     return out
+
+
+def _distinct_index(col: pa.ChunkedArray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """A key column's distinct values (int64, ascending) and, per chunk, each row's index
+    among them, by Arrow's hash dictionary encoding (one dictionary for every chunk)."""
+    encoded = pc.dictionary_encode(col)
+    dictionary = np.asarray(encoded.chunk(0).dictionary.to_numpy(zero_copy_only=False), dtype=np.int64)
+    order = np.argsort(dictionary, kind="stable")
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    idxs = [rank[np.asarray(ch.indices.to_numpy(zero_copy_only=False), dtype=np.int64)] for ch in encoded.chunks]
+    return dictionary[order], idxs
 
 
 def _bincount(gids: list[np.ndarray], weights: list[np.ndarray] | None, groups: int) -> np.ndarray:
