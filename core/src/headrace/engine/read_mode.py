@@ -8,15 +8,15 @@ partial-aggregation steps): the threads then take turns on the GIL, and each han
 context switch. On a 2-core machine a 2-partition windowed aggregation ran ~12% slower with a
 reader thread than on the query thread alone (docs/performance.md).
 
-Neither can be told from outside a read, so :class:`ReadMode` measures: the first batch is read
-with reader threads, the second on the query thread (a probe), and the cheaper mode per input
-row is kept. (The first batch also pays a query's one-off costs, which favours the probe; a
-wrong choice is undone at the next probe.) When every source says its reads do not wait
-(``Source.reads_wait`` False: rows generated or copied in process), batches start on the query
-thread and reader threads are first tried after 16 batches. The other mode is probed again later, after 16 batches, then twice as many each
-time it loses again (at most 1,024), so a query whose reads are I/O-bound spends at most one
-batch in 16, then far fewer, in the slower mode. Both modes give the same rows in the same
-order (partition order); only the threads that read them differ.
+Neither can be told for sure from outside a read, so :class:`ReadMode` starts with what the
+sources say (``Source.reads_wait``: reader threads when any source's reads wait on something
+outside the process, the query's thread when every source generates or copies its rows in
+process), then measures: after 16 batches one batch is read the other way (a probe), and the
+cheaper mode per input row is kept. The other mode is probed again 16 batches later, then
+twice as many each time it loses again (at most 1,024), so a query spends at most one batch
+in 16, then far fewer, in the slower mode, and a short query (fewer than 17 batches) runs as
+its sources say. Both modes give the same rows in the same order (partition order); only the
+threads that read them differ.
 """
 
 from __future__ import annotations
@@ -50,11 +50,7 @@ class ReadMode:
     _probing: bool = False
 
     def __post_init__(self) -> None:
-        # reader threads first: the first comparison comes early (the second batch is the
-        # probe); on the query thread first (reads that do not wait): threads after 16 batches
-        self._probe_after = 1 if self.parallel_mode else self.first_probe_after
-        if not self.parallel_mode:
-            self._measured = True
+        self._probe_after = self.first_probe_after
 
     @classmethod
     def for_sources(cls, sources: Sequence[Any]) -> ReadMode:
