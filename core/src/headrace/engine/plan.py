@@ -185,15 +185,10 @@ class PlanRunner:
         """The stateless steps before the first stateful one, then the partial stage of an
         aggregation that comes next (:attr:`pre_aggregate`); called per record batch in the
         reader threads (thread-safe)."""
-        info = self._info
-        for op in self.prefix:
-            out = op.process(table, info)
-            if out is None:
-                return None
-            table = out
-        if self.pre_aggregate is not None:
-            return self.pre_aggregate(table)
-        return table
+        out = self.apply_stateless(table)
+        if out is None or self.pre_aggregate is None:
+            return out
+        return self.pre_aggregate(out)
 
     @property
     def prefix_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
