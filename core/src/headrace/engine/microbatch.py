@@ -67,6 +67,7 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     try:
         messages.append(sink.write(batch_id, data))
         runner.require_finished(q._sink_connector)
+        counts.output_rows = runner.rows_out  # what the sink was handed (after any stateful operator)
         if len(parts) > 1:
             mode.record(parallel, sum(counts.input_rows), time.monotonic() - t)
         if p.wal is not None:

@@ -107,7 +107,9 @@ class ReadLane:
 
 @dataclass
 class BatchCounts:
-    """Rows read per source and rows handed to the sink, for one batch's progress report."""
+    """Rows read per source (counted by the reader) and rows handed to the sink (set by the
+    engine after the sink's write: after the stateful operators), for one batch's bad-record
+    accounting."""
 
     input_rows: list[int] = field(default_factory=list)
     output_rows: int = 0
@@ -262,7 +264,6 @@ def _read_partitions(
         nonlocal n_out
         counts.input_rows[i] += n_in
         for o in outs:
-            counts.output_rows += o.num_rows
             n_out += 1
             if n_out == 2:
                 crash("mid_write", batch_id)
@@ -301,7 +302,6 @@ def _read_serially(
         for b in sources[i].read(p):
             counts.input_rows[i] += b.num_rows
             for o in apply_transform(transform, b):
-                counts.output_rows += o.num_rows
                 n_out += 1
                 if n_out == 2:
                     crash("mid_write", batch_id)
