@@ -56,6 +56,7 @@ def test_a_failed_state_write_leaves_no_marker_and_the_batch_is_replayed(
     with pytest.raises(Exception, match="injected"):
         q.await_termination()
     assert markers(chk) == {0, 1}  # batch 2's marker waited for its state, which never became durable
+    assert not [p.name for p in (chk / "commits").iterdir() if p.name.endswith(".tmp")]  # nor its temporary file
     assert (chk / "offsets" / "2").exists()
 
     monkeypatch.setattr(state_store, "write_state_file", real)

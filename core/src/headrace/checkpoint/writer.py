@@ -220,10 +220,18 @@ class LogWriter:
         return self._pool.submit(self._write_commit, batch_id, info, after)
 
     def _write_commit(self, batch_id: int, info: dict[str, Any] | None, after: Sequence[Any] = ()) -> None:
-        for f in after:  # the batch's state is durable before its marker (written here if pending)
-            f.result()
         path = os.path.join(self.commits_dir, str(batch_id))
-        publish(write_temp(path, commit_json(batch_id, info), durable=self.durable), path)
+        # the marker's temporary file is written and fsynced while the batch's state writes
+        # may still run; only its rename (which makes it visible) waits for them
+        tmp = write_temp(path, commit_json(batch_id, info), durable=self.durable)
+        try:
+            for f in after:  # the batch's state is durable before its marker (written here if pending)
+                f.result()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        publish(tmp, path)
         if self.durable:
             self._commits_sync.sync()
         self._purge_before(batch_id)
