@@ -121,8 +121,11 @@ def run_loop(q: StreamingQuery) -> int | None:
 
 def needs_no_data_batch(q: StreamingQuery) -> bool:
     """Whether the watermark moved past the one the last batch ran with, in a plan with
-    stateful operators (which then emit and evict in a batch without data)."""
-    return (
-        q._runner is not None and q._runner.has_stateful and q._tracker.enabled
-        and q._tracker.watermark_ms != q._last_watermark
-    )  # fmt: skip
+    stateful operators, and one of them would then emit or evict in a batch without data
+    (``Operator.needs_batch_at``: a batch that would change nothing is not run; its watermark
+    goes with the next batch, and the last commit marker already records it)."""
+    if not (q._runner is not None and q._runner.has_stateful and q._tracker.enabled
+            and q._tracker.watermark_ms != q._last_watermark):  # fmt: skip
+        return False
+    wm = q._tracker.watermark_ms
+    return wm is not None and any(op.needs_batch_at(wm) for _, op in q._runner.stateful)

@@ -130,6 +130,10 @@ class MemoryStateStore(StateStore):
         cols = [c.take(safe, miss) for c in self._vals]
         return pa.Table.from_arrays(cols, schema=self.value_schema), found
 
+    def earliest_order(self) -> int | None:
+        """The top of the event-time heap (an order whose bucket may have emptied since)."""
+        return self._heap[0] if self._heap else None
+
     def add(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> pa.Table | None:
         """In place in the numpy columns (gather, add, scatter per column: no Arrow copy out
         and back in), when every key has a row and every value column is int64 or float64

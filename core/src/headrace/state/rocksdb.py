@@ -31,7 +31,7 @@ import pyarrow as pa
 from headrace.errors import CheckpointError, HeadraceError
 from headrace.state.files import ORDER_COLUMN, list_versions, remove_quietly
 from headrace.state.keyindex import fixed_width_keys
-from headrace.state.rocksdb_codec import enc_order, key_codec, row_codec
+from headrace.state.rocksdb_codec import dec_order, enc_order, key_codec, row_codec
 from headrace.state.store import StateStore
 
 __all__ = ["RocksDBStateStore"]
@@ -218,6 +218,19 @@ class RocksDBStateStore(StateStore):
         ords, has, varrays = self._codec.decode(list(raws))
         arrays = [*self._keys.decode(kbs), *varrays, pa.array(ords, pa.int64(), mask=~has)]
         return pa.Table.from_arrays(arrays, names=[*self.key_schema.names, *self.value_schema.names, ORDER_COLUMN])
+
+    def earliest_order(self) -> int | None:
+        """The first key of the event-time index (``o<order><key>``); when the database is
+        not open (before a batch loads it), an eviction may be due."""
+        if self._db is None:
+            return -(2**63)
+        it = self._db.iter()
+        it.seek(b"o")
+        k = it.key() if it.valid() else None
+        del it
+        if k is None or k[:1] != b"o":
+            return None
+        return dec_order(k[1:9])
 
     def _evict(self, upto: int) -> pa.Table:
         self._last = self._last_orders = None

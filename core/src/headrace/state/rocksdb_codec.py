@@ -27,7 +27,8 @@ import pyarrow as pa
 
 from headrace.state.columns import from_int64, key_hashables, to_int64
 
-__all__ = ["FixedKeys", "FixedRows", "PickleKeys", "PickleRows", "enc_order", "fixed_width", "key_codec", "row_codec"]
+__all__ = ["FixedKeys", "FixedRows", "PickleKeys", "PickleRows", "dec_order", "enc_order", "fixed_width", "key_codec",
+           "row_codec"]  # fmt: skip
 
 _ORDER = struct.Struct(">Q")
 _BIAS = 1 << 63
@@ -35,6 +36,11 @@ _BIAS = 1 << 63
 
 def enc_order(o: int) -> bytes:
     return _ORDER.pack(o + _BIAS)
+
+
+def dec_order(b: bytes) -> int:
+    """The inverse of :func:`enc_order`."""
+    return int(_ORDER.unpack(b)[0]) - _BIAS
 
 
 def fixed_width(t: pa.DataType) -> bool:

@@ -236,6 +236,13 @@ class StateStore(ABC):
         cols = [*keys.columns, *values.columns, order_arr, pa.array(np.full(n, OP_PUT, np.int8))]
         self._batch.ops.append(pa.Table.from_arrays(cols, schema=self.file_schema))
 
+    def earliest_order(self) -> int | None:
+        """A lower bound of the smallest ``order`` in the working state (what :meth:`evict`
+        would reach first), or ``None`` when no row has one. Cheap (no scan); may be lower
+        than the true smallest (an entry evicted or re-ordered since). Called between batches.
+        This base class cannot tell: it returns the smallest int64 (an eviction may be due)."""
+        return -(2**63)
+
     def add(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> pa.Table | None:
         """Add ``values`` to the rows of ``keys`` column by column, in place, and return the
         sums (value rows, as :meth:`put` writes them), when the backend can do it without a

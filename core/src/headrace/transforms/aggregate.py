@@ -294,6 +294,15 @@ class AggregateOperator(StatefulOperator):
         self._commit(batch)
         return out
 
+    def needs_batch_at(self, watermark_ms: int) -> bool:
+        """Only when a window (or event-time key) in state ends at or before the watermark:
+        the batch would then emit it (append) or evict it (update). Complete mode evicts
+        nothing (Spark runs no such batch for it)."""
+        if self.output_mode == "complete" or self._event_key is None:
+            return False
+        earliest = self.store.earliest_order()
+        return earliest is not None and earliest <= int(watermark_ms) * 1000
+
     def _watermark_us(self, batch: BatchInfo) -> int | None:
         if batch.watermark_ms is None or self._event_key is None or self.output_mode == "complete":
             return None

@@ -170,6 +170,14 @@ class DropDuplicatesOperator(StatefulOperator):
         self.store.put(keys, _no_values(keys.num_rows), order)
         return table
 
+    def needs_batch_at(self, watermark_ms: int) -> bool:
+        """Only when a key in state would be evicted at this watermark."""
+        if self.watermark_column is None or not (self._event_key or self.within_watermark):
+            return False
+        wm_us = int(watermark_ms) * 1000
+        earliest = self.store.earliest_order()
+        return earliest is not None and earliest <= (wm_us - 1 if self.within_watermark else wm_us)
+
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         """Evict keys the watermark passed, then commit state version ``batch_id``."""
         wm_us = self._wm_us(batch)

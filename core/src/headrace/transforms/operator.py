@@ -149,6 +149,13 @@ class Operator(ABC):
         stateful operators; ``{}`` for stateless ones."""
         return {}
 
+    def needs_batch_at(self, watermark_ms: int) -> bool:
+        """Whether a batch without data, run with this (new) watermark, would emit rows or
+        evict state: the engine runs such a batch when the watermark moves (Spark's
+        ``shouldRunAnotherBatch``) only if some operator says so. Called between batches, on
+        the query's thread, for stateful operators; this default says yes."""
+        return True
+
     def check_output_mode(self, mode: str) -> None:
         """Raise ``UnsupportedError`` with Spark's reason if this operator cannot run in the
         query's output ``mode`` (``append``/``update``/``complete``). Called at ``start()``,
