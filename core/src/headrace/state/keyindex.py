@@ -243,7 +243,12 @@ class FixedKeyIndex:
         else:
             self._memo = None
         self._ensure_slots(int(slots.max()) + 1)
-        self._kd[slots] = np.take(vals, rows, axis=0)
+        new_keys = vals if len(rows) == len(vals) else np.take(vals, rows, axis=0)  # (rows ascend: all of them)
+        first = int(slots[0])
+        if int(slots[-1]) - first == len(slots) - 1 and (len(slots) < 2 or bool((np.diff(slots) == 1).all())):
+            self._kd[first : first + len(slots)] = new_keys  # fresh slots in a run: a slice, not a scatter
+        else:
+            self._kd[slots] = new_keys
         if 2 * (self._live + self._tombs + len(rows)) > len(self._table):
             self._rehash(self._live + len(rows))
         self._place(slots, h[rows])
@@ -262,7 +267,8 @@ class FixedKeyIndex:
             table[pc] = sc
             won = table[pc] == sc
             take = cand[won]
-            self._tombs -= int(np.count_nonzero(cur[take] == _TOMB))
+            if self._tombs:
+                self._tombs -= int(np.count_nonzero(cur[take] == _TOMB))
             self._bucket[todo[take]] = pos[take]
             left = np.ones(len(todo), np.bool_)
             left[take] = False
