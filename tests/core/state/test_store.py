@@ -655,15 +655,19 @@ def test_add_in_place_matches_put_and_survives_restore(backend: str, tmp_path: P
         s.close()
         return
     assert got is not None and got.to_pydict() == {"n": [11, 22, 33], "total": [1.5, 2.5, 3.5]}
-    # a key without a row, or a null on either side: not done here
-    assert s.add(keys(["a", "z"], [60, 60]), pa.table({"n": [1, 1], "total": [1.0, 1.0]}, schema=NUMERIC)) is None
+    # a key without a row takes the values as its row, next to one added to
+    mixed = s.add(keys(["z", "a"], [120, 60]), pa.table({"n": [5, 1], "total": [0.25, 1.0]}, schema=NUMERIC),
+                  np.array([120, 60]))  # fmt: skip
+    assert mixed is not None and mixed.to_pydict() == {"n": [5, 12], "total": [0.25, 2.5]}
+    # a null on either side: not done here (the caller gets, merges and puts)
     assert s.add(keys(["a"], [60]), pa.table({"n": [None], "total": [1.0]}, schema=NUMERIC)) is None
     s.commit(1)
-    assert s.get(k)[0].to_pydict() == {"n": [11, 22, 33], "total": [1.5, 2.5, 3.5]}
+    assert s.get(k)[0].to_pydict() == {"n": [12, 22, 33], "total": [2.5, 2.5, 3.5]}
     s.close()
     again = numeric_store(backend, tmp_path)
     again.load(1)
-    assert again.get(k)[0].to_pydict() == {"n": [11, 22, 33], "total": [1.5, 2.5, 3.5]}
-    assert [r["__order"] for r in again.scan().to_pylist()] == [60, 60, 60]
+    assert again.get(k)[0].to_pydict() == {"n": [12, 22, 33], "total": [2.5, 2.5, 3.5]}
+    assert again.get(keys(["z"], [120]))[0].to_pydict() == {"n": [5], "total": [0.25]}
+    assert sorted(r["__order"] for r in again.scan().to_pylist()) == [60, 60, 60, 120]
     assert again.evict(60).num_rows == 3  # the order kept by add
     again.close()

@@ -135,10 +135,12 @@ class MemoryStateStore(StateStore):
         return self._heap[0] if self._heap else None
 
     def add(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> pa.Table | None:
-        """In place in the numpy columns (gather, add, scatter per column: no Arrow copy out
-        and back in), when every key has a row and every value column is int64 or float64
-        without nulls on either side (a batch that touches an open window's keys again);
-        ``None`` otherwise. Integer sums wrap on overflow, as Arrow's ``add``."""
+        """In the numpy columns, when every value column is int64 or float64 without nulls on
+        either side: the keys that have a row are added to in place (gather, add, scatter per
+        column: no Arrow copy out and back in; a batch that touches an open window's keys
+        again), and keys without one get ``values`` as their row (a new window's keys), as
+        :meth:`put` would write them; ``None`` otherwise. Integer sums wrap on overflow, as
+        Arrow's ``add``."""
         n = keys.num_rows
         if not n or values.num_rows != n or values.schema.types != self.value_schema.types:
             return None
@@ -147,20 +149,34 @@ class MemoryStateStore(StateStore):
         ):
             return None
         _, slots = self._lookup(keys)
-        if not len(slots) or int(slots.min()) < 0 or not all(c.valid[slots].all() for c in self._vals):
+        present = slots >= 0
+        everyone = bool(present.all())
+        held = slots if everyone else slots[present]
+        if len(held) and not all(c.valid[held].all() for c in self._vals):
             return None
         self.work.rows_looked_up += n
         order_arr = self._order_array(order, n)
-        sums = []
-        for c, col in zip(self._vals, values.columns, strict=True):
-            arr = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
-            total = c.data[slots] + arr.to_numpy(zero_copy_only=False)
+        news = [(col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()).to_numpy(zero_copy_only=False)
+                for col in values.columns]  # fmt: skip
+        if not everyone:  # new keys: their rows are the batch's values (plus the old, where there are)
+            sums = [v.copy() for v in news] if len(held) else news
+            for c, total, v in zip(self._vals, sums, news, strict=True):
+                if len(held):
+                    total[present] = c.data[held] + v[present]
+            out = pa.Table.from_arrays([pa.array(t) for t in sums], schema=self.value_schema)
+            self._put(keys, out, order_arr)
+            self._dirty = True
+            self._log_put(keys, out, order_arr)
+            return out
+        arrays = []
+        for c, v in zip(self._vals, news, strict=True):
+            total = c.data[slots] + v
             c.data[slots] = total
-            sums.append(pa.array(total))
+            arrays.append(pa.array(total))
         self._last = None
         self._dirty = True
         self._set_order(slots, order_arr)
-        out = pa.Table.from_arrays(sums, schema=self.value_schema)
+        out = pa.Table.from_arrays(arrays, schema=self.value_schema)
         self._log_put(keys, out, order_arr)
         return out
 
