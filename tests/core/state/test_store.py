@@ -671,3 +671,23 @@ def test_add_in_place_matches_put_and_survives_restore(backend: str, tmp_path: P
     assert sorted(r["__order"] for r in again.scan().to_pylist()) == [60, 60, 60, 120]
     assert again.evict(60).num_rows == 3  # the order kept by add
     again.close()
+
+
+def test_a_due_snapshot_starts_when_the_next_batch_loads_its_version(backend: str, tmp_path: Path) -> None:
+    """The snapshot a commit makes due is started by the next batch's ``load`` of that version
+    (or ``settle``), so the last batch of a run leaves none for the stop to wait for."""
+    s = store(backend, tmp_path, snapshot_interval=2)
+    s.load(-1)
+    for v in range(2):
+        s.load(v - 1)
+        s.put(keys([f"u{v}"], [v]), vals([v], [float(v)], [str(v)]))
+        s.commit(v)
+    assert s._snapshot_versions() == []  # due at version 1, not started by its commit
+    s.load(1)  # the next batch
+    s.settle()
+    assert s._snapshot_versions() == [1]
+    s.close()
+    again = store(backend, tmp_path, snapshot_interval=2)
+    again.load(1)
+    assert {k[0] for k in as_dict(again.scan())} == {"u0", "u1"}
+    again.close()

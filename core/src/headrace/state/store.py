@@ -138,6 +138,7 @@ class StateStore(ABC):
         self.work = WorkCounters()
         self._batch = _BatchStats()
         self._snap_base = -1  # version of the newest snapshot (-1: none)
+        self._due_snapshot: int | None = None  # a committed version whose snapshot is due
         self._rows_since_snap = 0  # changelog rows written since it (restores and commits)
         self._last_metrics: dict[str, Any] = {}
         self.metadata: dict[str, Any] = {}  # the state folder's metadata document
@@ -195,6 +196,7 @@ class StateStore(ABC):
             raise ValueError(f"state version must be -1 or more, not {version}")
         self._batch = _BatchStats()
         if not self._dirty and self.version == version:
+            self._start_due_snapshot()  # the last commit's snapshot, if due: now that a batch follows
             return  # a background snapshot may still be running: it only reads committed files
         with contextlib.suppress(Exception):  # a failed write failed its batch: restored from files below
             self.flush()
@@ -319,9 +321,9 @@ class StateStore(ABC):
         self._commit_backend(version)
         self.version = version
         self._dirty = False
-        if self._snapshot_due(version) and self._snapshot(version):
-            self._snap_base = version
-            self._rows_since_snap = 0
+        # a due snapshot starts when the next batch loads this version (or at settle()), not
+        # now: a run's last batch starts none that its stop would have to wait for
+        self._due_snapshot = version if self._snapshot_due(version) else None
         if version % self.snapshot_interval == 1 or self.snapshot_interval == 1:
             self._purge(version)
         self._last_metrics = {
@@ -368,10 +370,21 @@ class StateStore(ABC):
         """An estimate of the memory the working state uses."""
 
     def settle(self) -> None:
-        """Wait until background work (a snapshot being written) is done. Never needed for
-        correctness; benches call it to keep an earlier batch's deferred work out of the
-        batches they time."""
+        """Start the snapshot the last commit made due, and wait until background work (a
+        snapshot being written) is done. Never needed for correctness; benches call it to keep
+        an earlier batch's deferred work out of the batches they time."""
+        self._start_due_snapshot()
         self._wait_background()
+
+    def _start_due_snapshot(self) -> None:
+        """Snapshot the committed version when its commit made one due (see :meth:`commit`).
+        Called when the next batch loads that version, on the operator's thread."""
+        version, self._due_snapshot = self._due_snapshot, None
+        if version is None or version != self.version or self._dirty:
+            return
+        if self._snapshot(version):
+            self._snap_base = version
+            self._rows_since_snap = 0
 
     def close(self) -> None:
         """Finish background work and release files. Idempotent. A changelog write that failed
