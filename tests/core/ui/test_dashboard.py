@@ -44,11 +44,33 @@ def ui(tmp_path: Path) -> Iterator[UIServer]:
     server.close()
 
 
+def _fresh(read: Any) -> Any:
+    """``read()`` again while the element it reads is redrawn under it (every poll redraws
+    the page: an element found a moment ago may be stale by the time it is read)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for _ in range(50):
+        try:
+            return read()
+        except StaleElementReferenceException:
+            continue
+    return read()
+
+
 def _attr(driver: Any, css: str, name: str) -> str:
     from selenium.webdriver.common.by import By
 
-    els = driver.find_elements(By.CSS_SELECTOR, css)
-    return (els[0].get_attribute(name) or "") if els else ""
+    def read() -> str:
+        els = driver.find_elements(By.CSS_SELECTOR, css)
+        return (els[0].get_attribute(name) or "") if els else ""
+
+    return str(_fresh(read))
+
+
+def _text(driver: Any, element_id: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(_fresh(lambda: driver.find_element(By.ID, element_id).text))
 
 
 def _click(driver: Any, css: str) -> bool:
@@ -88,16 +110,17 @@ def test_running_query_charts_advance_and_failed_query_shows_its_error(browser: 
         assert first != second
         assert browser.find_elements(By.CSS_SELECTOR, "#chart-rates polyline")
         assert browser.find_elements(By.CSS_SELECTOR, "#chart-phases rect")
-        table = browser.find_element(By.ID, "latest").text
+        table = _text(browser, "latest")
         assert "numInputRows" in table and "2000" in table
         if os.environ.get("HEADRACE_UI_SCREENSHOT"):  # docs/img/dashboard.png is made this way
             wait_for(lambda: int(_attr(browser, "#latest", "data-batch") or 0) >= 30, timeout=60, what="30 batches")
             Path(os.environ["HEADRACE_UI_SCREENSHOT"]).write_bytes(browser.get_screenshot_as_png())
 
         wait_for(lambda: _click(browser, failed_css), what="a click on the failed query")
-        error = wait_for(lambda: browser.find_elements(By.ID, "error"), what="the error box")[0]
-        assert "Batch 2 failed" in error.text
-        assert "non-numeric value 'abc'" in error.text
-        assert "payments_bad" in browser.find_element(By.ID, "qtitle").text
+        wait_for(lambda: browser.find_elements(By.ID, "error"), what="the error box")
+        error = _text(browser, "error")
+        assert "Batch 2 failed" in error
+        assert "non-numeric value 'abc'" in error
+        assert "payments_bad" in _text(browser, "qtitle")
     finally:
         q.stop()
