@@ -40,13 +40,6 @@ def _int64(values: Any) -> pa.Array:
 _BASE: Any = None  # numpy 0.._CHUNK-1, made once: ranges are computed into Arrow buffers from it
 
 
-def _new_int64(n: int) -> tuple[pa.Buffer, Any]:
-    """An int64 column computed in place in Arrow's memory pool (:mod:`headrace._buffers`)."""
-    from headrace._buffers import new_int64
-
-    return new_int64(n)
-
-
 def _range_into(out: Any, a: int) -> None:
     """``out[:] = a, a + 1, ...`` without a temporary."""
     global _BASE
@@ -57,9 +50,11 @@ def _range_into(out: Any, a: int) -> None:
 
 def _int_range(a: int, b: int) -> pa.Array:
     if _np is not None and 0 < b - a <= _CHUNK:
-        buf, view = _new_int64(b - a)
+        from headrace._buffers import int64_array, new_int64
+
+        buf, view = new_int64(b - a)
         _range_into(view, a)
-        return pa.Array.from_buffers(pa.int64(), b - a, [None, buf])
+        return int64_array(buf, b - a)
     if _np is not None:
         return _int64(_np.arange(a, b, dtype=_np.int64))
     return pa.array(range(a, b), type=pa.int64())
@@ -148,8 +143,11 @@ class RateMicroBatchSource(Source):
 
     def _timestamps_us(self, lo: int, hi: int) -> pa.Buffer:
         """The timestamps (µs) of rows ``[lo, hi)`` (at most ``_CHUNK``), computed in place in
-        one Arrow buffer (see :func:`_new_int64`), not one numpy temporary per arithmetic step."""
-        buf, ts = _new_int64(hi - lo)
+        one pooled buffer (:func:`headrace._buffers.new_int64`), not one numpy temporary per
+        arithmetic step."""
+        from headrace._buffers import new_int64
+
+        buf, ts = new_int64(hi - lo)
         first, last = lo // self.per_batch, (hi - 1) // self.per_batch
         if first == last:  # the whole chunk is one micro-batch: one timestamp
             ts.fill((self.start_ts + first * self.advance) * 1000)

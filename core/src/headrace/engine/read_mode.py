@@ -44,7 +44,6 @@ class ReadMode:
     margin: float = 0.05  # the other mode must be this much cheaper per row to take over
     parallel_mode: bool = True
     _cost: dict[bool, float] = field(default_factory=dict)  # seconds per input row, per mode
-    _measured: bool = False
     _since_switch_or_probe: int = 0
     _probe_after: int = 0
     _probing: bool = False
@@ -61,7 +60,7 @@ class ReadMode:
     def parallel(self) -> bool:
         """Whether the next batch's partitions go to reader threads. Called once per batch
         with more than one partition, before it is read."""
-        if self._measured and self._since_switch_or_probe >= self._probe_after:
+        if self._cost and self._since_switch_or_probe >= self._probe_after:
             self._probing = True
             return not self.parallel_mode
         self._probing = False
@@ -72,7 +71,6 @@ class ReadMode:
         ``seconds``. Called once per batch that asked :meth:`parallel`, after the sink's write."""
         if rows < _MIN_ROWS or seconds <= 0:
             return
-        self._measured = True
         per_row = seconds / rows
         old = self._cost.get(parallel)
         self._cost[parallel] = per_row if old is None else (old + per_row) / 2

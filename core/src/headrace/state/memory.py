@@ -164,9 +164,7 @@ class MemoryStateStore(StateStore):
                 if len(held):
                     total[present] = c.data[held] + v[present]
             out = pa.Table.from_arrays([pa.array(t) for t in sums], schema=self.value_schema)
-            self._put(keys, out, order_arr)
-            self._dirty = True
-            self._log_put(keys, out, order_arr)
+            self.put(keys, out, order_arr)
             return out
         arrays = []
         for c, v in zip(self._vals, news, strict=True):

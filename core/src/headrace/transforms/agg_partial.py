@@ -131,27 +131,27 @@ class PartialAggregation:
         key_names = self.key_names
         if "__global" in key_names:
             table = table.append_column("__global", pa.array(np.zeros(table.num_rows, np.int8)))
-        out = None
         if self.dense_aggs is not None:
-            out = dense_group(table, key_names, self.dense_aggs, steps=self.steps)
-        if out is None:
-            cols: dict[str, Any] = {k: table.column(k) for k in key_names}
-            aggs: list[tuple[Any, str]] = [([], "count_all")]
-            for i, (col, how, fn) in enumerate(self.arrow_plan):
-                if col is None:
-                    aggs.append(([], fn))
-                    continue
-                c = table.column(col)
-                if how == "double":
-                    c = pc.cast(c, pa.float64())
-                elif how == "square":
-                    d = pc.cast(c, pa.float64())
-                    c = pc.multiply(d, d)
-                cols[f"__a{i}"] = c
-                aggs.append((f"__a{i}", fn))
-            g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
-            agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
-            out = [g.column(k) for k in key_names] + agg_cols
+            dense = self._dense(table, {})
+            if dense is not None:
+                return dense
+        cols: dict[str, Any] = {k: table.column(k) for k in key_names}
+        aggs: list[tuple[Any, str]] = [([], "count_all")]
+        for i, (col, how, fn) in enumerate(self.arrow_plan):
+            if col is None:
+                aggs.append(([], fn))
+                continue
+            c = table.column(col)
+            if how == "double":
+                c = pc.cast(c, pa.float64())
+            elif how == "square":
+                d = pc.cast(c, pa.float64())
+                c = pc.multiply(d, d)
+            cols[f"__a{i}"] = c
+            aggs.append((f"__a{i}", fn))
+        g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
+        agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
+        out = [g.column(k) for k in key_names] + agg_cols
         return self._table(out)
 
     # ------------------------------------------------------------------ per batch

@@ -298,15 +298,18 @@ class AggregateOperator(StatefulOperator):
         """Only when a window (or event-time key) in state ends at or before the watermark:
         the batch would then emit it (append) or evict it (update). Complete mode evicts
         nothing (Spark runs no such batch for it)."""
-        if self.output_mode == "complete" or self._event_key is None:
-            return False
-        earliest = self.store.earliest_order()
-        return earliest is not None and earliest <= int(watermark_ms) * 1000
+        upto = self._eviction_us(watermark_ms)
+        earliest = self.store.earliest_order() if upto is not None else None
+        return earliest is not None and upto is not None and earliest <= upto
 
     def _watermark_us(self, batch: BatchInfo) -> int | None:
-        if batch.watermark_ms is None or self._event_key is None or self.output_mode == "complete":
+        return self._eviction_us(batch.watermark_ms)
+
+    def _eviction_us(self, watermark_ms: int | None) -> int | None:
+        """The order (µs) up to which state is evicted at this watermark; None: no eviction."""
+        if watermark_ms is None or self._event_key is None or self.output_mode == "complete":
             return None
-        return int(batch.watermark_ms) * 1000
+        return int(watermark_ms) * 1000
 
     # ------------------------------------------------------------------ partial stage (thread-safe)
     def partial(self, table: pa.Table) -> pa.Table:

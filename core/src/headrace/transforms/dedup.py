@@ -172,21 +172,26 @@ class DropDuplicatesOperator(StatefulOperator):
 
     def needs_batch_at(self, watermark_ms: int) -> bool:
         """Only when a key in state would be evicted at this watermark."""
-        if self.watermark_column is None or not (self._event_key or self.within_watermark):
-            return False
-        wm_us = int(watermark_ms) * 1000
-        earliest = self.store.earliest_order()
-        return earliest is not None and earliest <= (wm_us - 1 if self.within_watermark else wm_us)
+        upto = self._eviction_us(watermark_ms)
+        earliest = self.store.earliest_order() if upto is not None else None
+        return earliest is not None and upto is not None and earliest <= upto
 
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         """Evict keys the watermark passed, then commit state version ``batch_id``."""
-        wm_us = self._wm_us(batch)
-        if wm_us is not None and (self._event_key or self.within_watermark):
-            # Spark evicts a key when its event time is <= the watermark; a within-watermark key
-            # when its expiry (first event time + delay) is < the watermark
-            self.store.evict(wm_us - 1 if self.within_watermark else wm_us)
+        upto = self._eviction_us(batch.watermark_ms)
+        if upto is not None:
+            self.store.evict(upto)
         self._commit(batch)
         return None
+
+    def _eviction_us(self, watermark_ms: int | None) -> int | None:
+        """The order (µs) up to which keys are evicted at this watermark; None: none are.
+        Spark evicts a key when its event time is <= the watermark; a within-watermark key
+        when its expiry (first event time + delay) is < the watermark."""
+        if watermark_ms is None or self.watermark_column is None or not (self._event_key or self.within_watermark):
+            return None
+        wm_us = int(watermark_ms) * 1000
+        return wm_us - 1 if self.within_watermark else wm_us
 
 
 def _no_values(n: int) -> pa.Table:
