@@ -8,7 +8,9 @@
 # Env: HEADRACE_DEMO_VENV (default .venv-demo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$(date +%s.%N)
 VENV=${HEADRACE_DEMO_VENV:-.venv-demo}
+case "$VENV" in /*) ;; *) VENV="$PWD/$VENV" ;; esac
 PY=$(command -v python3.11 || command -v python3)
 if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV with $PY"
@@ -27,7 +29,8 @@ if [ "$(cat "$VENV/.headrace-demo-stamp" 2>/dev/null)" != "$stamp" ]; then
   rm -f "$pip_log"
   echo "$stamp" >"$VENV/.headrace-demo-stamp"
 fi
-export PATH="$PWD/$VENV/bin:$PATH"
+export PATH="$VENV/bin:$PATH"
+ready=$(date +%s.%N)
 rm -rf .demo
 python examples/demo/make_data.py .demo/input --files 20 --rows 500
 echo "== first run"
@@ -37,3 +40,6 @@ python examples/demo/make_data.py .demo/input --files 5 --rows 500 --start 20
 echo "== second run: only the 5 new files"
 headrace run examples/demo/pipeline.toml
 python examples/demo/show.py .demo/orders
+done=$(date +%s.%N)
+awk -v s="$started" -v r="$ready" -v d="$done" \
+  'BEGIN { printf "== demo took %.1f s (%.1f s setting up %s, %.1f s running)\n", d - s, r - s, "the virtualenv", d - r }'
