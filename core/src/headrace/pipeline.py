@@ -193,25 +193,17 @@ class Pipeline:
 
 
 def _read_toml(path: str) -> dict[str, Any]:
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise HeadraceError(f"pipeline file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise HeadraceError(f"{path!r} is a folder; give the pipeline's TOML file (e.g. {path}/pipeline.toml)") from None
-    except OSError as e:
-        raise HeadraceError(f"pipeline file {path!r} cannot be read: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise HeadraceError(
-            f"pipeline file {path!r} is not UTF-8 text (byte {e.start}); TOML files are UTF-8: save it as UTF-8"
-        ) from None
+    from headrace._textfile import read_definition_file
+
+    text = read_definition_file(path, "pipeline file",
+                                folder_hint=f"give the pipeline's TOML file (e.g. {path}/pipeline.toml)")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise HeadraceError(f"pipeline file {path!r} is not valid TOML: {e}") from None
+    except RecursionError:
+        raise HeadraceError(f"pipeline file {path!r} nests arrays or tables too deeply to read; "
+                            "a pipeline file has a few levels") from None  # fmt: skip
 
 
 def _check_section(where: str, value: dict[str, Any], allowed: dict[str, type], problems: list[str]) -> None:

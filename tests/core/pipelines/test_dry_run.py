@@ -180,3 +180,125 @@ def test_definitions_import_helpers_next_to_the_spec(make_project) -> None:
         """)
     g = p.load().graph.analyze()
     assert g.upstream(g.registry.flows["copy_of_silver"]) == {"silver"}
+
+
+def _with_conf(p, key: str, value: str) -> None:
+    with open(p.path("pipeline.yml")) as f:
+        spec = f.read()
+    lines = [ln for ln in spec.splitlines() if not ln.strip().startswith(key + ":")]
+    at = lines.index("configuration:") + 1
+    lines.insert(at, f"  {key}: {value}")
+    with open(p.path("pipeline.yml"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ('"1e400 seconds"', "is not a duration"),
+        ('"-5 seconds"', "shorter than the minimum"),
+        ('"nan seconds"', "is not a duration"),
+        ('"1 second\\0"', "is not a duration"),
+        ('"0 seconds"', "shorter than the minimum"),
+    ],
+    ids=["huge-exponent", "negative", "nan", "nul-byte", "zero"],
+)
+def test_a_bad_check_interval_is_refused_by_dry_run_and_run_alike(make_project, capsys, value: str, fragment: str) -> None:
+    p = make_project()
+    _with_conf(p, "pipelines.continuous.checkInterval", value)
+    (problem,) = [x for x in _problems(p) if "checkInterval" in x]
+    assert fragment in problem and "pipelines.continuous.checkInterval" in problem
+    assert "\x00" not in problem
+    with pytest.raises(GraphError) as ei:  # the run refuses it before any flow runs, with the same words
+        p.run(continuous=True)
+    assert problem in ei.value.problems
+    assert not os.path.exists(p.path("storage", "tables"))
+    assert main(["pipelines", "dry-run", "--spec", p.path("pipeline.yml")]) == 1
+    assert main(["pipelines", "run", "--continuous", "--spec", p.path("pipeline.yml")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("pipelines.continuous.checkInterval") == 2 and "ValueError" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [("..", "'..' is not a name"), ("../../..", "contains '/'"), ("a\\nb", "contains '\\n'"),
+     ("x\\x00y", "contains '\\x00'"), ("n" * 300, "longer than 255 bytes")],
+    ids=["dot-dot", "parent-path", "newline", "nul", "too-long"],
+)
+def test_a_name_that_cannot_be_a_folder_is_refused_by_dry_run_and_run_alike(make_project, name: str, fragment: str) -> None:
+    p = make_project()
+    p.write("transformations/bad_name.py", f"""
+        import headrace as hr
+        import headrace.pipelines as dp
+
+        @dp.table(name="{name}")
+        def evil():
+            return hr.read_stream.table("bronze")
+        """)
+    (problem,) = [x for x in _problems(p) if "dataset name" in x]
+    assert fragment in problem and "bad_name.py:5" in problem
+    with pytest.raises(GraphError) as ei:
+        p.run()
+    assert problem in ei.value.problems
+    assert not os.path.exists(p.path("storage", "tables"))
+
+
+def test_every_cycle_is_reported(make_project) -> None:
+    p = make_project("sql")
+    p.write("transformations/cycles.sql", """
+        CREATE STREAMING TABLE a AS SELECT * FROM STREAM(b);
+        CREATE STREAMING TABLE b AS SELECT * FROM STREAM(a);
+        CREATE STREAMING TABLE c AS SELECT * FROM STREAM(d);
+        CREATE STREAMING TABLE d AS SELECT * FROM STREAM(c);
+        CREATE FLOW e_into_d AS INSERT INTO d BY NAME SELECT * FROM STREAM(e);
+        CREATE STREAMING TABLE e AS SELECT * FROM STREAM(d);
+        CREATE STREAMING TABLE f AS SELECT * FROM STREAM(f);
+        """)
+    cycles = sorted(x.split(": ")[1].split(";")[0] for x in _problems(p) if "cycle" in x)
+    assert cycles == ["a -> b -> a", "c -> d -> c", "d -> e -> d", "f -> f"], cycles
+
+
+def test_a_non_utf8_spec_is_named(make_project) -> None:
+    from headrace.errors import HeadraceError
+
+    p = make_project()
+    with open(p.path("pipeline.yml"), "ab") as f:
+        f.write(b"# caf\xe9\n")
+    with pytest.raises(HeadraceError, match=r"pipeline spec '.*pipeline\.yml' is not UTF-8 text \(byte \d+ is b'\\xe9'\)"):
+        p.load()
+
+
+def test_a_non_utf8_sql_library_is_named(make_project, capsys) -> None:
+    from headrace.errors import HeadraceError
+
+    p = make_project("sql")
+    with open(p.path("transformations", "latin1.sql"), "wb") as f:
+        f.write(b"-- caf\xe9\nCREATE MATERIALIZED VIEW m AS SELECT 1 AS x;\n")
+    with pytest.raises(HeadraceError, match=r"SQL library '.*latin1\.sql' is not UTF-8 text"):
+        p.load()
+    assert main(["pipelines", "dry-run", "--spec", p.path("pipeline.yml")]) == 1
+    err = capsys.readouterr().err
+    assert "latin1.sql" in err and "UnicodeDecodeError" not in err, err
+
+
+@pytest.mark.parametrize("opening", ["[", "- "], ids=["flow-list", "block-list"])
+def test_a_deeply_nested_spec_is_a_clear_error(make_project, capsys, opening: str) -> None:
+    p = make_project()
+    depth = 100_000
+    text = ("name: deep\nlibraries: " + "[" * depth + "]" * depth + "\n") if opening == "[" else \
+        ("name: deep\nlibraries:\n" + "".join("  " * i + "-\n" for i in range(2000)))  # fmt: skip
+    with open(p.path("pipeline.yml"), "w") as f:
+        f.write(text)
+    assert main(["pipelines", "dry-run", "--spec", p.path("pipeline.yml")]) == 1
+    err = capsys.readouterr().err
+    assert "pipeline.yml' nests lists or mappings too deeply" in err, err
+    assert "RecursionError" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"], ids=["device", "fifo"])
+def test_a_spec_that_is_not_a_regular_file_is_refused(tmp_path, capsys, target: str) -> None:
+    if target == "fifo":
+        os.mkfifo(tmp_path / "pipeline.yml")  # nobody writes to it: opening it to read would block
+        target = str(tmp_path / "pipeline.yml")
+    assert main(["pipelines", "dry-run", "--spec", target]) == 1
+    assert "is not a regular file" in capsys.readouterr().err

@@ -21,6 +21,7 @@ __all__ = [
     "GraphRegistry",
     "PipelineDefinitionError",
     "SourceLocation",
+    "name_problem",
 ]
 
 STREAMING_TABLE = "streaming_table"
@@ -30,6 +31,25 @@ SINK = "sink"
 TABLE = "table"  # @dp.table before its query told stream (streaming table) from batch (materialized view)
 
 KINDS = (STREAMING_TABLE, MATERIALIZED_VIEW, TEMPORARY_VIEW, SINK, TABLE)
+
+_MAX_NAME_BYTES = 255  # a folder name on every common file system
+
+
+def name_problem(name: str) -> str | None:
+    """Why a dataset or flow name cannot be used, or None. Tables, checkpoints and schema
+    locations are folders named after datasets and flows, so a name is one folder name: not
+    empty, not ``.`` or ``..``, no ``/`` or ``\\``, no control character (a newline, NUL, ...;
+    object stores refuse them too), at most 255 bytes. The graph's analysis (dry run and run)
+    and the storage layout both apply it."""
+    shown = repr(name) if len(name) <= 60 else repr(name[:50]) + f"... ({len(name)} characters)"
+    if not name or name in (".", ".."):
+        return f"{shown} is not a name"
+    bad = sorted({c for c in name if c in "/\\" or ord(c) < 32 or ord(c) == 127})
+    if bad:
+        return f"{shown} contains {', '.join(repr(c) for c in bad)}"
+    if len(name.encode("utf-8", "surrogatepass")) > _MAX_NAME_BYTES:
+        return f"{shown} is longer than {_MAX_NAME_BYTES} bytes"
+    return None
 
 
 class PipelineDefinitionError(HeadraceError):

@@ -24,6 +24,7 @@ from headrace.pipelines.elements import (
     Flow,
     GraphRegistry,
     PipelineDefinitionError,
+    name_problem,
 )
 from headrace.pipelines.frames import NeedsData
 from headrace.pipelines.resolver import STATIC, STREAM, Resolver, UnknownDataset, result_kind
@@ -31,7 +32,7 @@ from headrace.pipelines.resolver import STATIC, STREAM, Resolver, UnknownDataset
 if TYPE_CHECKING:
     from headrace.pipelines.storage import PipelineStorage
 
-__all__ = ["DataflowGraph", "FlowInfo", "GraphError", "check_trigger_conf"]
+__all__ = ["DataflowGraph", "FlowInfo", "GraphError", "check_trigger_conf", "continuous_check_interval"]
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +174,16 @@ class DataflowGraph:
         problems += self._check_flows()
         problems += [x for f in self.flows for x in check_trigger_conf(self, f)]
         problems += self._check_datasets()
-        cycle = self.find_cycle()
-        if cycle:
+        problems += self._check_names()
+        try:
+            continuous_check_interval(self.configuration)
+        except PipelineDefinitionError as e:
+            problems.append(str(e))
+        cycles = self.find_cycles()
+        for cycle in cycles[:_MAX_CYCLES_SHOWN]:
             problems.append(f"the datasets read each other in a cycle: {' -> '.join(cycle)}; a dataset cannot depend on itself")
+        if len(cycles) > _MAX_CYCLES_SHOWN:
+            problems.append(f"... and {len(cycles) - _MAX_CYCLES_SHOWN} more cycles among the datasets above")
         if problems:
             raise GraphError(problems)
         return self
@@ -217,6 +225,21 @@ class DataflowGraph:
                         e.duckdb_sql()
                     except PipelineDefinitionError as err:
                         out.append(f"{where}: {err}")
+        return out
+
+    def _check_names(self) -> list[str]:
+        """Every dataset and flow name names a folder of the storage (``name_problem``)."""
+        out = []
+        for ds in self.datasets:
+            problem = name_problem(ds.name)
+            if problem:
+                out.append(f"{ds.location}: dataset name {problem}; its table and checkpoints are folders named after "
+                           "it: use letters, digits, _ and . (name=...)")  # fmt: skip
+        for flow in self.registry.flows.values():
+            problem = name_problem(flow.name)
+            if problem and self.registry.datasets.get(flow.name.lower()) is None:  # not reported twice
+                out.append(f"{flow.location}: flow name {problem}; its checkpoint is a folder named after it: use "
+                           "letters, digits, _ and . (name=...)")  # fmt: skip
         return out
 
     def _check_datasets(self) -> list[str]:
@@ -280,30 +303,45 @@ class DataflowGraph:
         return edges
 
     def find_cycle(self) -> list[str] | None:
-        edges = self.dataset_edges()
-        state: dict[str, int] = {}
-        stack: list[str] = []
+        """One cycle among the datasets (``a -> b -> a``), or None."""
+        cycles = self.find_cycles(limit=1)
+        return cycles[0] if cycles else None
 
-        def visit(n: str) -> list[str] | None:
-            state[n] = 1
-            stack.append(n)
-            for m in sorted(edges.get(n, ())):
-                if state.get(m) == 1:
-                    return [*stack[stack.index(m):], m][::-1]
-                if state.get(m) is None:
-                    found = visit(m)
-                    if found:
-                        return found
-            stack.pop()
-            state[n] = 2
-            return None
-
-        for n in edges:
-            if state.get(n) is None:
-                found = visit(n)
-                if found:
+    def find_cycles(self, limit: int = 1000) -> list[list[str]]:
+        """Every elementary cycle among the datasets (up to ``limit``), each as the path
+        ``a -> ... -> a`` in the direction data flows, in a stable order. Each cycle is found
+        once, from its smallest dataset, by a depth-first search of simple paths (pipelines
+        have tens of datasets; the search stops after ``_MAX_CYCLE_STEPS`` steps)."""
+        edges = {n: set(m) for n, m in self.dataset_edges().items()}
+        for targets in list(edges.values()):
+            for m in targets:
+                edges.setdefault(m, set())
+        found: list[list[str]] = []
+        steps = 0
+        for start in sorted(edges):
+            allowed = {n for n in edges if n >= start}
+            path = [start]
+            # an explicit stack (no recursion: a long chain of datasets must not overflow it)
+            stack = [iter(sorted(m for m in edges[start] if m in allowed))]
+            on_path = {start}
+            while stack:
+                steps += 1
+                if steps > _MAX_CYCLE_STEPS:
                     return found
-        return None
+                nxt = next(stack[-1], None)
+                if nxt is None:
+                    stack.pop()
+                    on_path.discard(path.pop())
+                    continue
+                if nxt == start:
+                    found.append([*path, start][::-1])
+                    if len(found) >= limit:
+                        return found
+                elif nxt not in on_path:
+                    path.append(nxt)
+                    on_path.add(nxt)
+                    stack.append(iter(sorted(m for m in edges[nxt] if m in allowed)))
+        return found
 
     def order(self) -> list[Flow]:
         """Flows in dependency order (a flow after every flow writing what it reads), keeping
@@ -369,6 +407,25 @@ class DataflowGraph:
 
     def describe(self) -> Mapping[str, Any]:
         return {ds.name: self.kind_of(ds) for ds in self.datasets}
+
+
+_MAX_CYCLES_SHOWN = 20
+_MAX_CYCLE_STEPS = 1_000_000
+_DEFAULT_CHECK_INTERVAL = "0.5 seconds"
+_MIN_CHECK_INTERVAL = 0.01  # a continuous run must not check its flows without a pause
+
+
+def continuous_check_interval(configuration: Mapping[str, str]) -> float:
+    """Seconds between a continuous run's checks of its flows (``pipelines.continuous.checkInterval``
+    in the spec's configuration, default 0.5 s, at least 10 ms). The dry run's analysis and the
+    run both call it, so both refuse the same values; raises PipelineDefinitionError naming the key."""
+    lower = {k.lower(): v for k, v in configuration.items()}
+    raw = lower.get("pipelines.continuous.checkinterval", _DEFAULT_CHECK_INTERVAL)
+    try:
+        return float(Duration(min=_MIN_CHECK_INTERVAL).parse(raw))
+    except ValueError as e:
+        raise PipelineDefinitionError(f"configuration pipelines.continuous.checkInterval: {e}; give a duration such as "
+                           f"'{_DEFAULT_CHECK_INTERVAL}' (at least 10 milliseconds), or leave it out") from None  # fmt: skip
 
 
 def check_trigger_conf(graph: DataflowGraph, flow: Flow) -> list[str]:

@@ -25,7 +25,7 @@ from headrace.pipelines.elements import MATERIALIZED_VIEW, SINK, STREAMING_TABLE
 from headrace.pipelines.events import EventLog
 from headrace.pipelines.expectations import ExpectationRunner
 from headrace.pipelines.flows import WaitingForUpstream, compute_materialized_view, setup_stream_flow
-from headrace.pipelines.graph import GraphError
+from headrace.pipelines.graph import GraphError, continuous_check_interval
 from headrace.pipelines.spec import LoadedPipeline, in_dir
 
 __all__ = ["PipelineRun", "RunResult"]
@@ -257,10 +257,7 @@ class PipelineRun:
                 self._queries.pop(flow.name, None)
 
     def _run_continuous(self, order: list[Flow]) -> None:
-        conf = {k.lower(): v for k, v in self.graph.configuration.items()}
-        from headrace.options import Duration
-
-        interval = Duration().parse(conf.get("pipelines.continuous.checkinterval", "0.5 seconds"))
+        interval = continuous_check_interval(self.graph.configuration)
         pending = list(order)
         mv_versions: dict[str, dict[str, int | None]] = {}
         while True:

@@ -132,13 +132,17 @@ def load_spec(path: str) -> PipelineSpec:
         import yaml
     except ImportError:
         raise HeadraceError("pipeline specs need PyYAML; pip install 'headrace[pipelines]'") from None
+    from headrace._textfile import read_definition_file
+
+    text = read_definition_file(path, "pipeline spec", error=SpecError,
+                                folder_hint=f"give the spec file (e.g. {os.path.join(path, 'pipeline.yml')})")  # fmt: skip
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise SpecError(f"pipeline spec {path!r} does not exist") from None
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise SpecError(f"pipeline spec {path!r} is not valid YAML: {e}") from None
+    except RecursionError:
+        raise SpecError(f"pipeline spec {path!r} nests lists or mappings too deeply to read; "
+                        "a spec has a few levels (name, storage, configuration, libraries)") from None  # fmt: skip
     if not isinstance(doc, dict):
         raise SpecError(f"pipeline spec {path!r} must be a YAML mapping with at least 'name'")
     problems = [f"unknown field {k!r} (allowed: {', '.join(sorted(_FIELDS))})" for k in doc if k not in _FIELDS]

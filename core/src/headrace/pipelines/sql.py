@@ -174,8 +174,10 @@ def _substitute(text: str, configuration: Mapping[str, str], where: str) -> str:
 
 def register_sql_file(path: str, reg: GraphRegistry, configuration: Mapping[str, str] | None = None) -> None:
     """Register every statement of a ``.sql`` library. Called once per file while loading."""
-    with open(path, encoding="utf-8") as f:
-        register_sql(f.read(), reg, configuration or {}, filename=path)
+    from headrace._textfile import read_definition_file
+
+    text = read_definition_file(path, "SQL library", error=PipelineDefinitionError)
+    register_sql(text, reg, configuration or {}, filename=path)
 
 
 def register_sql(text: str, reg: GraphRegistry, configuration: Mapping[str, str], *, filename: str = "<sql>") -> None:

@@ -35,8 +35,11 @@ log = logging.getLogger(__name__)
 
 
 def _safe(name: str) -> str:
-    if not name or name in (".", "..") or "/" in name or "\\" in name or "\x00" in name:
-        raise HeadraceError(f"dataset or flow name {name!r} cannot name a folder; use letters, digits, _ and .")
+    from headrace.pipelines.elements import name_problem
+
+    problem = name_problem(name)
+    if problem:
+        raise HeadraceError(f"dataset or flow name {problem}: it cannot name a folder; use letters, digits, _ and .")
     return name
 
 
