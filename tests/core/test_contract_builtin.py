@@ -39,6 +39,7 @@ class TestRateMicroBatchSourceContract(SourceContract):
 
 class TestFilesSinkContract(SinkContract):
     connector = "files"
+    one_query_per_target = True  # one query's batches per folder, as Spark's file sink
 
     @pytest.fixture
     def sink_options(self, tmp_path: Path) -> dict[str, Any]:

@@ -39,10 +39,47 @@ class _Source(SourceContract):
         return seed
 
 
+class _FaultySqlite:
+    """Stands in for the ``sqlite3`` module in the sink's modules: its next connection raises
+    the kit's fault from ``executemany`` (the row insert), then the real module is back."""
+
+    def __init__(self, fault: BaseException, restore: Callable[[], None]) -> None:
+        self._fault, self._restore = fault, restore
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sqlite3, name)
+
+    def connect(self, *args: Any, **kwargs: Any) -> sqlite3.Connection:
+        fault = self._fault
+        self._restore()
+
+        class Faulty(sqlite3.Connection):
+            def executemany(self, *a: Any, **k: Any) -> sqlite3.Cursor:
+                raise fault
+
+        return sqlite3.connect(*args, factory=Faulty, **kwargs)
+
+
 class _Sink(SinkContract):
     @pytest.fixture
     def sink_options(self, tmp_path: Path) -> dict[str, Any]:
         return {"path": str(tmp_path / "sink.db"), "table": "out"}
+
+    @pytest.fixture
+    def commit_fault(self, monkeypatch: pytest.MonkeyPatch) -> Callable[[BaseException], None]:
+        """arm(fault): the sink's next connection raises ``fault`` when it inserts rows."""
+        import headrace_sqlite.sink
+        from tests.core.testing import broken_sqlite
+
+        def arm(fault: BaseException) -> None:
+            def restore() -> None:
+                for module in (headrace_sqlite.sink, broken_sqlite):
+                    monkeypatch.setattr(module, "sqlite3", sqlite3)
+
+            for module in (headrace_sqlite.sink, broken_sqlite):
+                monkeypatch.setattr(module, "sqlite3", _FaultySqlite(fault, restore))
+
+        return arm
 
     @pytest.fixture
     def read_back(self, sink_options: dict[str, Any]) -> Callable[[], list[int]]:
@@ -81,6 +118,42 @@ class TestFirstWriterOnly(_Sink):
 
 class TestSeparateTransaction(_Sink):
     connector = "broken-separate-transaction"
+
+
+class TestChunkedCommit(_Sink):
+    connector = "broken-chunked-commit"
+
+
+class TestSwallowsCommitError(_Sink):
+    connector = "broken-swallows-commit-error"
+
+
+class TestBatchKeyed(_Sink):
+    connector = "broken-batch-keyed"
+
+
+class TestPerPartitionLimit(_Source):
+    connector = "broken-per-partition-limit"
+
+
+class TestRoundsPastLimit(_Source):
+    connector = "broken-rounds-past-limit"
+
+
+class TestPageReread(_Source):
+    connector = "broken-page-reread"
+
+
+class TestCommitsAhead(_Source):
+    connector = "broken-commits-ahead"
+
+
+class TestInferredSchema(_Source):
+    connector = "broken-inferred-schema"
+
+
+class TestMutatesStart(_Source):
+    connector = "broken-mutates-start"
 
 
 class TestIgnoresLimit(_Source):

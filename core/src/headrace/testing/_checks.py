@@ -16,6 +16,7 @@ from headrace.options import suggest
 from headrace.plugins import ENTRY_POINT_GROUP, registry
 from headrace.testing._kills import (
     CRASH_POINTS,
+    commit_step_kills,
     connector_points,
     kill_at_point,
     measured_run,
@@ -23,9 +24,13 @@ from headrace.testing._kills import (
 )
 from headrace.testing._pipeline import PipelineResult
 
-__all__ = ["KILLS", "kill_marks", "picklable", "row_keys", "run_kills"]
+__all__ = ["COMMIT_STEP_KILLS", "KILLS", "SINK_KILLS", "baseline_batches", "kill_marks", "picklable", "row_keys",
+           "run_kills"]  # fmt: skip
 
 KILLS = [*CRASH_POINTS, "connector-points", "random-kills"]
+# the sink suite also kills between the calls its commit makes to its client
+SINK_KILLS = [*CRASH_POINTS, "connector-points", "commit-steps", "random-kills"]
+COMMIT_STEP_KILLS = 4
 
 
 def row_keys(table: pa.Table) -> list[str]:
@@ -77,13 +82,16 @@ def picklable(obj: Any, what: str, why: str) -> None:
 def run_kills(
     spec: dict[str, Any], crash: str, n_random: int, timeout: float, *, batch: int, ignore: tuple[str, ...] = ()
 ) -> list[PipelineResult]:
-    """The kill runs of one kill test (``crash``: an engine point, ``connector-points`` or
-    ``random-kills``); crash points starting with a prefix in ``ignore`` belong to the kit's own
+    """The kill runs of one kill test (``crash``: an engine point, ``connector-points``,
+    ``commit-steps`` or ``random-kills``), from batch ``batch`` on (the first batch after the
+    baseline); crash points starting with a prefix in ``ignore`` belong to the kit's own
     connectors and are not the connector's."""
     if crash == "random-kills":
-        return random_kills(spec, n_random, timeout=timeout)
+        return random_kills(spec, n_random, timeout=timeout, batch=batch)
+    if crash == "commit-steps":
+        return commit_step_kills(spec, batch, COMMIT_STEP_KILLS, timeout=timeout)
     if crash == "connector-points":
-        measured, _ = measured_run(spec, timeout=timeout)
+        measured, _ = measured_run(spec, timeout=timeout, batch=batch)
         points = connector_points(measured, ignore=ignore)
         if not points:
             pytest.skip("the connector marks no crash points of its own (headrace.engine.crash.crash_point) in the "
@@ -93,9 +101,14 @@ def run_kills(
             # the connector's own count (a batch id, or e.g. a segment number) one step on per kill
             at = first + 1 + k
             runs.append(kill_at_point(spec, point, at, timeout=timeout,
-                                      why=f"It was passed with {first} in batch 0 of a traced run; the run after "
-                                          f"must pass it with {at}."))  # fmt: skip
+                                      why=f"It was passed with {first} in batch {batch} of a traced run; the run "
+                                          f"after must pass it with {at}."))  # fmt: skip
         return runs
-    return [kill_at_point(spec, crash, batch, timeout=timeout)]
+    return [kill_at_point(spec, crash, batch + 1 if crash in CRASH_POINTS else batch, timeout=timeout)]
 
 
+def baseline_batches(result: PipelineResult) -> int:
+    """How many batches the kill-free baseline run committed (its batch ids are 0 .. n-1): the
+    kill runs go on from batch n."""
+    done = [t.batch for t in result.trace if t.point == "after_commit"]
+    return max(done) + 1 if done else 0

@@ -9,9 +9,16 @@
      "checkpoint": "/tmp/chk", "name": "q",
      "trigger": {"available_now": true},              # any DataStreamWriter.trigger kwargs
      "run_for": 5.0,                                  # for unbounded triggers: stop after N s
-     "read_limit": {"max_rows": 10}}                  # optional: replaces the source's default_read_limit()
+     "read_limit": {"max_rows": 10},                  # optional: replaces the source's default_read_limit()
+     "commit_steps": {"batch": 3, "kill_after": 2}}   # optional: trace the sink's client calls in commit(3)
 
 and exits 0 when the query ends, 1 (printing the error) when it fails.
+
+``commit_steps`` traces the calls ``Sink.commit`` of that batch makes from the plugin's own code
+into other libraries (its client: ``sqlite3``, ``psycopg``, ``deltalake``, ``os``...; not
+builtins, pyarrow or headrace), each one a line ``kit_commit_step:<module>.<function>`` in the
+crash trace; with ``kill_after: k`` the process SIGKILLs itself as the k-th such call returns,
+before the next one starts: a kill between two steps of a commit, with no crash point marked.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PipelineResult", "TracePoint", "run_pipeline", "run_until_done", "split_rows"]
+__all__ = ["STEP_PREFIX", "PipelineResult", "TracePoint", "run_pipeline", "run_until_done", "split_rows"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,9 @@ class PipelineResult:
         if not self.trace:
             return "before its first batch"
         t = self.trace[-1]
+        if t.point.startswith(STEP_PREFIX):
+            return (f"just after the client call {t.point.removeprefix(STEP_PREFIX)} of the sink's commit of batch "
+                    f"{t.batch} ({t.at:.2f} s after it started)")  # fmt: skip
         return f"just after {t.point} of batch {t.batch} ({t.at:.2f} s after it started)"
 
     def check(self) -> PipelineResult:
@@ -171,6 +181,63 @@ def run_until_done(
     return results
 
 
+# the calls that are computation, not a step of a commit against the sink's system
+_NOT_CLIENT = frozenset({
+    "builtins", "pyarrow", "numpy", "pandas", "typing", "abc", "dataclasses", "collections", "functools",
+    "itertools", "operator", "logging", "json", "re", "contextlib", "threading", "enum", "copy", "warnings",
+    "math", "time", "uuid", "weakref", "thread", "collections_abc", "io", "codecs", "genericpath", "posixpath",
+    "headrace",
+})  # fmt: skip
+STEP_PREFIX = "kit_commit_step:"
+
+
+def _trace_commit_steps(cls: Any, batch: int, kill_after: int | None) -> None:
+    """Wrap ``cls.commit`` so that its call for ``batch`` traces (and with ``kill_after`` kills
+    after) each call the plugin's code makes into its client."""
+    from headrace.engine.crash import TRACE_ENV
+
+    own = tuple({c.__module__.rpartition(".")[0] or c.__module__ for c in cls.__mro__
+                 if c.__module__ != "builtins" and not c.__module__.startswith("headrace.protocols")})  # fmt: skip
+    trace = os.environ.get(TRACE_ENV, "")
+    original = cls.commit
+
+    def is_own(frame: Any) -> bool:
+        return frame is not None and str(frame.f_globals.get("__name__", "")).startswith(own)
+
+    def commit(self: Any, batch_id: int, messages: Any) -> Any:
+        if batch_id != batch:
+            return original(self, batch_id, messages)
+        count = 0
+
+        def profile(frame: Any, event: str, arg: Any) -> None:
+            nonlocal count
+            if event == "c_return" and is_own(frame):
+                module = getattr(arg, "__module__", None) or type(getattr(arg, "__self__", None)).__module__
+                name = getattr(arg, "__qualname__", getattr(arg, "__name__", "?"))
+            elif event == "return" and is_own(frame.f_back) and not is_own(frame):
+                module = str(frame.f_globals.get("__name__", ""))
+                name = frame.f_code.co_qualname
+            else:
+                return
+            module = str(module)
+            if module.split(".")[0].lstrip("_") in _NOT_CLIENT and not module.startswith(own):
+                return
+            count += 1
+            if trace:
+                with open(trace, "a") as f:
+                    f.write(f"{STEP_PREFIX}{module}.{name} {batch_id} {time.time():.6f}\n")
+            if kill_after is not None and count >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        sys.setprofile(profile)
+        try:
+            return original(self, batch_id, messages)
+        finally:
+            sys.setprofile(None)
+
+    cls.commit = commit
+
+
 def _load(path: str) -> Any:
     module, _, attr = path.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -197,6 +264,11 @@ def main(argv: list[str]) -> int:
     if spec.get("frame"):  # a plan: with_watermark, select_expr, group_by(...).agg(...), ...
         frame = _load(spec["frame"])(frame)
     sink = spec["sink"]
+    if spec.get("commit_steps"):
+        from headrace.plugins import registry
+
+        steps = spec["commit_steps"]
+        _trace_commit_steps(registry().get(sink["format"]).load_sink(), int(steps["batch"]), steps.get("kill_after"))
     writer = frame.write_stream.format(sink["format"]).options(sink.get("options", {}))
     if spec.get("checkpoint"):
         writer = writer.option("checkpointLocation", spec["checkpoint"])

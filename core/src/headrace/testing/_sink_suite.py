@@ -14,13 +14,34 @@ import pytest
 
 from headrace.plugins import registry
 from headrace.protocols import Sink, SinkContext
-from headrace.testing._checks import KILLS, _discovered, _typo_rejected, kill_marks, picklable, run_kills
-from headrace.testing._kills import (
-    landed,
+from headrace.testing._checks import (
+    SINK_KILLS,
+    _discovered,
+    _typo_rejected,
+    baseline_batches,
+    kill_marks,
+    picklable,
+    run_kills,
 )
+from headrace.testing._kills import landed, seed_note
 from headrace.testing._pipeline import _load, run_pipeline
 
-__all__ = ["SinkContract"]
+__all__ = ["InjectedFault", "SinkContract"]
+
+
+class InjectedFault(Exception):
+    """The contract kit's own fault, which a ``commit_fault`` fixture makes the sink's client raise."""
+
+
+def _caused_by(error: BaseException, fault: BaseException) -> bool:
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        if e is fault:
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 class SinkContract:
@@ -29,7 +50,12 @@ class SinkContract:
     The input is ``rate-micro-batch`` rows ``(timestamp, value int64)``, passed through
     ``transform`` (``"module:function"``, Table -> Table) when set. ``read_back()`` returns the
     ``value`` ints the sink holds. ``supports_abort`` is False for sinks whose written rows
-    cannot be taken back (at-least-once sinks).
+    cannot be taken back (at-least-once sinks). ``one_query_per_target`` is True for sinks whose
+    target takes one query's batches only (the files sink, like Spark's).
+
+    Optional fixture ``commit_fault``: a function ``arm(fault)`` after which the sink's client
+    raises ``fault`` from its next call (the one that writes rows or the idempotency record);
+    without it the fault test is skipped.
     """
 
     connector: ClassVar[str] = ""
@@ -40,6 +66,7 @@ class SinkContract:
     kill_rows_per_batch: ClassVar[int] = 400
     kill_timeout: ClassVar[float] = 120.0
     random_kills: ClassVar[int] = 3
+    one_query_per_target: ClassVar[bool] = False
 
     # -------------------------------------------------------------- helpers
     def rows(self, lo: int, hi: int) -> pa.Table:
@@ -68,7 +95,7 @@ class SinkContract:
         picklable(msg, f"the commit message of write({batch_id})", "commit may run in another process (under Spark)")
         sink.commit(batch_id, [msg])
 
-    def assert_values(self, got: list[int], expected: range, *, exactly_once: bool, context: str = "") -> None:
+    def assert_values(self, got: list[int], expected: range | list[int], *, exactly_once: bool, context: str = "") -> None:
         counts = Counter(got)
         where = f"{context}: " if context else ""
         missing = [v for v in expected if counts[v] == 0]
@@ -190,12 +217,82 @@ class SinkContract:
         sink.close()
         sink.close()
 
+    def test_two_queries_into_one_target_both_land(
+        self, sink_options: dict[str, Any], read_back: Callable[[], list[int]], tmp_path: Path
+    ) -> None:
+        """Two queries (two query ids) write the same batch ids into one target: both land in full."""
+        if self.one_query_per_target:
+            pytest.skip("one_query_per_target = True: the sink's target takes the batches of one query only")
+        a = self.make_sink(sink_options, tmp_path / "a", query_id="contract-query-A")
+        b = self.make_sink(sink_options, tmp_path / "b", query_id="contract-query-B")
+        for batch in (0, 1):
+            self.write_commit(a, batch, 10 * batch, 10 * batch + 10)
+            self.write_commit(b, batch, 100 + 10 * batch, 110 + 10 * batch)
+        a.close()
+        b.close()
+        got = Counter(read_back())
+        for batch in (0, 1):
+            if not any(got[v] for v in range(100 + 10 * batch, 110 + 10 * batch)) and any(
+                got[v] for v in range(10 * batch, 10 * batch + 10)
+            ):
+                raise AssertionError(
+                    f"query B's batch {batch} was skipped because query A committed batch {batch}: the idempotency "
+                    "record must include the query id (key committed batches by context.query_id and the batch id); "
+                    "or, if the target can only ever take one query's batches, set one_query_per_target = True"
+                )
+        self.assert_values(list(got.elements()), [*range(20), *range(100, 120)], exactly_once=True,
+                           context="queries A and B both committed batches 0 and 1 into one target")  # fmt: skip
+
+    def test_a_failed_commit_fails_and_its_replay_lands_once(
+        self, request: pytest.FixtureRequest, sink_options: dict[str, Any], read_back: Callable[[], list[int]],
+        tmp_path: Path,
+    ) -> None:  # fmt: skip
+        """With the optional ``commit_fault`` fixture (``arm(fault)``: the sink's client raises
+        ``fault`` from its next call), commit must fail, or have made the batch visible; a
+        restarted query's commit of that batch then writes it exactly once."""
+        try:
+            arm = request.getfixturevalue("commit_fault")
+        except pytest.FixtureLookupError:
+            pytest.skip("no commit_fault fixture: define one that makes the sink's client raise a given exception "
+                        "from its next call (see contrib.md, 'Testing a plugin')")  # fmt: skip
+        sink = self.make_sink(sink_options, tmp_path / "s")
+        self.write_commit(sink, 0, 0, 10)
+        msg = sink.write(1, iter(self.rows(10, 20).to_batches()))
+        fault = InjectedFault("the contract kit's injected fault, raised from inside the sink's client call")
+        arm(fault)
+        raised: BaseException | None = None
+        try:
+            sink.commit(1, [msg])
+        except BaseException as e:  # the kit's fault, or the sink's error raised from it
+            raised = e
+        sink.close()
+        got = read_back()
+        if raised is None and not set(range(10, 20)) <= set(got):
+            raise AssertionError(
+                "the sink swallowed a failure in commit and reported success: commit(1) returned normally although "
+                f"its client raised the kit's fault ({fault}), and batch 1's rows are not in the target (it holds "
+                f"{len(got)} values); let the error propagate so the query fails and replays the batch"
+            )
+        if raised is not None and not _caused_by(raised, fault):
+            raise AssertionError(
+                f"commit(1) raised {type(raised).__name__}: {raised}, not the kit's injected fault nor an error raised "
+                "from it: check that commit_fault arms the client the sink uses, and chain errors (raise ... from e)"
+            )
+        again = self.make_sink(sink_options, tmp_path / "s")  # the restarted query replays batch 1
+        self.write_commit(again, 1, 10, 20)
+        again.close()
+        self.assert_values(read_back(), range(20), exactly_once=self.idempotent(),
+                           context="batch 1 replayed by a restarted query after its commit failed")  # fmt: skip
+
     # -------------------------------------------------------------- kill tests
-    def kill_spec(self, sink_options: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
+    def kill_spec(self, sink_options: dict[str, Any], tmp_path: Path, total: int | None = None) -> dict[str, Any]:
+        """The kill tests' pipeline: ``total`` rows (``kill_rows`` by default) of the rate source
+        in batches of ``kill_rows_per_batch``, through ``transform``, into the sink; one query
+        (its checkpoint) however often it is run."""
         return {
             # two partitions: each batch reaches the sink as two record batches, so mid_write is hit
             "source": {"format": "rate-micro-batch",
-                       "options": {"rowsPerBatch": self.kill_rows_per_batch, "totalRows": self.kill_rows,
+                       "options": {"rowsPerBatch": self.kill_rows_per_batch, "totalRows": total or self.kill_rows,
                                    "numPartitions": 2}},
             "transform": self.transform,
             "sink": {"format": self.connector, "options": sink_options},
@@ -206,15 +303,30 @@ class SinkContract:
         }  # fmt: skip
 
     @kill_marks
-    @pytest.mark.parametrize("crash", KILLS)
+    @pytest.mark.parametrize("crash", SINK_KILLS)
     def test_kill_and_restart_loses_nothing(
         self, crash: str, sink_options: dict[str, Any], read_back: Callable[[], list[int]], tmp_path: Path
     ) -> None:
-        spec = self.kill_spec(sink_options, tmp_path)
-        runs = run_kills(spec, crash, self.random_kills, self.kill_timeout, batch=1)
+        """A kill-free baseline run of ``kill_rows`` rows first (its loss is reported as a loss,
+        not blamed on a kill); then the same query goes on over as many rows again, through the
+        kills and a clean run: every row once (exactly-once sinks), at least once otherwise."""
+        n = self.kill_rows
+        baseline = run_pipeline(self.kill_spec(sink_options, tmp_path), timeout=self.kill_timeout, trace=True).check()
+        first = baseline_batches(baseline)
+        self.assert_values(read_back(), range(n), exactly_once=self.idempotent(),
+                           context=f"the kill-free baseline run ({first} batches, no kill: the loss is not a kill's)")  # fmt: skip
+        spec = self.kill_spec(sink_options, tmp_path, total=2 * n)
+        runs = run_kills(spec, crash, self.random_kills, self.kill_timeout, batch=first)
         run_pipeline(spec, timeout=self.kill_timeout).check()
         what = f"after SIGKILLs ({landed(runs)}) and a restart"
         if crash == "connector-points":
             what += (": the steps of commit around these crash points are not atomic (e.g. rows and the record "
                      "of the committed batch in separate transactions); commit them in one transaction")  # fmt: skip
-        self.assert_values(read_back(), range(self.kill_rows), exactly_once=self.idempotent(), context=what)
+        elif crash == "commit-steps":
+            what += (": the sink's commit is not atomic across the calls it makes to its client (a kill between two "
+                     "of them left a partial batch that the restart could not complete exactly once: e.g. rows "
+                     "written in several chunks and the idempotency record with the last one); make the rows and the "
+                     "record one transaction, or make every step idempotent")  # fmt: skip
+        elif crash == "random-kills":
+            what += f" ({seed_note()})"
+        self.assert_values(read_back(), range(2 * n), exactly_once=self.idempotent(), context=what)

@@ -7,6 +7,9 @@
 - ``headrace_kill``: the kit's kill-and-restart tests alone (``pytest -m "not headrace_kill"``
   or ``-m headrace_kill``).
 
+Options: ``--headrace-seed=N`` fixes the seed of the kit's random kills (else
+``HEADRACE_KIT_SEED``, else a new one per session); the seed is printed in pytest's header.
+
 Importing this module is cheap: it imports neither pyarrow nor the kit.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MARKERS", "pytest_configure"]
+__all__ = ["MARKERS", "pytest_addoption", "pytest_configure", "pytest_report_header"]
 
 MARKERS = {
     "slow": "longer end-to-end tests (the headrace contract kit's kill-and-restart tests have it)",
@@ -22,8 +25,31 @@ MARKERS = {
 }
 
 
+def pytest_addoption(parser: Any) -> None:
+    """Add ``--headrace-seed`` (called once per pytest session, before configure)."""
+    parser.getgroup("headrace").addoption(
+        "--headrace-seed", type=int, default=None, metavar="N",
+        help="seed of the headrace contract kit's random kills (default: HEADRACE_KIT_SEED, else a new one "
+             "per session, printed in the header)",
+    )  # fmt: skip
+
+
+def pytest_report_header(config: Any) -> str | None:
+    """The kit's random-kill seed, printed once per session in pytest's header."""
+    from headrace.testing._kills import SEED_ENV, kit_seed
+
+    seed = kit_seed()
+    return f"headrace contract kit: random-kill seed {seed} (reproduce with --headrace-seed={seed} or {SEED_ENV}={seed})"
+
+
 def pytest_configure(config: Any) -> None:
-    """Register the markers (called once per pytest session)."""
+    """Register the markers and fix the kit's seed from ``--headrace-seed`` (called once per
+    pytest session)."""
+    seed = config.getoption("headrace_seed", None)
+    if seed is not None:
+        from headrace.testing._kills import set_kit_seed
+
+        set_kit_seed(int(seed))
     registered = "\n".join(config.getini("markers"))
     for name, doc in MARKERS.items():
         if not any(line.split(":", 1)[0].split("(", 1)[0].strip() == name for line in registered.splitlines()):
