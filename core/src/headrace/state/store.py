@@ -62,7 +62,7 @@ from headrace.state.files import (
     remove_temporaries,
     write_state_file,
 )
-from headrace.state.metadata import FORMAT_VERSION, check_metadata, schema_doc
+from headrace.state.metadata import FORMAT_VERSION, SPEC_FIELD, check_metadata, schema_doc
 
 __all__ = ["BACKENDS", "PendingWrite", "StateStore", "WorkCounters", "open_state_store"]
 
@@ -120,6 +120,7 @@ class StateStore(ABC):
         snapshot_interval: int = 10,
         durable: bool = True,
         description: str = "",
+        operator_spec: Mapping[str, Any] | None = None,
     ) -> None:
         if snapshot_interval < 1:
             raise ValueError(f"snapshot_interval must be at least 1, not {snapshot_interval}")
@@ -130,6 +131,7 @@ class StateStore(ABC):
         self.snapshot_interval = int(snapshot_interval)
         self.durable = durable
         self.description = description
+        self.operator_spec = dict(operator_spec) if operator_spec is not None else None
         self.file_schema = pa.schema(
             [*key_schema, *value_schema, pa.field(ORDER_COLUMN, pa.int64()), pa.field(OP_COLUMN, pa.int8())]
         )
@@ -156,6 +158,7 @@ class StateStore(ABC):
             "keySchema": schema_doc(self.key_schema),
             "valueSchema": schema_doc(self.value_schema),
             "operator": self.description,
+            **({SPEC_FIELD: self.operator_spec} if self.operator_spec is not None else {}),
             **self._metadata_extra(),
         }
         self.metadata = check_metadata(self.path, doc, durable=self.durable, write=self._write_metadata_later)
@@ -571,13 +574,14 @@ def open_state_store(
     snapshot_interval: int = 10,
     durable: bool = True,
     description: str = "",
+    operator_spec: Mapping[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> StateStore:
     """A state store of ``backend`` (``memory`` or ``rocksdb``, the writer option
     ``stateStore``) in ``path``. Called once per operator per query run, in ``open``."""
     name = (backend or "memory").lower()
     kwargs: dict[str, Any] = {"retain": retain, "snapshot_interval": snapshot_interval, "durable": durable,
-                              "description": description}  # fmt: skip
+                              "description": description, "operator_spec": operator_spec}  # fmt: skip
     if name == "memory":
         from headrace.state.memory import MemoryStateStore
 

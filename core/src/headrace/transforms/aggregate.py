@@ -110,6 +110,29 @@ class AggregateOperator(StatefulOperator):
         keys = [k.describe() if isinstance(k, WindowSpec) else k for k in self.keys]
         return f"aggregate(keys=[{', '.join(keys)}], aggs=[{', '.join(a.text for a in self.aggs)}])"
 
+    def state_spec(self) -> dict[str, Any]:
+        """The aggregation's state description (``StatefulOperator.state_spec``): its grouping
+        columns, its window (every parameter, exact), its aggregates as function and input
+        (``count(*)``, ``sum(value)``; not their output names: renaming one keeps its state),
+        the event-time column state is evicted by (the watermark's, when it is a grouping key
+        or the window's column; else none) and, when there is one, the output mode (it decides
+        what is evicted and when: append evicts a window as it emits it, update evicts it
+        silently after updates, complete never). Without an event-time key nothing is evicted
+        and update and complete keep the same state, so the mode is not recorded. The
+        watermark's delay is not recorded: it moves later watermarks only, each batch's being
+        kept in the checkpoint."""
+        event_time = self.watermark_column if self._event_key is not None else None
+        spec: dict[str, Any] = {
+            "operator": "aggregate",
+            "groupingKeys": list(self.plain_keys),
+            "window": self.window.state_text() if self.window is not None else None,
+            "aggregates": [f"{a.func}({a.arg})" for a in self.aggs],
+            "eventTime": event_time,
+        }
+        if event_time is not None:
+            spec["outputMode"] = self.output_mode
+        return spec
+
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         """Validate keys and aggregates against ``input_schema`` (DuckDB plans the partial
         aggregation over an empty batch) and return the output schema. Called at ``start()``."""

@@ -27,7 +27,7 @@ from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Duration
 from headrace.transforms.operator import BatchInfo, OperatorContext
 from headrace.transforms.stateful import StatefulOperator
-from headrace.transforms.window import check_event_time, event_time_micros
+from headrace.transforms.window import check_event_time, event_time_micros, exact_seconds
 
 __all__ = ["DropDuplicatesOperator"]
 
@@ -76,6 +76,22 @@ class DropDuplicatesOperator(StatefulOperator):
     def describe(self) -> str:
         kind = "drop_duplicates_within_watermark" if self.within_watermark else "drop_duplicates"
         return f"{kind}({', '.join(self._keys or self.columns)})"
+
+    def state_spec(self) -> dict[str, Any]:
+        """The deduplication's state description: which kind, its key columns, the event-time
+        column keys expire by (the watermark's, when it is a key or for
+        ``drop_duplicates_within_watermark``; else none: keys are kept forever) and, within the
+        watermark, the delay (each key's expiry in state is its first event time plus the
+        delay). The output mode is not recorded: append and update are the same here."""
+        event_time = self.watermark_column if self._event_key or self.within_watermark else None
+        spec: dict[str, Any] = {
+            "operator": "drop_duplicates_within_watermark" if self.within_watermark else "drop_duplicates",
+            "columns": list(self._keys),
+            "eventTime": event_time,
+        }
+        if self.within_watermark:
+            spec["watermarkDelay"] = exact_seconds(self.delay_us) if self.delay_us is not None else None
+        return spec
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         """The input schema (rows pass unchanged); validates the key columns. Called at

@@ -90,6 +90,20 @@ class SessionWindowAggregateOperator(AggregateOperator):
         keys = [k.describe() if isinstance(k, SessionWindowSpec) else str(k) for k in self.keys]
         return f"aggregate(keys=[{', '.join(keys)}], aggs=[{', '.join(a.text for a in self.aggs)}])"
 
+    def state_spec(self) -> dict[str, Any]:
+        """The session aggregation's state description: grouping columns, the session window
+        (column and exact gap: sessions in state are ordered and closed by it), the aggregates
+        as function and input, and the output mode (append closes and removes sessions as the
+        watermark passes them, complete keeps every one)."""
+        assert self.session is not None
+        return {
+            "operator": "session_window aggregate",
+            "groupingKeys": list(self.plain_keys),
+            "sessionWindow": self.session.state_text(),
+            "aggregates": [f"{a.func}({a.arg})" for a in self.aggs],
+            "outputMode": self.output_mode,
+        }
+
     # ------------------------------------------------------------------ planning
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         from headrace.transforms.expressions import ExpressionError, run_sql

@@ -47,6 +47,17 @@ class StatefulOperator(Operator):
     def describe(self) -> str:
         return self.operator_name
 
+    def state_spec(self) -> dict[str, Any]:
+        """What this operator's state means, as a JSON object of strings, lists of strings and
+        ``None``: stored in its state folder's ``metadata`` (``operatorSpec``) and compared
+        when a later run opens the store, which refuses a checkpoint whose description
+        differs (naming the fields that changed). Two operators must give equal descriptions
+        exactly when the state one wrote is right for the other: record what decides the
+        state's rows and their eviction, not output names. Called once per query run, in
+        :meth:`open`, after ``output_schema`` (the query's output mode is
+        :attr:`output_mode`), on the thread that opens the query."""
+        return {"operator": self.operator_name}
+
     def check_output_mode(self, mode: str) -> None:
         """Raise ``UnsupportedError`` (with Spark's reason) when this operator cannot run in the
         query's output ``mode``. Called at ``start()``."""
@@ -76,6 +87,7 @@ class StatefulOperator(Operator):
             snapshot_interval=int(opts.get("stateSnapshotInterval", 10)),
             durable=bool(opts.get("checkpointFsync", True)),
             description=self.describe(),
+            operator_spec=self.state_spec(),
         )
 
     @property

@@ -20,8 +20,8 @@ import pyarrow as pa
 from headrace.errors import HeadraceError
 from headrace.options import Duration
 
-__all__ = ["SessionWindowSpec", "WindowSpec", "event_time_micros", "event_time_range_us", "session_window", "window",
-           "window_struct_type"]  # fmt: skip
+__all__ = ["SessionWindowSpec", "WindowSpec", "event_time_micros", "event_time_range_us", "exact_seconds",
+           "session_window", "window", "window_struct_type"]  # fmt: skip
 
 _US = 1_000_000
 
@@ -58,6 +58,14 @@ class WindowSpec:
     def describe(self) -> str:
         slide = "" if self.tumbling else f", slide {self.slide_us / _US:g}s"
         return f"window({self.column}, {self.duration_us / _US:g}s{slide})"
+
+    def state_text(self) -> str:
+        """The window as an aggregation's state description records it: every parameter,
+        exact (``window(ts, duration 5s, slide 5s, start 0s)``)."""
+        return (
+            f"window({self.column}, duration {exact_seconds(self.duration_us)}, slide {exact_seconds(self.slide_us)}, "
+            f"start {exact_seconds(self.start_us)})"
+        )
 
     def _start_of(self, ts_us: int) -> int:
         """The latest window start at or before ``ts_us`` (Python's floor division)."""
@@ -112,6 +120,18 @@ class SessionWindowSpec:
 
     def describe(self) -> str:
         return f"session_window({self.column}, {self.gap_us / _US:g}s)"
+
+    def state_text(self) -> str:
+        """The session window as its aggregation's state description records it (exact gap)."""
+        return f"session_window({self.column}, gap {exact_seconds(self.gap_us)})"
+
+
+def exact_seconds(us: int) -> str:
+    """Microseconds as exact seconds: ``5s``, ``0.25s``, ``-1.000001s`` (no rounding, unlike
+    ``describe``'s ``%g``)."""
+    whole, frac = divmod(abs(int(us)), _US)
+    tail = f".{frac:06d}".rstrip("0") if frac else ""
+    return f"{'-' if us < 0 else ''}{whole}{tail}s"
 
 
 def window(column: str, duration: Any, slide: Any = None, start_time: Any = None) -> WindowSpec:
