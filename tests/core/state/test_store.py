@@ -465,36 +465,28 @@ def test_fixed_width_keys_with_nulls_round_trip(backend: str, tmp_path: Path) ->
     s2.close()
 
 
-def test_rocksdb_state_written_with_pickled_keys_stays_readable(tmp_path: Path) -> None:
-    """A state folder created before the fixed-width key encoding (no ``rocksdbKeys`` in its
-    metadata) keeps pickled keys, across restarts and a rebuild from its checkpoint."""
+@pytest.mark.parametrize("recorded", [None, "pickle"], ids=["no-rocksdbKeys", "rocksdbKeys-pickle"])
+def test_rocksdb_state_written_with_pickle_is_refused(tmp_path: Path, recorded: str | None) -> None:
+    """A state folder of the earlier pickle encodings (metadata without ``rocksdbRows``, with
+    ``rocksdbKeys`` absent or ``pickle``) is refused, naming the metadata file and the fix; its
+    database is never opened, let alone unpickled."""
     import json
-    import pickle
-    import shutil
 
     vs = pa.schema([("n", pa.int64())])
-    s = open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs, snapshot_interval=2)
+    s = open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs)
+    s.load(-1)
+    s.commit(0)
     s.close()
     meta = json.loads((tmp_path / "metadata").read_text())
-    assert meta.pop("rocksdbKeys") == "fixed"
+    del meta["rocksdbRows"]
+    if recorded is None:
+        del meta["rocksdbKeys"]
+    else:
+        meta["rocksdbKeys"] = recorded
     (tmp_path / "metadata").write_text(json.dumps(meta))
-    shutil.rmtree(tmp_path / "rocksdb", ignore_errors=True)
-    s = open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs, snapshot_interval=2)
-    s.load(-1)
-    for v in range(4):
-        s.put(_fixed_keys([(v, v, True), (0, None, None)]), pa.table({"n": [v, v]}, schema=vs), order=[v, None])
-        s.commit(v)
-        s.load(v)
-    assert s._db.get(b"d" + pickle.dumps((0, None, None), 5)) is not None
-    s.close()
-    assert json.loads((tmp_path / "metadata").read_text()).get("rocksdbKeys") is None
-    shutil.rmtree(tmp_path / "rocksdb")  # rebuilt from checkpoint 3 (pickled keys too)
-    s2 = open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs, snapshot_interval=2)
-    s2.load(3)
-    got, found = s2.get(_fixed_keys([(2, 2, True), (0, None, None), (9, 9, True)]))
-    assert found.tolist() == [True, True, False] and got.column("n").to_pylist() == [2, 3, None]
-    assert sorted(s2.evict(1).column("k").to_pylist()) == [0, 1]
-    s2.close()
+    with pytest.raises(CheckpointError, match=r"metadata.*pickle.*new checkpointLocation") as e:
+        open_state_store("rocksdb", str(tmp_path), FIXED_KEYS, vs)
+    assert str(tmp_path / "metadata") in str(e.value)
 
 
 def test_snapshots_amortise_to_the_rows_changed(backend: str, tmp_path: Path) -> None:

@@ -337,9 +337,18 @@ class Checkpoint:
         return self._read_json(self._p("commits", str(batch_id)))
 
     def state_path(self, index: int) -> str:
-        """The folder of the plan's stateful operator number ``index`` (``state/<index>``)."""
+        """The folder of the plan's stateful operator number ``index`` (``state/<index>``). A
+        file where the folder belongs is refused (``CheckpointError`` naming it)."""
         path = self._p("state", str(index))
-        os.makedirs(path, exist_ok=True)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            bad = next((p for p in (self._p("state"), path) if os.path.exists(p) and not os.path.isdir(p)), path)
+            raise CheckpointError(
+                f"checkpoint {self.location}: {bad} is a file, where the folder of stateful operators' state belongs; "
+                "the checkpoint's layout was changed outside headrace; restore the folder from a backup, or start "
+                "the query over with a new checkpointLocation"
+            ) from None
         return path
 
     def is_committed(self, batch_id: int) -> bool:

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.state.columns import Column
-from headrace.state.files import OP_COLUMN, OP_PUT, ORDER_COLUMN, read_state_file, write_state_file
+from headrace.state.files import OP_COLUMN, OP_PUT, ORDER_COLUMN, write_state_file
 from headrace.state.keyindex import key_index
 from headrace.state.store import PendingWrite, StateStore
 
@@ -323,7 +323,8 @@ class MemoryStateStore(StateStore):
             self._bg_error = e
 
     def _write_snapshot_file(self, version: int, table: pa.Table) -> None:
-        write_state_file(self.snapshot_path(version), self.file_schema, [table], durable=self.durable,
+        write_state_file(self.snapshot_path(version), self.file_schema, [table],
+                         identity=self.file_identity("snapshot", version), durable=self.durable,
                          sync_dir=True)  # fmt: skip
         self.work.snapshots += 1
         self.work.snapshot_rows += table.num_rows
@@ -342,8 +343,8 @@ class MemoryStateStore(StateStore):
         try:
             snaps = [s for s in self._snapshot_versions() if s < version]
             base = snaps[-1] if snaps else -1
-            tables = [read_state_file(self.snapshot_path(base))] if base >= 0 else []
-            tables += [read_state_file(p) for p in self._chain(base, version)]
+            tables = [self.read_file(self.snapshot_path(base))] if base >= 0 else []
+            tables += [self.read_file(p) for p in self._chain(base, version)]
             self._write_snapshot_file(version, consolidate(tables, self.file_schema, self.key_schema.names))
         except BaseException as e:  # a snapshot is an optimisation: the changelogs stay
             log.warning("state %s: snapshot of version %d failed: %s", self.path, version, e)

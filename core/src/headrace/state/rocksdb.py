@@ -19,10 +19,12 @@ the changelogs after that checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
-import pickle
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,8 +32,16 @@ import pyarrow as pa
 
 from headrace.errors import CheckpointError, HeadraceError
 from headrace.state.files import ORDER_COLUMN, list_versions, remove_quietly
-from headrace.state.keyindex import fixed_width_keys
-from headrace.state.rocksdb_codec import dec_order, enc_order, key_codec, row_codec
+from headrace.state.rocksdb_codec import (
+    Damaged,
+    check_encodings,
+    dec_order,
+    enc_order,
+    key_codec,
+    key_encoding,
+    row_codec,
+    row_encoding,
+)
 from headrace.state.store import StateStore
 
 __all__ = ["RocksDBStateStore"]
@@ -39,6 +49,12 @@ __all__ = ["RocksDBStateStore"]
 log = logging.getLogger(__name__)
 
 _META = b"mstate"
+_META_FORMAT = 1
+
+
+class _Unopenable(CheckpointError):
+    """RocksDB cannot open the database (damaged files): a working database is rebuilt from
+    the verified changelogs and checkpoints; a checkpoint is refused."""
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -64,6 +80,10 @@ class RocksDBStateStore(StateStore):
                 "stateStore=rocksdb needs rocksdict, which is not installed; pip install 'headrace[rocksdb]'"
             ) from None
         self._rocksdict = rocksdict
+        # the encodings, from the schemas (a key type no encoding takes is refused before any
+        # I/O); the folder's metadata must record the same (checked in _check_stored_metadata)
+        self._keys = key_codec(key_schema, key_encoding(key_schema))
+        self._codec = row_codec(value_schema, row_encoding(value_schema))
         super().__init__(path, key_schema, value_schema, **kwargs)
         self._dbdir = os.path.join(self.path, "rocksdb")
         self._db: Any = None
@@ -72,9 +92,6 @@ class RocksDBStateStore(StateStore):
         self._db_dirty = False
         self._last: tuple[pa.Table, list[bytes], list[Any]] | None = None
         self._last_orders: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
-        self._codec = row_codec(value_schema)
-        # the key encoding this state folder was created with (older folders: pickle)
-        self._keys = key_codec(key_schema, str(self.metadata.get("rocksdbKeys", "pickle")))
         self._write_opts = self._rocksdict.WriteOptions()
         # no RocksDB write-ahead log: the changelog files are the durable record. A process
         # that dies loses the memtable, so the database reopens as of its last flush: a
@@ -83,7 +100,22 @@ class RocksDBStateStore(StateStore):
         self._write_opts.disable_wal = True  # type: ignore[method-assign,assignment]  # a property (stubs: a method)
 
     def _metadata_extra(self) -> dict[str, Any]:
-        return {"rocksdbKeys": "fixed" if fixed_width_keys(self.key_schema) else "pickle"}
+        return {"rocksdbKeys": key_encoding(self.key_schema), "rocksdbRows": row_encoding(self.value_schema)}
+
+    def _check_stored_metadata(self, meta: dict[str, Any]) -> None:
+        check_encodings(meta, os.path.join(self.path, "metadata"), self.key_schema, self.value_schema)
+
+    @contextlib.contextmanager
+    def _decoding(self) -> Iterator[None]:
+        """Entries of the database that do not decode are refused, naming the database."""
+        try:
+            yield
+        except (Damaged, pa.ArrowException, ValueError, UnicodeDecodeError) as e:
+            raise CheckpointError(
+                f"state database {self._dbdir} holds an entry that does not decode as this state's keys and rows "
+                f"({e}); it is damaged or was written by something else; delete the folder {self._dbdir} (it is "
+                "rebuilt from the changelogs and checkpoints), or start the query over with a new checkpointLocation"
+            ) from None
 
     # ------------------------------------------------------------------ database
     def _options(self) -> Any:
@@ -103,13 +135,15 @@ class RocksDBStateStore(StateStore):
         opts.set_compression_type(rd.DBCompressionType.lz4())
         return opts
 
-    def _open(self, where: str | None = None) -> None:
+    def _open(self, source: str | None = None) -> None:
+        """Open the working database and read its ``mstate`` entry (``source``: the checkpoint
+        it was copied from, for errors)."""
         self._close_db()
         try:
-            self._db = self._rocksdict.Rdict(where or self._dbdir, self._options())
+            self._db = self._rocksdict.Rdict(self._dbdir, self._options())
         except Exception as e:
-            raise CheckpointError(
-                f"state database {where or self._dbdir} cannot be opened ({e}); restore it, or use a new "
+            raise _Unopenable(
+                f"state database {source or self._dbdir} cannot be opened ({e}); restore it, or use a new "
                 "checkpointLocation"
             ) from None
         # blocks a flush writes go to the block cache too: the keys a batch touches are mostly
@@ -122,7 +156,52 @@ class RocksDBStateStore(StateStore):
         if raw is None:
             self._db_version, self._db_dirty, self._rows = None, False, 0
         else:
-            self._db_version, self._db_dirty, self._rows = pickle.loads(raw)
+            try:
+                self._db_version, self._db_dirty, self._rows = self._read_meta(bytes(raw), source or self._dbdir)
+            except CheckpointError:
+                self._close_db()
+                raise
+
+    def _meta_doc(self, dirty: bool) -> dict[str, Any]:
+        return {"format": _META_FORMAT, "query": self.query_id, "operator": self.operator_id,
+                "partition": self.partition, "version": self._db_version, "dirty": dirty, "rows": self._rows}  # fmt: skip
+
+    def _read_meta(self, raw: bytes, where: str) -> tuple[int | None, bool, int]:
+        """(version, dirty, rows) of an ``mstate`` entry, checked: JSON of this store's
+        identity (a database of another query, operator or partition is refused); never
+        unpickled (earlier versions pickled it: refused, with the fix)."""
+        fix = "restore it, or start the query over with a new checkpointLocation"
+        if raw[:1] == b"\x80":  # a pickle (protocol 2 or later): what earlier versions wrote
+            raise CheckpointError(
+                f"state database {where} was written by an earlier headrace, which stored its state with Python's "
+                "pickle (a format that can run code when read, so it is not read); start the query over with a new "
+                "checkpointLocation"
+            )
+        try:
+            doc = json.loads(raw)
+        except ValueError as e:
+            raise CheckpointError(f"state database {where} is damaged (its mstate entry is not JSON: {e}); {fix}") from None
+        if not isinstance(doc, dict) or doc.get("format") != _META_FORMAT:
+            raise CheckpointError(f"state database {where} is damaged (its mstate entry is {raw[:80]!r}); {fix}")
+        version, dirty, rows = doc.get("version"), doc.get("dirty"), doc.get("rows")
+        if (
+            not (version is None or (isinstance(version, int) and not isinstance(version, bool) and version >= 0))
+            or not isinstance(dirty, bool)
+            or not isinstance(rows, int)
+            or isinstance(rows, bool)
+            or rows < 0
+        ):
+            raise CheckpointError(f"state database {where} is damaged (its mstate entry is {raw[:120]!r}); {fix}")
+        mine = self._meta_doc(False)
+        wrong = [f"{k} {doc.get(k)!r} (this state's: {mine[k]!r})" for k in ("query", "operator", "partition")
+                 if doc.get(k) != mine[k]]  # fmt: skip
+        if wrong:
+            raise CheckpointError(
+                f"state database {where} belongs to other state: it records {', '.join(wrong)}; it was copied or "
+                f"swapped from another checkpoint or operator; put this state folder's own database back (or delete "
+                f"{self._dbdir}: it is rebuilt from the changelogs), or start the query over with a new checkpointLocation"
+            )
+        return version, dirty, rows
 
     def _close_db(self) -> None:
         if self._db is not None:
@@ -134,7 +213,7 @@ class RocksDBStateStore(StateStore):
             self._db = None
 
     def _meta(self, wb: Any, *, dirty: bool) -> None:
-        wb.put(_META, pickle.dumps((self._db_version, dirty, self._rows)))
+        wb.put(_META, json.dumps(self._meta_doc(dirty), separators=(",", ":")).encode())
 
     def _write(self, wb: Any) -> None:
         """Write ``wb`` atomically, marking the database dirty in the same write batch."""
@@ -164,7 +243,8 @@ class RocksDBStateStore(StateStore):
         _, raw = self._lookup(keys)
         self.work.rows_looked_up += len(raw)
         found = np.fromiter((r is not None for r in raw), dtype=np.bool_, count=len(raw))
-        ords, has, arrays = self._codec.decode(raw)
+        with self._decoding():
+            ords, has, arrays = self._codec.decode(raw)
         self._last_orders = (keys, ords, has)
         return pa.Table.from_arrays(arrays, schema=self.value_schema), found
 
@@ -176,7 +256,8 @@ class RocksDBStateStore(StateStore):
         if cached is not None and cached[0] is keys:
             old_o, old_has = cached[1], cached[2]
         else:
-            old_o, old_has = self._codec.orders(old)
+            with self._decoding():
+                old_o, old_has = self._codec.orders(old)
         if isinstance(order, pa.ChunkedArray):
             order = order.combine_chunks()
         new_has = np.ones(len(order), np.bool_) if not order.null_count else order.is_valid().to_numpy(zero_copy_only=False)
@@ -202,7 +283,8 @@ class RocksDBStateStore(StateStore):
         rows = np.flatnonzero(hit)
         if not len(rows):
             return 0
-        ords, has = self._codec.orders([old[i] for i in rows.tolist()])
+        with self._decoding():
+            ords, has = self._codec.orders([old[i] for i in rows.tolist()])
         wb = self._write_batch()
         hit_kbs = [kbs[i] for i in rows.tolist()]
         for k in self._keys.data_keys(hit_kbs):
@@ -215,8 +297,9 @@ class RocksDBStateStore(StateStore):
         return len(rows)
 
     def _decode_rows(self, kbs: list[bytes], raws: list[bytes]) -> pa.Table:
-        ords, has, varrays = self._codec.decode(list(raws))
-        arrays = [*self._keys.decode(kbs), *varrays, pa.array(ords, pa.int64(), mask=~has)]
+        with self._decoding():
+            ords, has, varrays = self._codec.decode(list(raws))
+            arrays = [*self._keys.decode(kbs), *varrays, pa.array(ords, pa.int64(), mask=~has)]
         return pa.Table.from_arrays(arrays, names=[*self.key_schema.names, *self.value_schema.names, ORDER_COLUMN])
 
     def earliest_order(self) -> int | None:
@@ -318,7 +401,7 @@ class RocksDBStateStore(StateStore):
         if self._db is None:
             try:
                 self._open()
-            except CheckpointError:
+            except _Unopenable:  # (a database of other state, or old or damaged entries: refused)
                 self._db_version, self._db_dirty = None, True  # rebuilt below from verified files
         clean = self._db is not None and not self._db_dirty
         if version == -1 and clean and self._db_version is None and self._rows == 0:
@@ -343,7 +426,7 @@ class RocksDBStateStore(StateStore):
                 except OSError as e:
                     raise CheckpointError(f"state snapshot {src} cannot be read ({e}); restore it or use a new "
                                           "checkpointLocation") from None  # fmt: skip
-                self._open()
+                self._open(source=src)
                 if self._db_version != base:
                     raise CheckpointError(f"state snapshot {src} holds version {self._db_version}, not {base}; it is "
                                           "damaged; restore it or use a new checkpointLocation")  # fmt: skip

@@ -1,37 +1,51 @@
 """How the RocksDB state store turns keys and rows into bytes and back.
 
+Every encoding here is data only: fixed-width numbers, lengths and raw bytes, decoded by numpy
+and Arrow; nothing read from the database is decoded by a format that can run code (the
+state folder is as trusted as whoever can write the checkpoint).
+
 Database keys: ``d<key>`` -> row, and ``o<order><key>`` -> empty (the event-time index; the
-order is 8 bytes big-endian, biased so that negative values sort first). ``<key>`` is
+order is 8 bytes big-endian, biased so that negative values sort first, so evicting by
+watermark is one range scan). ``<key>`` is
 
-- ``fixed`` (keys of integer, temporal and boolean columns, state written since this codec
-  exists): per column 8 bytes big-endian with the sign bit flipped, then one validity byte
-  per column; encoded and decoded by numpy for a whole batch;
-- ``pickle`` (any other key, and every state written before): ``pickle.dumps`` of the key's
-  hashable form (:func:`headrace.state.columns.key_hashables`).
-
-The encoding a state folder uses is recorded in its ``metadata`` (``rocksdbKeys``; absent in
-older folders, which means ``pickle``), so a checkpoint keeps the encoding it was written with.
+- ``fixed`` (keys of integer, temporal and boolean columns): per column 8 bytes big-endian
+  with the sign bit flipped, then one validity byte per column; encoded and decoded by numpy
+  for a whole batch;
+- ``typed`` (any other key): per column a validity byte and the value's bytes in the
+  column's :class:`_Col` encoding (8 bytes for numbers and times, floats with ``-0.0`` and NaN
+  made canonical, a 4-byte length and the bytes for strings and binaries, the storage bytes
+  for decimals and fixed-size binaries), built and parsed by numpy for a whole batch. The
+  same key always gives the same bytes. Nested, map and other key types are refused (the
+  memory backend cannot key them either, and Spark cannot group by a map).
 
 Rows: numbers, timestamps and booleans as fixed-width bytes (:class:`FixedRows`), anything
-else pickled (:class:`PickleRows`); both carry the row's order.
+else typed (:class:`TypedRows`: the same column encodings, nested values as JSON of their
+storage values); both carry the row's order. The encodings a state folder uses are recorded
+in its ``metadata`` (``rocksdbKeys``, ``rocksdbRows``); a folder written with the pickle
+encodings of earlier versions (no ``rocksdbRows``, or ``rocksdbKeys: pickle``) is refused,
+never unpickled (see :func:`check_encodings`).
 """
 
 from __future__ import annotations
 
-import pickle
+import base64
+import json
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from headrace.state.columns import from_int64, key_hashables, to_int64
+from headrace.errors import CheckpointError, UnsupportedError
+from headrace.state.columns import from_int64, to_int64
 
-__all__ = ["FixedKeys", "FixedRows", "PickleKeys", "PickleRows", "dec_order", "enc_order", "fixed_width", "key_codec",
-           "row_codec"]  # fmt: skip
+__all__ = ["Damaged", "FixedKeys", "FixedRows", "TypedKeys", "TypedRows", "check_encodings", "dec_order", "enc_order",
+           "fixed_width", "key_codec", "key_encoding", "row_codec", "row_encoding"]  # fmt: skip
 
 _ORDER = struct.Struct(">Q")
 _BIAS = 1 << 63
+_U8 = np.uint8
 
 
 def enc_order(o: int) -> bytes:
@@ -47,20 +61,9 @@ def fixed_width(t: pa.DataType) -> bool:
     return pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t) or pa.types.is_boolean(t)
 
 
-def _py_columns(table: pa.Table) -> list[list[Any]]:
-    out = []
-    for c in table.columns:
-        if pa.types.is_temporal(c.type):
-            c = to_int64(c)
-        numeric = pa.types.is_integer(c.type) or pa.types.is_floating(c.type)
-        out.append(c.to_numpy().tolist() if numeric and c.null_count == 0 else c.to_pylist())
-    return out
-
-
-def _arrow(values: list[Any], type: pa.DataType) -> pa.Array:
-    if pa.types.is_temporal(type):
-        return from_int64(pa.array(values, pa.int64()), type)
-    return pa.array(values, type=type)
+class Damaged(Exception):
+    """Bytes that do not parse as the encoding says (raised while decoding, reported by the
+    store as a ``CheckpointError`` naming its database)."""
 
 
 def _int64_and_valid(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,39 +89,273 @@ def _rows_as_bytes(buf: np.ndarray) -> list[bytes]:
     return list(buf.view(f"V{buf.shape[1]}").ravel().tolist()) if len(buf) else []
 
 
-# ---------------------------------------------------------------------------- keys
-class PickleKeys:
-    """Keys as ``pickle.dumps(hashable)``: any key type."""
+def _bitmap(valid: np.ndarray) -> pa.Buffer | None:
+    return None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
 
-    name = "pickle"
 
-    def __init__(self, schema: pa.Schema) -> None:
-        self.schema = schema
+def _gather(buf: np.ndarray, starts: np.ndarray, lens: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """The bytes ``buf[starts[i] : starts[i] + lens[i]]`` of every i, concatenated; each must
+    end by ``ends[i]`` (its entry's end), else ``Damaged``."""
+    if len(lens) and bool((starts + lens > ends).any()):
+        raise Damaged("a value runs past the end of its entry")
+    total = int(lens.sum())
+    if not total:
+        return np.zeros(0, _U8)
+    first = np.cumsum(lens) - lens
+    return buf[np.repeat(starts - first, lens) + np.arange(total)]
 
-    def encode(self, keys: pa.Table) -> list[bytes]:
-        dumps = pickle.dumps
-        return [dumps(k, 5) for k in key_hashables(keys)]
 
-    def data_keys(self, kbs: list[bytes]) -> list[bytes]:
-        return [b"d" + k for k in kbs]
+# ---------------------------------------------------------------------------- columns
+class _Col:
+    """One column's typed encoding: per row a validity byte (0 null, 1 value) then the value.
 
-    def order_keys(self, kbs: list[bytes], rows: np.ndarray, orders: np.ndarray) -> list[bytes]:
-        return [b"o" + enc_order(o) + kbs[i] for i, o in zip(rows.tolist(), orders.tolist(), strict=True)]
+    ``encode`` returns (segment lengths, concatenated segments) for a whole column;
+    ``decode`` reads the column at byte positions ``pos`` of a joined buffer and returns
+    (the array, the positions after it)."""
 
-    def decode(self, kbs: list[bytes]) -> list[pa.Array]:
-        nk = len(self.schema)
-        cols: list[list[Any]] = [[] for _ in range(nk)]
-        loads = pickle.loads
-        for kb in kbs:
-            k = loads(kb)
-            if nk == 1:
-                cols[0].append(k)
+    def __init__(self, type: pa.DataType, *, key: bool) -> None:
+        self.type = type
+        self.key = key
+        t = type
+        if pa.types.is_dictionary(t):
+            t = t.value_type
+        if pa.types.is_string_view(t):
+            t = pa.string()
+        elif pa.types.is_binary_view(t):
+            t = pa.binary()
+        self.storage = t  # the type the bytes are of (cast to it and back)
+        if fixed_width(t):
+            self.kind, self.width = "num", 8
+        elif pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t):
+            self.kind, self.width = "raw", t.byte_width
+        elif pa.types.is_string(t) or pa.types.is_binary(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+            self.kind, self.width = "var", 0
+        elif pa.types.is_null(t):
+            self.kind, self.width = "null", 0
+        elif key:
+            raise UnsupportedError(
+                f"the RocksDB state store cannot key state by a column of type {type}; group or deduplicate by "
+                "columns of numbers, times, strings, binaries or decimals (for example a field of the struct, or "
+                "the list cast to a string)"
+            )
+        else:
+            self.kind, self.width = "json", 0
+            self.json_type = _json_storage(t)
+        # a null, as encode writes it
+        self.blank = bytes({"num": 9, "raw": 1 + self.width, "var": 5, "json": 5, "null": 1}[self.kind])
+
+    def _prepare(self, col: pa.Array | pa.ChunkedArray) -> pa.Array:
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if col.type != self.storage:
+            col = col.cast(self.storage)
+        return col
+
+    def encode(self, col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+        arr = self._prepare(col)
+        n = len(arr)
+        if self.kind == "null":
+            return np.ones(n, np.int64), np.zeros(n, _U8)
+        valid = np.ones(n, np.bool_) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
+        if self.kind == "num":
+            vals, _ = _int64_and_valid(arr)
+            if self.key and pa.types.is_floating(self.storage):  # a key: equal floats, equal bytes
+                f = vals.view(np.float64).copy()
+                f[f == 0.0] = 0.0
+                f[np.isnan(f)] = np.nan
+                vals = f.view(np.int64)
+            vals = np.where(valid, vals, 0)
+            m = np.empty((n, 9), _U8)
+            m[:, 0] = valid
+            m[:, 1:] = (vals.view(np.uint64) ^ np.uint64(_BIAS)).astype(">u8").view(_U8).reshape(n, 8)
+            return np.full(n, 9, np.int64), m.ravel()
+        if self.kind == "raw":
+            w = self.width
+            data = np.frombuffer(arr.buffers()[1], _U8)[arr.offset * w : (arr.offset + n) * w].reshape(n, w)
+            m = np.zeros((n, 1 + w), _U8)
+            m[:, 0] = valid
+            m[valid, 1:] = data[valid]  # a null's bytes are whatever Arrow left: zeros instead
+            return np.full(n, 1 + w, np.int64), m.ravel()
+        if self.kind == "var":
+            if arr.null_count:
+                arr = arr.fill_null(b"" if pa.types.is_binary(self.storage) or pa.types.is_large_binary(self.storage) else "")
+            off_t = np.int64 if (pa.types.is_large_string(self.storage) or pa.types.is_large_binary(self.storage)) else np.int32
+            offs = np.frombuffer(arr.buffers()[1], off_t)[arr.offset : arr.offset + n + 1].astype(np.int64)
+            data = np.frombuffer(arr.buffers()[2], _U8) if arr.buffers()[2] is not None else np.zeros(0, _U8)
+            lens = offs[1:] - offs[:-1]
+            if n and int(lens.max()) >= 1 << 32:
+                raise UnsupportedError(f"a state value of {int(lens.max())} bytes is too large (4 GiB at most)")
+            seg = lens + 5
+            out = np.empty(int(seg.sum()), _U8)
+            starts = np.cumsum(seg) - seg
+            out[starts] = valid
+            hdr = lens.astype(">u4").view(_U8).reshape(n, 4)
+            for b in range(4):
+                out[starts + 1 + b] = hdr[:, b]
+            body = np.repeat(starts + 5 - offs[:-1], lens) + np.arange(int(offs[0]), int(offs[-1]))
+            out[body] = data[int(offs[0]) : int(offs[-1])]
+            return seg, out
+        # json: nested values, one JSON text per row (data only: parsed by json, typed by Arrow)
+        texts = [b"" if v is None else _json_bytes(v, self.json_type) for v in arr.cast(self.json_type).to_pylist()]
+        lens = np.fromiter(map(len, texts), np.int64, count=n)
+        parts = []
+        for v, t in zip(valid.tolist(), texts, strict=True):
+            parts.append((b"\x01" if v else b"\x00") + struct.pack(">I", len(t)) + t)
+        joined = b"".join(parts)
+        return lens + 5, np.frombuffer(joined, _U8)
+
+    def decode(self, buf: np.ndarray, pos: np.ndarray, ends: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        n = len(pos)
+        if n and bool((pos >= ends).any()):
+            raise Damaged("an entry ends before its last column")
+        valid = buf[pos].astype(np.bool_) if n else np.zeros(0, np.bool_)
+        if self.kind == "null":
+            return pa.nulls(n, self.type), pos + 1
+        if self.kind in ("num", "raw"):
+            w = self.width
+            raw = _gather(buf, pos + 1, np.full(n, w, np.int64), ends).reshape(n, w)
+            if self.kind == "num":
+                ints = (np.ascontiguousarray(raw).view(">u8").ravel().astype(np.uint64) ^ np.uint64(_BIAS)).view(np.int64)
+                mask = ~valid if not valid.all() else None
+                t = self.storage
+                if pa.types.is_floating(t):
+                    arr = pa.array(ints.view(np.float64), pa.float64(), mask=mask).cast(t)
+                elif pa.types.is_boolean(t):
+                    arr = pa.array(ints != 0, pa.bool_(), mask=mask)
+                else:
+                    a = pa.array(ints, pa.int64(), mask=mask)
+                    arr = a if pa.types.is_int64(t) else from_int64(a, t)
             else:
-                for j in range(nk):
-                    cols[j].append(k[j])
-        return [_arrow(c, f.type) for c, f in zip(cols, self.schema, strict=True)]
+                arr = pa.Array.from_buffers(self.storage, n, [_bitmap(valid), pa.py_buffer(np.ascontiguousarray(raw))])
+            return self._back(arr), pos + 1 + w
+        hdr = _gather(buf, pos + 1, np.full(n, 4, np.int64), ends).reshape(n, 4)
+        lens = np.ascontiguousarray(hdr).view(">u4").ravel().astype(np.int64)
+        body = _gather(buf, pos + 5, lens, ends)
+        after = pos + 5 + lens
+        if self.kind == "var":
+            large = pa.types.is_large_string(self.storage) or pa.types.is_large_binary(self.storage)
+            offs = np.zeros(n + 1, np.int64 if large else np.int32)
+            np.cumsum(lens, out=offs[1:])
+            arr = pa.Array.from_buffers(self.storage, n, [_bitmap(valid), pa.py_buffer(offs), pa.py_buffer(body)])
+            try:
+                arr.validate(full=True)  # UTF-8 of strings, offsets
+            except pa.ArrowInvalid as e:
+                raise Damaged(str(e)) from None
+            return self._back(arr), after
+        texts = body.tobytes()
+        vals: list[Any] = []
+        at = 0
+        for ok, ln in zip(valid.tolist(), lens.tolist(), strict=True):
+            text = texts[at : at + ln]
+            at += ln
+            vals.append(_json_value(json.loads(text), self.json_type) if ok else None)
+        try:
+            arr = pa.array(vals, self.json_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
+            raise Damaged(str(e)) from None
+        return self._back(arr), after
+
+    def _back(self, arr: pa.Array) -> pa.Array:
+        return arr if arr.type == self.type else arr.cast(self.type)
 
 
+def _json_storage(t: pa.DataType) -> pa.DataType:
+    """``t`` with times as their integers and decimals as strings: a type whose Python values
+    are JSON values (bytes aside, see :func:`_json_bytes`) and that casts back to ``t``."""
+    if pa.types.is_temporal(t):
+        return pa.int32() if t.bit_width == 32 else pa.int64()
+    if pa.types.is_decimal(t):
+        return pa.string()
+    if pa.types.is_dictionary(t):
+        return _json_storage(t.value_type)
+    if pa.types.is_large_list(t):
+        return pa.large_list(_json_storage(t.value_type))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(_json_storage(t.value_type), t.list_size)
+    if pa.types.is_map(t):
+        return pa.map_(_json_storage(t.key_type), _json_storage(t.item_type))
+    if pa.types.is_list(t):
+        return pa.list_(_json_storage(t.value_type))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _json_storage(f.type), f.nullable) for f in t])
+    return t
+
+
+def _binaryish(t: pa.DataType) -> bool:
+    return pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t)
+
+
+def _to_json(v: Any, t: pa.DataType) -> Any:
+    if v is None:
+        return None
+    if _binaryish(t):
+        return base64.b64encode(v).decode()
+    if pa.types.is_map(t):
+        return [[_to_json(k, t.key_type), _to_json(x, t.item_type)] for k, x in v]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_to_json(x, t.value_type) for x in v]
+    if pa.types.is_struct(t):
+        return [_to_json(v[f.name], f.type) for f in t]  # by position: field names may repeat
+    return v
+
+
+def _json_value(v: Any, t: pa.DataType) -> Any:
+    """The inverse of :func:`_to_json` (raises ``Damaged`` for a value of the wrong shape)."""
+    if v is None:
+        return None
+    try:
+        if _binaryish(t):
+            return base64.b64decode(v, validate=True)
+        if pa.types.is_map(t):
+            return [(_json_value(k, t.key_type), _json_value(x, t.item_type)) for k, x in v]
+        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            return [_json_value(x, t.value_type) for x in v]
+        if pa.types.is_struct(t):
+            if len(v) != t.num_fields:
+                raise Damaged(f"a struct of {len(v)} fields, not {t.num_fields}")
+            return {f.name: _json_value(x, f.type) for f, x in zip(t, v, strict=True)}
+    except (TypeError, ValueError) as e:
+        raise Damaged(str(e)) from None
+    return v
+
+
+def _json_bytes(v: Any, t: pa.DataType) -> bytes:
+    return json.dumps(_to_json(v, t), separators=(",", ":")).encode()
+
+
+def _join_columns(cols: list[tuple[np.ndarray, np.ndarray]], n: int, head: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise concatenation of per-column segments (after ``head`` bytes per row left for the
+    caller): (the buffer, the row boundaries, n + 1 of them)."""
+    total_len = np.full(n, head, np.int64)
+    for lens, _ in cols:
+        total_len += lens
+    bounds = np.zeros(n + 1, np.int64)
+    np.cumsum(total_len, out=bounds[1:])
+    buf = np.empty(int(bounds[-1]), _U8)
+    at = bounds[:-1] + head
+    for lens, data in cols:
+        first = np.cumsum(lens) - lens
+        if len(data):
+            buf[np.repeat(at - first, lens) + np.arange(len(data))] = data
+        at = at + lens
+    return buf, bounds
+
+
+def _split(buf: np.ndarray, bounds: np.ndarray) -> list[bytes]:
+    raw = buf.tobytes()
+    b = bounds.tolist()
+    return [raw[b[i] : b[i + 1]] for i in range(len(b) - 1)]
+
+
+def _joined(entries: list[bytes], skip: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Entries as one buffer: (the buffer, each entry's first byte after ``skip``, each end)."""
+    lens = np.fromiter(map(len, entries), np.int64, count=len(entries))
+    ends = np.cumsum(lens)
+    buf = np.frombuffer(b"".join(entries), _U8) if entries else np.zeros(0, _U8)
+    return buf, ends - lens + skip, ends
+
+
+# ---------------------------------------------------------------------------- keys
 class FixedKeys:
     """Keys of integer, temporal and boolean columns as 9 bytes per column, by numpy."""
 
@@ -143,7 +380,10 @@ class FixedKeys:
         return _rows_as_bytes(self._matrix(keys))
 
     def _from_bytes(self, kbs: list[bytes]) -> np.ndarray:
-        return np.frombuffer(b"".join(kbs), np.uint8).reshape(len(kbs), self.width)
+        joined = b"".join(kbs)
+        if len(joined) != len(kbs) * self.width:
+            raise Damaged(f"a key is not {self.width} bytes long")
+        return np.frombuffer(joined, np.uint8).reshape(len(kbs), self.width)
 
     def data_keys(self, kbs: list[bytes]) -> list[bytes]:
         if not kbs:
@@ -181,41 +421,95 @@ class FixedKeys:
         return out
 
 
-def key_codec(schema: pa.Schema, name: str) -> PickleKeys | FixedKeys:
-    """The key codec ``name`` (``fixed`` or ``pickle``) for ``schema``."""
-    return FixedKeys(schema) if name == "fixed" else PickleKeys(schema)
+class TypedKeys:
+    """Keys of any other columns (strings, floats, decimals, binaries, with or without
+    integers and times) in the typed column encodings, by numpy for a whole batch."""
 
-
-# ---------------------------------------------------------------------------- rows
-class PickleRows:
-    """Rows as ``pickle((order, values))``: any value types."""
+    name = "typed"
 
     def __init__(self, schema: pa.Schema) -> None:
         self.schema = schema
+        self.cols = [_Col(f.type, key=True) for f in schema]
+
+    def encode(self, keys: pa.Table) -> list[bytes]:
+        n = keys.num_rows
+        if not self.cols:
+            return [b""] * n
+        buf, bounds = _join_columns([c.encode(a) for c, a in zip(self.cols, keys.columns, strict=True)], n)
+        return _split(buf, bounds)
+
+    def data_keys(self, kbs: list[bytes]) -> list[bytes]:
+        return [b"d" + k for k in kbs]
+
+    def order_keys(self, kbs: list[bytes], rows: np.ndarray, orders: np.ndarray) -> list[bytes]:
+        return [b"o" + enc_order(o) + kbs[i] for i, o in zip(rows.tolist(), orders.tolist(), strict=True)]
+
+    def decode(self, kbs: list[bytes]) -> list[pa.Array]:
+        buf, pos, ends = _joined(kbs)
+        out = []
+        for c in self.cols:
+            arr, pos = c.decode(buf, pos, ends)
+            out.append(arr)
+        if not np.array_equal(pos, ends):
+            raise Damaged("a key is longer or shorter than its columns")
+        return out
+
+
+def key_encoding(schema: pa.Schema) -> str:
+    """The key encoding a new state folder with keys of ``schema`` uses."""
+    from headrace.state.keyindex import fixed_width_keys
+
+    return "fixed" if fixed_width_keys(schema) else "typed"
+
+
+def key_codec(schema: pa.Schema, name: str) -> FixedKeys | TypedKeys:
+    """The key codec ``name`` (``fixed`` or ``typed``, checked by :func:`check_encodings`)."""
+    return FixedKeys(schema) if name == "fixed" else TypedKeys(schema)
+
+
+# ---------------------------------------------------------------------------- rows
+class TypedRows:
+    """Rows of any value types: the order (8 bytes) and its validity byte, as in
+    :class:`FixedRows`, then each value in its typed column encoding."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+        self.cols = [_Col(f.type, key=False) for f in schema]
+        self.blank = bytes(9) + b"".join(c.blank for c in self.cols)  # no row: all nulls
 
     def encode(self, values: pa.Table, order: pa.Array) -> list[bytes]:
-        vals = list(zip(*_py_columns(values), strict=True)) if values.num_columns else [()] * len(order)
-        dumps = pickle.dumps
-        return [dumps((o, v), 5) for o, v in zip(order.to_pylist(), vals, strict=True)]
+        n = len(order)
+        ob, ov = _int64_and_valid(order)
+        buf, bounds = _join_columns([c.encode(a) for c, a in zip(self.cols, values.columns, strict=True)], n, head=9)
+        head = np.empty((n, 9), _U8)
+        head[:, :8] = ob.view(_U8).reshape(n, 8)
+        head[:, 8] = ov
+        starts = bounds[:-1]
+        for b in range(9):
+            buf[starts + b] = head[:, b]
+        return _split(buf, bounds)
 
-    def orders(self, raws: list[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
+    def orders(self, raws: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's order (0 where none) and whether it has one (False for a missing row)."""
-        loads = pickle.loads
-        ords = [loads(r)[0] if r is not None else None for r in raws]
-        valid = np.fromiter((o is not None for o in ords), np.bool_, count=len(ords))
-        return np.fromiter((o or 0 for o in ords), np.int64, count=len(ords)), valid
+        head = b"".join(r[:9] if r is not None else bytes(9) for r in raws)
+        if len(head) != 9 * len(raws):
+            raise Damaged("a row is shorter than its order")
+        m = np.frombuffer(head, _U8).reshape(len(raws), 9)
+        return np.ascontiguousarray(m[:, :8]).view(np.int64).ravel(), m[:, 8].astype(np.bool_)
 
     def decode(self, raws: list[bytes | None]) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
         """(orders, which have one, value arrays) of ``raws`` (``None``: a missing row, nulls)."""
-        n = len(self.schema)
-        missing = (None, (None,) * n)
-        loads = pickle.loads
-        decoded = [loads(r) if r is not None else missing for r in raws]
-        cols: list[Any] = list(zip(*(d[1] for d in decoded), strict=True)) if decoded else [[] for _ in range(n)]
-        arrays = [_arrow(list(c), f.type) for c, f in zip(cols, self.schema, strict=True)]
-        valid = np.fromiter((d[0] is not None for d in decoded), np.bool_, count=len(decoded))
-        ords = np.fromiter((d[0] or 0 for d in decoded), np.int64, count=len(decoded))
-        return ords, valid, arrays
+        blank = self.blank
+        entries = [r if r is not None else blank for r in raws]
+        ords, has = self.orders(entries)
+        buf, pos, ends = _joined(entries, skip=9)
+        arrays = []
+        for c in self.cols:
+            arr, pos = c.decode(buf, pos, ends)
+            arrays.append(arr)
+        if not np.array_equal(pos, ends):
+            raise Damaged("a row is longer or shorter than its columns")
+        return ords.copy(), has, arrays
 
 
 class FixedRows:
@@ -247,6 +541,8 @@ class FixedRows:
             return np.zeros((0, self.width), np.uint8)
         blank = self.blank
         data = b"".join(r if r is not None else blank for r in raws)
+        if len(data) != n * self.width:
+            raise Damaged(f"a row is not {self.width} bytes long")
         return np.frombuffer(data, np.uint8).reshape(n, self.width)
 
     def orders(self, raws: list[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
@@ -273,6 +569,34 @@ class FixedRows:
         return ords, ovalid, arrays
 
 
-def row_codec(schema: pa.Schema) -> PickleRows | FixedRows:
-    """The row codec for values of ``schema``."""
-    return FixedRows(schema) if all(fixed_width(f.type) for f in schema) else PickleRows(schema)
+def row_encoding(schema: pa.Schema) -> str:
+    """The row encoding a new state folder with values of ``schema`` uses."""
+    return "fixed" if all(fixed_width(f.type) for f in schema) else "typed"
+
+
+def row_codec(schema: pa.Schema, name: str | None = None) -> TypedRows | FixedRows:
+    """The row codec ``name`` (``fixed`` or ``typed``; by default the one for ``schema``)."""
+    return FixedRows(schema) if (name or row_encoding(schema)) == "fixed" else TypedRows(schema)
+
+
+def check_encodings(metadata: dict[str, Any], metadata_path: str, key_schema: pa.Schema,
+                    value_schema: pa.Schema) -> tuple[str, str]:  # fmt: skip
+    """The (key, row) encodings recorded in a RocksDB state folder's metadata, checked: a
+    folder written with the pickle encodings of earlier versions, or naming an encoding that
+    does not fit its schemas, is refused with ``CheckpointError`` (never unpickled)."""
+    keys, rows = metadata.get("rocksdbKeys"), metadata.get("rocksdbRows")
+    if keys in (None, "pickle") or rows is None:
+        raise CheckpointError(
+            f"state metadata {metadata_path} is of a RocksDB state folder written by an earlier headrace, which "
+            "stored keys and rows with Python's pickle (a format that can run code when read, so it is not read); "
+            "start the query over with a new checkpointLocation"
+        )
+    want = {"rocksdbKeys": key_encoding(key_schema), "rocksdbRows": row_encoding(value_schema)}
+    for field, value in (("rocksdbKeys", keys), ("rocksdbRows", rows)):
+        if value != want[field]:
+            raise CheckpointError(
+                f"state metadata {metadata_path} says {field}={value!r}, but keys and values of this state are "
+                f"encoded as {want[field]!r}; the file was edited or comes from another state folder; restore it "
+                "or start the query over with a new checkpointLocation"
+            )
+    return str(keys), str(rows)

@@ -34,6 +34,7 @@ A damaged or missing file that the restore needs is refused with ``CheckpointErr
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import threading
@@ -56,6 +57,8 @@ from headrace.state.files import (
     OP_REMOVE,
     ORDER_COLUMN,
     discard_after,
+    file_identity,
+    layout_problem,
     list_versions,
     purge,
     read_state_file,
@@ -121,6 +124,9 @@ class StateStore(ABC):
         durable: bool = True,
         description: str = "",
         operator_spec: Mapping[str, Any] | None = None,
+        query_id: str = "",
+        operator_id: str = "",
+        partition: int = 0,
     ) -> None:
         if snapshot_interval < 1:
             raise ValueError(f"snapshot_interval must be at least 1, not {snapshot_interval}")
@@ -132,6 +138,9 @@ class StateStore(ABC):
         self.durable = durable
         self.description = description
         self.operator_spec = dict(operator_spec) if operator_spec is not None else None
+        # what every file of this folder records (see files.py): whose state it is
+        self.query_id, self.operator_id, self.partition = str(query_id), str(operator_id), int(partition)
+        self._identity_since = 0  # files of versions before it may be of the earlier format (no identity)
         self.file_schema = pa.schema(
             [*key_schema, *value_schema, pa.field(ORDER_COLUMN, pa.int64()), pa.field(OP_COLUMN, pa.int8())]
         )
@@ -146,11 +155,32 @@ class StateStore(ABC):
         self.metadata: dict[str, Any] = {}  # the state folder's metadata document
         self._pending: deque[PendingWrite] = deque()  # changelogs of commit(wait=False) not yet known durable
         self._meta_write: PendingWrite | None = None  # a new folder's metadata, until it is written
-        os.makedirs(os.path.join(self.path, "changelog"), exist_ok=True)
-        os.makedirs(os.path.join(self.path, "snapshot"), exist_ok=True)
+        self._make_layout()
         self._check_metadata()
 
     # ------------------------------------------------------------------ metadata
+    def _make_layout(self) -> None:
+        """Create the folder and its ``changelog``/``snapshot`` folders; a file in the place of
+        one of them (or a folder in the place of ``metadata``) is refused with ``CheckpointError``."""
+        for folder in (self.path, os.path.join(self.path, "changelog"), os.path.join(self.path, "snapshot")):
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except (FileExistsError, NotADirectoryError):
+                raise CheckpointError(
+                    f"state folder {folder} cannot be used ({layout_problem(os.path.join(folder, 'x'))}, or "
+                    f"{folder} is a file); the checkpoint's layout was changed outside headrace; restore it from a "
+                    "backup, or start the query over with a new checkpointLocation"
+                ) from None
+        meta = os.path.join(self.path, "metadata")
+        if os.path.isdir(meta):
+            raise CheckpointError(
+                f"state metadata {meta} is a folder, not a file; the checkpoint's layout was changed outside "
+                "headrace; restore it from a backup, or start the query over with a new checkpointLocation"
+            )
+
+    def _identity_doc(self) -> dict[str, Any]:
+        return {"queryId": self.query_id, "operatorId": self.operator_id, "partition": self.partition}
+
     def _check_metadata(self) -> None:
         doc = {
             "version": FORMAT_VERSION,
@@ -159,9 +189,56 @@ class StateStore(ABC):
             "valueSchema": schema_doc(self.value_schema),
             "operator": self.description,
             **({SPEC_FIELD: self.operator_spec} if self.operator_spec is not None else {}),
+            **self._identity_doc(),
             **self._metadata_extra(),
         }
         self.metadata = check_metadata(self.path, doc, durable=self.durable, write=self._write_metadata_later)
+        self._check_stored_metadata(self.metadata)
+        self._check_identity(self.metadata)
+
+    def _check_identity(self, meta: dict[str, Any]) -> None:
+        """Refuse a folder whose ``metadata`` records another query, operator or partition (a
+        state folder copied or swapped from elsewhere); record this store's identity in a folder
+        written before identities existed, with ``identitySince``: the first version whose files
+        must record theirs (files of earlier versions are of the earlier format)."""
+        path = os.path.join(self.path, "metadata")
+        mine = self._identity_doc()
+        if "queryId" not in meta:
+            since = 1 + max([*self.changelog_versions(), *self._snapshot_versions(), -1])
+            meta.update(mine, identitySince=since)
+            atomic_write(path, json.dumps(meta, indent=1).encode(), durable=self.durable)
+            log.info("state %s: written by an earlier headrace; files from version %d on record their identity",
+                     self.path, since)  # fmt: skip
+        stored = {k: meta.get(k) for k in mine}
+        if stored != mine:
+            wrong = ", ".join(f"{k} {stored[k]!r} (this query's: {mine[k]!r})" for k in mine if stored[k] != mine[k])
+            raise CheckpointError(
+                f"state in {self.path} belongs to another query or operator: its metadata {path} records {wrong}; "
+                "the state folder was copied or swapped from another checkpoint (or operator); put this "
+                "checkpoint's own state folder back, or start the query over with a new checkpointLocation"
+            )
+        since = meta.get("identitySince", 0)
+        if not isinstance(since, int) or isinstance(since, bool) or since < 0:
+            raise CheckpointError(f"state metadata {path} is corrupt (identitySince is {since!r}, not a version); "
+                                  "restore it or use a new checkpointLocation")  # fmt: skip
+        self._identity_since = since
+
+    def _check_stored_metadata(self, meta: dict[str, Any]) -> None:
+        """Backend checks of the folder's stored ``metadata`` (raise ``CheckpointError``), before
+        anything is written to it. Called once, when the store opens."""
+
+    def file_identity(self, kind: str, version: int) -> dict[str, Any]:
+        """What this folder's ``kind`` (``changelog`` or ``snapshot``) file of ``version`` holds
+        (written into it, checked when it is read)."""
+        return file_identity(self.query_id, self.operator_id, self.partition, kind, version)
+
+    def read_file(self, path: str) -> pa.Table:
+        """Read and verify one of this folder's changelogs or snapshots (``<kind>/<version>``):
+        that it is whole and holds what its path says (:func:`files.read_state_file`). Called
+        by restores and snapshots, on their thread."""
+        kind, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)
+        version = int(name) if name.isdigit() else -1
+        return read_state_file(path, self.file_identity(kind, version), legacy=version < self._identity_since)
 
     def _write_metadata_later(self, path: str, data: bytes) -> None:
         # A new folder's metadata is written (atomically, fsynced) on the state I/O threads,
@@ -306,11 +383,12 @@ class StateStore(ABC):
         ops = self._batch.ops
         path, schema, durable = self.changelog_path(version), self.file_schema, self.durable
         meta, self._meta_write = self._meta_write, None
+        identity = self.file_identity("changelog", version)
 
         def write() -> None:
             if meta is not None:
                 meta.result()  # the folder's metadata first (normally written long before)
-            write_state_file(path, schema, ops, durable=durable, sync_dir=True)
+            write_state_file(path, schema, ops, identity=identity, durable=durable, sync_dir=True)
 
         if wait:
             write()
@@ -475,13 +553,13 @@ class StateStore(ABC):
         for v in range(start + 1, version + 1):
             p = self.changelog_path(v)
             if not os.path.exists(p):
-                read_state_file(p)  # raises CheckpointError naming the file
+                self.read_file(p)  # raises CheckpointError naming the file
             paths.append(p)
         return paths
 
     def _apply_file(self, path: str) -> int:
         """Apply one changelog's (or snapshot's) operations, in order; returns its rows."""
-        table = read_state_file(path)
+        table = self.read_file(path)
         self.work.restore_rows += table.num_rows
         keys_n = len(self.key_schema)
         vals_n = len(self.value_schema)
@@ -575,13 +653,19 @@ def open_state_store(
     durable: bool = True,
     description: str = "",
     operator_spec: Mapping[str, Any] | None = None,
+    query_id: str = "",
+    operator_id: str = "",
+    partition: int = 0,
     options: Mapping[str, Any] | None = None,
 ) -> StateStore:
     """A state store of ``backend`` (``memory`` or ``rocksdb``, the writer option
-    ``stateStore``) in ``path``. Called once per operator per query run, in ``open``."""
+    ``stateStore``) in ``path``. Called once per operator per query run, in ``open``.
+    ``query_id`` (the checkpoint's), ``operator_id`` and ``partition`` are recorded in the
+    folder and in every file it writes, and checked when they are read back."""
     name = (backend or "memory").lower()
     kwargs: dict[str, Any] = {"retain": retain, "snapshot_interval": snapshot_interval, "durable": durable,
-                              "description": description, "operator_spec": operator_spec}  # fmt: skip
+                              "description": description, "operator_spec": operator_spec, "query_id": query_id,
+                              "operator_id": operator_id, "partition": partition}  # fmt: skip
     if name == "memory":
         from headrace.state.memory import MemoryStateStore
 

@@ -88,6 +88,8 @@ class StatefulOperator(Operator):
             durable=bool(opts.get("checkpointFsync", True)),
             description=self.describe(),
             operator_spec=self.state_spec(),
+            query_id=context.query_id,
+            operator_id=f"{context.index}:{self.operator_name}",
         )
 
     @property
