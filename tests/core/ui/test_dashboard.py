@@ -124,3 +124,26 @@ def test_running_query_charts_advance_and_failed_query_shows_its_error(browser: 
         assert "payments_bad" in _text(browser, "qtitle")
     finally:
         q.stop()
+
+
+def test_the_page_works_with_an_access_token(browser: Any, tmp_path: Path) -> None:
+    """``?token=`` once: the page loads without the token in its address, and keeps polling."""
+    from selenium.webdriver.common.by import By
+
+    token = "browser-Token-0123456789abcdef"
+    q = _running(tmp_path / "orders")
+    server = start_ui([str(tmp_path)], port=0, refresh_ms=300, token=token)
+    try:
+        browser.get(server.url)
+        wait_for(lambda: "needs its access token" in browser.find_element(By.TAG_NAME, "body").text,
+                 what="the refusal without the token")  # fmt: skip
+        browser.get(server.url + "?token=" + token)
+        wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, 'li.query[data-name="orders_live"][data-status="running"]'),
+                 what="the running query in the list")  # fmt: skip
+        assert token not in browser.current_url
+        batch = wait_for(lambda: int(_attr(browser, "#latest", "data-batch") or 0), what="a batch on the page")
+        wait_for(lambda: int(_attr(browser, "#latest", "data-batch") or 0) >= batch + 2, what="the page to keep polling")
+        assert token not in browser.page_source
+    finally:
+        q.stop()
+        server.close()

@@ -65,9 +65,10 @@ def _run(args: argparse.Namespace) -> int:
 
     ui = None
     if args.ui:
+        from headrace.cli.ui import ui_token
         from headrace.ui import start_ui
 
-        ui = start_ui([p.checkpoint] if p.checkpoint else [], port=args.ui_port, host=args.ui_host)
+        ui = start_ui([p.checkpoint] if p.checkpoint else [], port=args.ui_port, host=args.ui_host, token=ui_token())
         say(f"dashboard on {ui.url}")
     q = p.start(show)
     say(f"query '{q.name or q.id}' started (id {q.id}, delivery {q.delivery_guarantee}, checkpoint {q.checkpoint_location})")
@@ -130,7 +131,7 @@ def register(sub: Any) -> None:
                    help="address for --metrics-port (default $HEADRACE_METRICS_ADDR or 127.0.0.1; 0.0.0.0: all)")
     r.add_argument("--ui", action="store_true", help="serve the dashboard beside the pipeline (needs headrace[ui])")
     r.add_argument("--ui-port", type=int, default=4040, metavar="N", help="dashboard port for --ui (default 4040)")
-    r.add_argument("--ui-host", default="127.0.0.1", metavar="ADDR", help="dashboard address for --ui (default 127.0.0.1)")
+    r.add_argument("--ui-host", default="127.0.0.1", metavar="ADDR", help="dashboard address for --ui (default 127.0.0.1; another needs HEADRACE_UI_TOKEN)")
     r.set_defaults(fn=_run)
     v = sub.add_parser("validate", help="check a pipeline TOML file without running it (no I/O)")
     v.add_argument("pipeline")

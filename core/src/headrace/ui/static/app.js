@@ -154,6 +154,7 @@
 
   async function start() {
     try { state.refreshMs = (await (await fetch("/api/config")).json()).refreshMs || 1000; } catch (e) { /* default */ }
+    state.refreshMs = Math.max(100, Number(state.refreshMs) || 1000);  // never poll without a pause
     window.addEventListener("hashchange", () => { const k = location.hash.slice(1); if (k) select(k); });
     await refresh();
     setInterval(refresh, state.refreshMs);
