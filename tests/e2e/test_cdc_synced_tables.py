@@ -232,3 +232,60 @@ def test_kill_inside_the_initial_snapshot(point: str, postgres_logical: Postgres
     lsql(f"INSERT INTO {cdc_name} VALUES (1000, 'new', NULL)")
     run_pipeline(spec).check()
     assert delta_rows(tmp_path / "mirror") == pg_rows(postgres_logical.dsn, cdc_name)
+
+
+def delta_update_delete_merge(path: Path) -> None:
+    """Versions 1-4 of a change-feed table of ids 0..39: an update, a delete, a MERGE, and an
+    overwrite (no change data files: each row's delete and insert in one version) that gives
+    two rows a new value sorting before their old one."""
+    from deltalake import DeltaTable, write_deltalake
+
+    DeltaTable(str(path)).update({"v": "'updated'"}, predicate="id < 20")  # v1
+    DeltaTable(str(path)).delete("id >= 10 AND id < 30")  # v2: ten of the updated rows go
+    upd = pa.table({"id": pa.array([*range(0, 5), *range(30, 35), *range(100, 105)], pa.int64()),
+                    "v": [f"merged{i}" for i in range(15)]})  # fmt: skip
+    (DeltaTable(str(path)).merge(upd, "t.id = s.id", source_alias="s", target_alias="t").when_matched_update_all()
+     .when_not_matched_insert_all().execute())  # v3  # fmt: skip
+    rows = {r["id"]: r["v"] for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+    rows.update({0: "a", 35: "a"})
+    write_deltalake(str(path), pa.table({"id": pa.array(list(rows), pa.int64()), "v": list(rows.values())}),
+                    mode="overwrite")  # v4  # fmt: skip
+
+
+@pytest.mark.parametrize("sequence", [None, "_commit_version"], ids=["stream-order", "sequenceBy"])
+@pytest.mark.parametrize("target", ["postgresql", "delta"])
+def test_delta_change_feed_applied_in_stream_order(target: str, sequence: str | None, postgres: Postgres,
+                                                   tmp_path: Path, cdc_name: str) -> None:  # fmt: skip
+    """A batch holding one key's update, delete, MERGE and rewrite (four versions) is applied in
+    the stream's order without sequenceBy, as with sequenceBy=_commit_version."""
+    from deltalake import DeltaTable, write_deltalake
+
+    src = tmp_path / "src"
+    write_deltalake(str(src), pa.table({"id": pa.array(range(40), pa.int64()), "v": [f"v{i}" for i in range(40)]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})  # fmt: skip
+    cdc = {"keys": "id", "applyAsDeletes": "_change_type = 'delete'",
+           "exceptColumnList": "_change_type,_commit_version,_commit_timestamp"}  # fmt: skip
+    if sequence is not None:
+        cdc["sequenceBy"] = sequence
+    if target == "postgresql":
+        sink_opts = {"url": postgres.dsn, "dbtable": f"public.{cdc_name}", **cdc}
+    else:
+        sink_opts = {"path": str(tmp_path / "mirror"), **cdc}
+
+    def run() -> int:
+        q = (hr.read_stream.format("delta").option("readChangeFeed", True).load(str(src))
+             .write_stream.format(target).options(sink_opts).option("checkpointLocation", str(tmp_path / "chk"))
+             .trigger(available_now=True).start())  # fmt: skip
+        q.await_termination()
+        return len(q.recent_progress)
+
+    run()  # the snapshot
+    delta_update_delete_merge(src)
+    assert run() == 1  # the four versions in one batch
+    expected = sorted((r["id"], r["v"]) for r in DeltaTable(str(src)).to_pyarrow_table().to_pylist())
+    if target == "postgresql":
+        with psycopg.connect(postgres.dsn) as c:
+            got = sorted(c.execute(f"SELECT id, v FROM {cdc_name}").fetchall())
+    else:
+        got = sorted((r["id"], r["v"]) for r in DeltaTable(str(tmp_path / "mirror")).to_pyarrow_table().to_pylist())
+    assert got == expected, f"missing {sorted(set(expected) - set(got))}, extra {sorted(set(got) - set(expected))}"

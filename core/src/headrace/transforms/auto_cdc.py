@@ -56,8 +56,9 @@ AUTO_CDC_OPTIONS = [
         "sequenceBy",
         String(),
         doc="AUTO CDC: the column ordering the events of one key (e.g. _lsn, _commit_version, a timestamp). "
-        "Out-of-order events are resolved by it: the highest wins. Setting it (or applyAsDeletes) applies the "
-        "stream as changes instead of appending/upserting rows.",
+        "Out-of-order events are resolved by it: the highest wins. Unset, the stream's order decides (the last "
+        "event of a key in the batch wins). Setting it (or applyAsDeletes) applies the stream as changes instead of "
+        "appending/upserting rows.",
     ),
     Option(
         "applyAsDeletes",
@@ -147,10 +148,15 @@ class AutoCdcSpec:
         return [n for n in names if n not in drop]
 
 
-def prepare(table: pa.Table, spec: AutoCdcSpec) -> pa.Table:
+def prepare(table: pa.Table, spec: AutoCdcSpec, position: int = 0) -> pa.Table:
     """One batch of events as rows to apply: ``update_preimage`` rows dropped, the output
     columns, then :data:`SEQ` and :data:`DELETE`. Row order is kept (the stream's order breaks
-    ties between events of equal sequence). Called once per batch (or chunk) by a sink."""
+    ties between events of equal sequence). Called by a sink once per record batch of its input.
+
+    Without ``sequenceBy`` the sequence is the stream order: the events' positions in the sink's
+    input, ``position`` for the first row of ``table``, so a sink that prepares its input in
+    several parts passes the number of rows it prepared before (``position + num_rows`` of the
+    previous output), and the last event of a key in the stream wins."""
     import numpy as np  # with the sql extra; imported when a change stream is applied
     import pyarrow.compute as pc  # ~50 ms: not at import (plugins' option modules import this one at query start)
 
@@ -167,7 +173,7 @@ def prepare(table: pa.Table, spec: AutoCdcSpec) -> pa.Table:
             )
         seq = table[spec.sequence_by]
     else:
-        seq = pa.chunked_array([pa.array(np.arange(table.num_rows, dtype=np.int64))])
+        seq = pa.chunked_array([pa.array(np.arange(position, position + table.num_rows, dtype=np.int64))])
     if spec.apply_as_deletes is not None and table.num_rows:
         deletes = delete_mask(table, spec.apply_as_deletes)
     else:

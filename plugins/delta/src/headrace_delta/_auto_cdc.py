@@ -80,6 +80,10 @@ def apply_changes(
                         storage_options=storage_options)  # fmt: skip
     dt = DeltaTable(uri, storage_options=storage_options)
     keys = list(spec.keys)
+    if spec.sequence_by is None:
+        # stream order: each event's position in the batch (the staged shares in partition order)
+        events = events.set_column(events.schema.get_field_index(SEQ), SEQ,
+                                   pa.array(np.arange(events.num_rows, dtype=np.int64)))  # fmt: skip
     if scd_type == 1:
         latest = last_per_key(events, keys)
         if tombstones is not None:

@@ -226,7 +226,11 @@ def _lost(loc: TableLocation, task: FileTask, fail: bool, e: BaseException) -> N
 def read_cdf_version(
     loc: TableLocation, version: int, schema: pa.Schema, out_schema: pa.Schema, *, fail_on_data_loss: bool
 ) -> Iterator[pa.RecordBatch]:
-    """The change feed of one commit, through delta-rs' ``load_cdf``, sorted deterministically."""
+    """The change feed of one commit, through delta-rs' ``load_cdf``, sorted deterministically:
+    by change type first (deletes, pre-images, post-images, inserts: a commit without change data
+    files reports a rewritten row as the delete of its old value and the insert of its new one,
+    and the insert is what the commit left), then by every sortable column, so that the stream
+    order of one key's events in a commit is the order in which they happened."""
     from deltalake import DeltaTable
 
     try:
@@ -262,5 +266,16 @@ def read_cdf_version(
         n for n in out.column_names
         if not (pa.types.is_nested(out.schema.field(n).type) or pa.types.is_binary(out.schema.field(n).type))
     ]  # fmt: skip
-    out = out.sort_by([(n, "ascending") for n in sortable])
+    if "_change_type" in out.column_names:
+        import pyarrow.compute as pc
+
+        rank = pc.index_in(out.column("_change_type"), value_set=pa.array(_CHANGE_ORDER))
+        ranked = out.append_column(_RANK, rank)
+        out = out.take(pc.sort_indices(ranked, [(_RANK, "ascending"), *((n, "ascending") for n in sortable)]))
+    else:
+        out = out.sort_by([(n, "ascending") for n in sortable])
     yield from out.to_batches()
+
+
+_RANK = "__headrace_change_rank"
+_CHANGE_ORDER = ["delete", "update_preimage", "update_postimage", "insert"]

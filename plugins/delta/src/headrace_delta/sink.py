@@ -133,10 +133,12 @@ class DeltaSink(Sink):
             from headrace.transforms.auto_cdc import prepare
 
             def prepared(tables: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+                position = 0  # without sequenceBy: the stream order (apply_changes numbers the shares)
                 for t in tables:
                     if t.num_rows:
                         self._check_track_history(t.schema.names)
-                        out = prepare(pa.Table.from_batches([t]), self.cdc)
+                        out = prepare(pa.Table.from_batches([t]), self.cdc, position)
+                        position += out.num_rows
                         seen[:] = [out.schema]
                         yield from out.to_batches()
 

@@ -36,11 +36,14 @@ Conn = psycopg.Connection[tuple[object, ...]]
 
 
 def cdc_batches(data: Iterator[pa.RecordBatch], spec: AutoCdcSpec) -> Iterator[pa.RecordBatch]:
-    """The input prepared for AUTO CDC, batch by batch (bounded memory)."""
+    """The input prepared for AUTO CDC, batch by batch (bounded memory). Without ``sequenceBy``
+    the sequence is the event's position in the whole input (stream order), across batches."""
+    position = 0
     for b in data:
         if not b.num_rows:
             continue
-        t = prepare(pa.Table.from_batches([b]), spec)
+        t = prepare(pa.Table.from_batches([b]), spec, position)
+        position += t.num_rows
         if t.num_rows:
             yield from t.combine_chunks().to_batches()
 
