@@ -1,9 +1,9 @@
 """headrace's contract kit, run against the ``sqlite`` connector on real SQLite files.
 
 The kit's tests come from the base classes; this file only says how to make an empty stream
-(``source_options``), add rows to it (``seed``), where the sink writes (``sink_options``) and
-how to read back what it holds (``read_back``). Kill tests are marked ``slow``:
-``pytest -m "not slow"`` skips them.
+(``source_options``), add rows to it (``seed``), where the sink writes (``sink_options``), how
+to read back what it holds (``read_back``) and how to make its client fail (``commit_fault``).
+Kill tests are marked ``slow``: ``pytest -m "not slow"`` skips them.
 """
 
 from __future__ import annotations
@@ -63,3 +63,24 @@ class TestSqliteSink(SinkContract):
                 return [int(r[0]) for r in conn.execute("SELECT value FROM out")]
 
         return read
+
+    @pytest.fixture
+    def commit_fault(self, monkeypatch: pytest.MonkeyPatch) -> Callable[[BaseException], None]:
+        """arm(fault): the sink's next connection raises ``fault`` when it inserts rows (the
+        kit then checks that commit fails and that the replayed batch lands once)."""
+        from headrace_sqlite import sink
+
+        real = sqlite3.connect
+
+        def arm(fault: BaseException) -> None:
+            class Faulty(sqlite3.Connection):
+                def executemany(self, *args: Any, **kwargs: Any) -> sqlite3.Cursor:
+                    raise fault
+
+            def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+                monkeypatch.setattr(sink.sqlite3, "connect", real)  # one faulty connection, then the real ones
+                return real(*args, factory=Faulty, **kwargs)
+
+            monkeypatch.setattr(sink.sqlite3, "connect", connect)
+
+        return arm

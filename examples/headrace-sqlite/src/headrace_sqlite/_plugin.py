@@ -22,6 +22,7 @@ def headrace_connectors() -> list[ConnectorSpec]:
             source_options=SOURCE_OPTIONS,
             sink="headrace_sqlite.sink:SqliteSink",
             sink_options=SINK_OPTIONS,
+            # what `headrace connectors` shows: say what it connects to once your system replaces SQLite
             description="SQLite tables: exactly-once source, exactly-once sink",
             install_hint="pip install headrace-sqlite",
             api_version="1",  # the headrace plugin API this plugin is written for
