@@ -139,8 +139,9 @@ class MemoryStateStore(StateStore):
         either side: the keys that have a row are added to in place (gather, add, scatter per
         column: no Arrow copy out and back in; a batch that touches an open window's keys
         again), and keys without one get ``values`` as their row (a new window's keys), as
-        :meth:`put` would write them; ``None`` otherwise. Integer sums wrap on overflow, as
-        Arrow's ``add``."""
+        :meth:`put` would write them; ``None`` otherwise, and ``None`` (with nothing changed)
+        when an integer sum would leave int64's range: integer sums do not wrap, the caller's
+        checked merge reports the overflow."""
         n = keys.num_rows
         if not n or values.num_rows != n or values.schema.types != self.value_schema.types:
             return None
@@ -162,13 +163,23 @@ class MemoryStateStore(StateStore):
             sums = [v.copy() for v in news] if len(held) else news
             for c, total, v in zip(self._vals, sums, news, strict=True):
                 if len(held):
-                    total[present] = c.data[held] + v[present]
+                    old, new = c.data[held], v[present]
+                    added = old + new
+                    if c.data.dtype == np.int64 and _overflows(old, new, added):
+                        return None
+                    total[present] = added
             out = pa.Table.from_arrays([pa.array(t) for t in sums], schema=self.value_schema)
             self.put(keys, out, order_arr)
             return out
+        totals = []
+        for c, v in zip(self._vals, news, strict=True):  # every sum first: nothing is written if one overflows
+            old = c.data[slots]
+            total = old + v
+            if c.data.dtype == np.int64 and _overflows(old, v, total):
+                return None
+            totals.append(total)
         arrays = []
-        for c, v in zip(self._vals, news, strict=True):
-            total = c.data[slots] + v
+        for c, total in zip(self._vals, totals, strict=True):
             c.data[slots] = total
             arrays.append(pa.array(total))
         self._last = None
@@ -354,6 +365,12 @@ class MemoryStateStore(StateStore):
         if self._bg is not None:
             self._bg.result()  # the jobs catch their errors (a snapshot is an optimisation)
             self._bg = None
+
+
+def _overflows(a: np.ndarray, b: np.ndarray, total: np.ndarray) -> bool:
+    """Whether int64 ``total = a + b`` (numpy wraps) overflowed somewhere: the sum's sign
+    differs from both addends' signs."""
+    return bool((((a ^ total) & (b ^ total)) < 0).any())
 
 
 def _by_order(slots: np.ndarray, ords: np.ndarray) -> list[tuple[int, list[int]]]:

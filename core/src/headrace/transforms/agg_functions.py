@@ -8,11 +8,18 @@ may be any DuckDB SQL expression over the stream's columns. ``DISTINCT`` aggrega
 refused, as in Spark's streaming. Partials: ``count`` and ``sum`` themselves, ``min``/``max``
 themselves, ``avg`` as sum and count, variances as count, sum and sum of squares; merged by
 addition or element-wise min/max.
+
+As in Spark (and DuckDB): ``min``/``max`` order NaN above every other number (``max`` is NaN
+when any value is, ``min`` only when every non-null value is), and an integer ``sum`` beyond a
+long's range is an error (Spark's default ANSI mode), not a wrapped value: every addition of
+integer partials is checked and raises :class:`SumOverflow`, which the operator turns into an
+``ExpressionError`` naming the aggregate and the batch.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +28,22 @@ import pyarrow.compute as pc
 
 from headrace.errors import HeadraceError, UnsupportedError
 
-__all__ = ["SUPPORTED", "AggSpec", "arrow_partials", "final_col", "merge_col", "parse_aggregate", "quote"]
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "SUPPORTED",
+    "AggSpec",
+    "SumOverflow",
+    "arrow_partials",
+    "checked_sum_sql",
+    "final_col",
+    "has_nan",
+    "merge_col",
+    "overflow_in",
+    "parse_aggregate",
+    "partial_exprs",
+    "quote",
+]
 
 _AGG_RE = re.compile(
     r"^\s*(?P<func>[A-Za-z_][A-Za-z0-9_]*)\s*\((?P<arg>.*)\)\s*(?:AS\s+(?P<alias>[A-Za-z_][A-Za-z0-9_]*|\"[^\"]+\"|`[^`]+`))?\s*$",
@@ -33,6 +55,56 @@ _FUNCS = {
     "stddev": "stddev_samp", "std": "stddev_samp", "stddev_pop": "stddev_pop",
 }  # fmt: skip
 SUPPORTED = sorted(_FUNCS)
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_OVERFLOW_MARK = "headrace-sum-overflow:"
+
+
+class SumOverflow(OverflowError):
+    """An integer sum of partial ``name`` (``p0``, ``p1``, ...) left the range of its type
+    ``type_name`` (``bigint``, or a decimal's). Raised by the merges and the partial stage;
+    the aggregation operator, which knows the batch, raises an ``ExpressionError`` from it."""
+
+    def __init__(self, name: str, type_name: str = "bigint") -> None:
+        super().__init__(f"integer sum {name} overflows {type_name}")
+        self.name = name
+        self.type_name = type_name
+
+
+def checked_sum_sql(sql: str, name: str) -> str:
+    """DuckDB's ``sql`` (a ``sum(...)`` of integers: a HUGEINT) cast to BIGINT, raising an error
+    that :func:`overflow_in` recognises (naming partial ``name``) when the sum is beyond a
+    long's range. A NULL sum (no value) stays NULL."""
+    return (f"CAST(CASE WHEN {sql} < {INT64_MIN} OR {sql} > {INT64_MAX} THEN error('{_OVERFLOW_MARK}{name}') "
+            f"ELSE {sql} END AS BIGINT)")  # fmt: skip
+
+
+def partial_exprs(partials: list[tuple[str, str]], names: list[str], probe: pa.Schema,
+                  arg_types: Callable[[list[str]], list[pa.DataType]]) -> list[str]:  # fmt: skip
+    """The partial aggregates' SELECT expressions (``<sql> AS <name>``) for DuckDB, after a
+    first probe gave their types (``probe``): a ``sum`` of integers, which DuckDB computes as a
+    HUGEINT (decimal(38, 0) in Arrow), becomes a long again as Spark's sum of integers, checked
+    (:func:`checked_sum_sql`); a sum of decimals, of the same Arrow type, stays a decimal.
+    ``arg_types`` gives the types of SQL expressions over the batch (a probe of an empty one).
+    Called at ``start()``."""
+    hugeint = [i for i, ((sql, _), n) in enumerate(zip(partials, names, strict=True))
+               if sql.startswith("sum(") and pa.types.is_decimal(t := probe.field(n).type) and t.scale == 0]  # fmt: skip
+    types = arg_types([partials[i][0][len("sum(") : -1] for i in hugeint]) if hugeint else []
+    integer = {i for i, t in zip(hugeint, types, strict=True) if pa.types.is_integer(t)}
+    return [f"{checked_sum_sql(sql, n)} AS {n}" if i in integer else f"{sql} AS {n}"
+            for i, ((sql, _), n) in enumerate(zip(partials, names, strict=True))]  # fmt: skip
+
+
+def overflow_in(error: BaseException) -> SumOverflow | None:
+    """The :class:`SumOverflow` a DuckDB query of :func:`checked_sum_sql` raised (DuckDB's
+    error text names the partial; the query's own text, which an error may quote, does not
+    match), or None for any other error."""
+    m = re.search(r"Error: " + re.escape(_OVERFLOW_MARK) + r"(\w+)", str(error))
+    return SumOverflow(m.group(1)) if m else None
+
+
+def has_nan(values: pa.Array | pa.ChunkedArray) -> bool:
+    """Whether a floating-point column holds a NaN (one vectorised pass)."""
+    return bool(pc.any(pc.is_nan(values)).as_py())
 
 
 def quote(name: str) -> str:
@@ -124,23 +196,39 @@ def parse_aggregate(expr: str) -> AggSpec:
 
 
 
-def merge_col(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray) -> pa.Array:
+def merge_col(kind: str, old: pa.ChunkedArray, new: pa.ChunkedArray, name: str = "") -> pa.Array:
     """Two partials of one aggregate merged row by row (``kind``: add, min or max); a null on
-    one side (no value yet) gives the other side."""
+    one side (no value yet) gives the other side. Integer (and decimal) additions are checked:
+    a sum beyond the type's range raises :class:`SumOverflow` naming partial ``name``. A max
+    of floats is NaN where either side is (Arrow's element-wise max skips NaN; its min is NaN
+    only where both sides are, as Spark's)."""
     if kind == "add":
         t = old.type
         if pa.types.is_decimal(t):  # the sum of two decimal(38, s) is decimal(39, s): add wider, cast back
             wide = pa.decimal256(t.precision, t.scale)
             total = pc.add(old.cast(wide), new.cast(wide))
-            return pc.coalesce(total.cast(t), old, new)
+            try:
+                narrow = total.cast(t)
+            except pa.ArrowInvalid:
+                raise SumOverflow(name, f"decimal({t.precision}, {t.scale})") from None
+            return pc.coalesce(narrow, old, new)
+        add = pc.add_checked if pa.types.is_integer(t) else pc.add
+        try:
+            total = add(old, new)
+        except pa.ArrowInvalid:  # Arrow's "overflow"
+            raise SumOverflow(name, "bigint" if t == pa.int64() else str(t)) from None
         if not old.null_count and not new.null_count:  # both sides have a value everywhere
-            return pc.add(old, new)
-        return pc.coalesce(pc.add(old, new), old, new)
+            return total
+        return pc.coalesce(total, old, new)
     t = old.type
     if pa.types.is_integer(t) or pa.types.is_floating(t):
         if kind == "min":
             return pc.min_element_wise(old, new, skip_nulls=True)
-        return pc.max_element_wise(old, new, skip_nulls=True)
+        out = pc.max_element_wise(old, new, skip_nulls=True)
+        if pa.types.is_floating(t) and (has_nan(old) or has_nan(new)):
+            nan = pc.or_(pc.fill_null(pc.is_nan(old), False), pc.fill_null(pc.is_nan(new), False))
+            out = pc.if_else(nan, pa.scalar(float("nan"), t), out)
+        return out
     # timestamps, strings, decimals, ...: no element-wise min/max kernel; compare instead
     better = pc.less(new, old) if kind == "min" else pc.greater(new, old)
     pick_new = pc.or_kleene(pc.is_null(old), pc.and_kleene(pc.is_valid(new), pc.fill_null(better, False)))

@@ -18,7 +18,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.transforms.agg_functions import merge_col, quote
+from headrace.transforms.agg_functions import (
+    INT64_MAX,
+    INT64_MIN,
+    SumOverflow,
+    has_nan,
+    merge_col,
+    overflow_in,
+    quote,
+)
 from headrace.transforms.dense_group import dense_group
 from headrace.transforms.window import WindowSpec, event_time_micros, event_time_range_us
 
@@ -102,9 +110,15 @@ class PartialAggregation:
             table = table.append_column("__ws", pa.array(starts, pa.int64()))
         if self.arrow_plan is not None:
             return self._partial_arrow(table)
-        from headrace.transforms.expressions import run_sql
+        from headrace.transforms.expressions import ExpressionError, run_sql
 
-        return run_sql(table, self.sql, what=self.what).cast(self.partial_schema)
+        try:
+            return run_sql(table, self.sql, what=self.what).cast(self.partial_schema)
+        except ExpressionError as e:  # an integer sum beyond a long (checked_sum_sql)
+            overflow = overflow_in(e)
+            if overflow is None:
+                raise
+            raise overflow from None
 
     def _dense(self, table: pa.Table, constants: dict[str, tuple[int, pa.DataType]]) -> pa.Table | None:
         """:func:`dense_group` of the chunk with ``constants`` as key values it has no column
@@ -137,21 +151,22 @@ class PartialAggregation:
                 return dense
         cols: dict[str, Any] = {k: table.column(k) for k in key_names}
         aggs: list[tuple[Any, str]] = [([], "count_all")]
+        checked: dict[str, str] = {}
         for i, (col, how, fn) in enumerate(self.arrow_plan):
             if col is None:
                 aggs.append(([], fn))
                 continue
             c = table.column(col)
-            if how == "double":
-                c = pc.cast(c, pa.float64())
+            if how == "double":  # (rounded beyond 2**53, as DuckDB's CAST(x AS DOUBLE): not refused)
+                c = pc.cast(c, pa.float64(), safe=False)
             elif how == "square":
-                d = pc.cast(c, pa.float64())
+                d = pc.cast(c, pa.float64(), safe=False)
                 c = pc.multiply(d, d)
+            elif fn == "sum" and pa.types.is_integer(c.type):
+                checked[f"__a{i}"] = self.partial_names[i]
             cols[f"__a{i}"] = c
             aggs.append((f"__a{i}", fn))
-        g = pa.table(cols).group_by(key_names, use_threads=False).aggregate(aggs)
-        agg_cols = [g.column(j) for j, n in enumerate(g.column_names) if n not in key_names]
-        out = [g.column(k) for k in key_names] + agg_cols
+        out = group_by(pa.table(cols), key_names, aggs, checked)
         return self._table(out)
 
     # ------------------------------------------------------------------ per batch
@@ -167,17 +182,66 @@ class PartialAggregation:
             for name, kind in zip(["__rows", *self.partial_names], ["add", *self.merge_kinds], strict=True):
                 acc = parts[0].column(name)
                 for p in parts[1:]:
-                    acc = merge_col(kind, acc, p.column(name))
+                    acc = merge_col(kind, acc, p.column(name), name)
                 aligned.append(acc)
             return self._table(aligned)
         table = pa.concat_tables(parts)
         if self.combine_arrow is not None:
-            cols = dense_group(table, keys, self.combine_arrow, steps=self.steps)
+            cols = dense_group(table, keys, self.combine_arrow, steps=self.steps)  # (its integer sums are exact)
             if cols is None:
-                g = table.group_by(keys, use_threads=False).aggregate(self.combine_arrow)
-                cols = [g.column(k) for k in keys] + [g.column(f"{n}_{fn}") for n, fn in self.combine_arrow]
+                checked = {n: n for n, fn in self.combine_arrow
+                           if fn == "sum" and pa.types.is_integer(table.schema.field(n).type)}  # fmt: skip
+                cols = group_by(table, keys, self.combine_arrow, checked)
             return self._table(cols)
         return run_sql(table, self.combine_sql).cast(self.partial_schema)
+
+
+def group_by(table: pa.Table, keys: list[str], aggs: list[tuple[Any, str]], checked: dict[str, str]) -> list[Any]:
+    """Arrow's hash ``group_by`` of ``table``: the key columns, then one column per aggregate
+    of ``aggs`` (``(column or [], function)``, at most one per column), with Spark's results
+    where Arrow's differ:
+
+    - a ``max`` over floats is NaN in a group holding a NaN (Arrow's hash max skips NaN; its
+      min is NaN only when every value is, which is Spark's and DuckDB's min);
+    - the integer ``sum`` of a column of ``checked`` (column -> partial name) raises
+      :class:`SumOverflow` when a group's sum is beyond a long: Arrow's wraps. Rows times
+      the column's largest magnitude below 2**63 cannot overflow (one ``min_max``); otherwise
+      the column is summed exactly too, as decimal(38, 0), and compared with the bounds."""
+    extra: list[tuple[Any, str]] = []
+    nan_of: dict[str, str] = {}
+    exact_of: dict[str, str] = {}
+    for col, fn in aggs:
+        if not isinstance(col, str):
+            continue
+        c = table.column(col)
+        if fn == "max" and pa.types.is_floating(c.type) and has_nan(c):
+            nan_of[col] = f"__nan_{col}"
+            table = table.append_column(nan_of[col], pc.is_nan(c))
+            extra.append((nan_of[col], "any"))
+        elif fn == "sum" and col in checked and table.num_rows:
+            mm = pc.min_max(c)
+            bound = max(abs(mm["min"].as_py() or 0), abs(mm["max"].as_py() or 0))
+            if bound * table.num_rows > INT64_MAX:
+                exact_of[col] = f"__exact_{col}"
+                table = table.append_column(exact_of[col], pc.cast(c, pa.decimal128(38, 0)))
+                extra.append((exact_of[col], "sum"))
+    g = table.group_by(keys, use_threads=False).aggregate([*aggs, *extra])
+    pos = [j for j, n in enumerate(g.column_names) if n not in keys]  # the aggregates' columns, in order
+    at = {name: pos[len(aggs) + j] for j, (name, _) in enumerate(extra)}
+    for col, exact in exact_of.items():
+        s = g.column(at[exact])
+        t = s.type
+        out = pc.or_(pc.less(s, pa.scalar(INT64_MIN).cast(t)), pc.greater(s, pa.scalar(INT64_MAX).cast(t)))
+        if pc.any(out).as_py():
+            raise SumOverflow(checked[col])
+    result = [g.column(k) for k in keys]
+    for j, (col, fn) in zip(pos, aggs, strict=False):
+        v = g.column(j)
+        if isinstance(col, str) and col in nan_of and fn == "max":
+            nan = pc.fill_null(g.column(at[nan_of[col]]), False)
+            v = pc.if_else(nan, pa.scalar(float("nan"), v.type), v)
+        result.append(v)
+    return result
 
 
 def _same_in_duckdb(t: pa.DataType) -> bool:

@@ -35,10 +35,12 @@ import pyarrow.compute as pc
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.transforms.agg_functions import (
     AggSpec,
+    SumOverflow,
     arrow_partials,
     final_col,
     merge_col,
     parse_aggregate,
+    partial_exprs,
     quote,
 )
 from headrace.transforms.agg_partial import PartialAggregation, known_probe
@@ -104,6 +106,7 @@ class AggregateOperator(StatefulOperator):
         self._partial_schema = pa.schema([])
         self._partials: PartialAggregation | None = None  # the partial stage, set by output_schema
         self._event_key: str | None = None  # "window" or a plain key column that is the watermark column
+        self._batch_id: int | None = None  # the batch begun last (named by an overflow in the partial stage)
 
     # ------------------------------------------------------------------ planning
     def describe(self) -> str:
@@ -185,13 +188,9 @@ class AggregateOperator(StatefulOperator):
         try:
             probe = run_sql(empty, sql, what=f"aggregation {self.describe()}")
             # DuckDB sums integers as HUGEINT (decimal(38,0)); Spark's sum of integers is a long
-            fixed = []
-            for (psql, _kind), n in zip(partials, names, strict=True):
-                t = probe.schema.field(n).type
-                if pa.types.is_decimal(t) and t.scale == 0 and psql.startswith("sum("):
-                    fixed.append(f"CAST({psql} AS BIGINT) AS {n}")
-                else:
-                    fixed.append(f"{psql} AS {n}")
+            fixed = partial_exprs(partials, names, probe.schema, lambda exprs: run_sql(
+                empty, f"SELECT {', '.join(f'({e}) AS a{i}' for i, e in enumerate(exprs))} FROM batch",
+                what=f"aggregation {self.describe()}").schema.types)  # fmt: skip
             sql = f"SELECT {', '.join(select_keys)}, count(*) AS __rows, {', '.join(fixed)} FROM {src}{group}"
             probe = run_sql(empty, sql, what=f"aggregation {self.describe()}")
         except ExpressionError as e:
@@ -268,6 +267,7 @@ class AggregateOperator(StatefulOperator):
     def begin(self, batch: BatchInfo) -> None:
         super().begin(batch)
         self._buffer = []
+        self._batch_id = batch.batch_id
 
     def pre_aggregation(self) -> Callable[[pa.Table], pa.Table] | None:
         """The partial stage, for the engine to run per chunk in its reader threads (after the
@@ -287,7 +287,10 @@ class AggregateOperator(StatefulOperator):
         if not partial.num_rows:
             return None
         if batch.real_time and self.output_mode == "update":
-            touched = self._merge(partial, batch)
+            try:
+                touched = self._merge(partial, batch)
+            except SumOverflow as e:
+                raise self._overflow_error(e, batch.batch_id) from None
             return self._final(*touched) if touched is not None else None
         self._buffer.append(partial)
         return None
@@ -299,7 +302,10 @@ class AggregateOperator(StatefulOperator):
         touched = None
         if self._buffer:
             parts, self._buffer = self._buffer, []
-            touched = self._merge(parts[0] if len(parts) == 1 else self._combine(parts), batch)
+            try:  # (before anything of the batch is written: a restart fails the same way)
+                touched = self._merge(parts[0] if len(parts) == 1 else self._combine(parts), batch)
+            except SumOverflow as e:
+                raise self._overflow_error(e, batch.batch_id) from None
         out: pa.Table | None = None
         wm_us = self._watermark_us(batch)
         if mode == "complete":
@@ -338,7 +344,33 @@ class AggregateOperator(StatefulOperator):
     def partial(self, table: pa.Table) -> pa.Table:
         """One chunk's partial aggregates (:meth:`PartialAggregation.partial`). Thread-safe."""
         assert self._partials is not None, "output_schema() must be called first"
-        return self._partials.partial(table)
+        try:
+            return self._partials.partial(table)
+        except SumOverflow as e:
+            raise self._overflow_error(e, self._batch_id) from None
+
+    def _overflow_error(self, e: SumOverflow, batch_id: int | None) -> HeadraceError:
+        """The error for an integer sum beyond its type's range (Spark's ``ARITHMETIC_OVERFLOW``
+        in its default ANSI mode), naming the aggregate, its output column and the batch."""
+        from headrace.transforms.expressions import ExpressionError
+
+        i = 0
+        spec: AggSpec | None = None
+        for a in self.aggs:
+            n = len(a.partials())
+            if e.name in (f"p{j}" for j in range(i, i + n)):
+                spec = a
+            i += n
+        what = f"aggregate {spec.text!r} (output column {spec.name!r})" if spec else f"aggregation {self.describe()}"
+        arg = spec.arg if spec else "<argument>"
+        where = f" in batch {batch_id}" if batch_id is not None else ""
+        bounds = " (a long holds -9223372036854775808 to 9223372036854775807)" if e.type_name == "bigint" else ""
+        return ExpressionError(
+            f"{what}: the sum of {arg} overflowed {e.type_name}{where}{bounds}; sums raise on overflow instead of "
+            "wrapping around, as in Spark's default (ANSI) mode. Sum a wider type, e.g. "
+            f"sum(CAST({arg} AS DECIMAL(38, 0))) or sum(CAST({arg} AS DOUBLE)), with a new checkpoint (the "
+            "aggregation's state changes)"
+        )
 
     def _combine(self, parts: list[pa.Table]) -> pa.Table:
         assert self._partials is not None
@@ -373,7 +405,7 @@ class AggregateOperator(StatefulOperator):
                 return keys, added
         old, found = self.store.get(keys)
         if found.any():
-            cols = [merge_col(kind, o, n).cast(f.type) for kind, o, n, f in
+            cols = [merge_col(kind, o, n, f.name).cast(f.type) for kind, o, n, f in
                     zip(self._merge_kinds, old.columns, new.columns, self._value_schema, strict=True)]  # fmt: skip
             merged = pa.Table.from_arrays(cols, schema=self._value_schema)
         else:

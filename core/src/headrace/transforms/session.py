@@ -26,7 +26,16 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
-from headrace.transforms.agg_functions import final_col, parse_aggregate, quote
+from headrace.transforms.agg_functions import (
+    INT64_MAX,
+    INT64_MIN,
+    SumOverflow,
+    final_col,
+    overflow_in,
+    parse_aggregate,
+    partial_exprs,
+    quote,
+)
 from headrace.transforms.aggregate import AggregateOperator
 from headrace.transforms.operator import BatchInfo
 from headrace.transforms.stateful import StatefulOperator
@@ -41,13 +50,23 @@ from headrace.transforms.window import (
 __all__ = ["SessionWindowAggregateOperator"]
 
 
-def _merge_value(kind: str, a: Any, b: Any) -> Any:
+def _merge_value(kind: str, a: Any, b: Any, name: str) -> Any:
+    """Two sessions' partial ``name`` merged, as Spark's: an integer sum beyond a long raises
+    :class:`SumOverflow`; NaN is above every number (a max with a NaN is NaN, a min is NaN
+    only when both are)."""
     if a is None:
         return b
     if b is None:
         return a
     if kind == "add":
-        return a + b
+        total = a + b
+        if isinstance(total, int) and not INT64_MIN <= total <= INT64_MAX:
+            raise SumOverflow(name)
+        return total
+    if a != a or b != b:  # NaN (only floats are unequal to themselves)
+        if kind == "max":
+            return a if a != a else b
+        return b if a != a else a
     return min(a, b) if kind == "min" else max(a, b)
 
 
@@ -134,11 +153,9 @@ class SessionWindowAggregateOperator(AggregateOperator):
         try:
             sql = build([f"{s} AS {n}" for (s, _), n in zip(partials, names, strict=True)])
             probe = run_sql(empty, sql, what=what)
-            fixed = []
-            for (s, _), n in zip(partials, names, strict=True):
-                t = probe.schema.field(n).type
-                cast = pa.types.is_decimal(t) and t.scale == 0 and s.startswith("sum(")
-                fixed.append(f"CAST({s} AS BIGINT) AS {n}" if cast else f"{s} AS {n}")
+            fixed = partial_exprs(partials, names, probe.schema, lambda exprs: run_sql(
+                empty, f"SELECT {', '.join(f'({e}) AS a{i}' for i, e in enumerate(exprs))} FROM batch",
+                what=what).schema.types)  # fmt: skip
             sql = build(fixed)
             probe = run_sql(empty, sql, what=what)
         except ExpressionError as e:
@@ -205,7 +222,10 @@ class SessionWindowAggregateOperator(AggregateOperator):
         if self._buffer:
             table = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
             self._buffer = []
-            emitted += self._merge_sessions(table, wm_us)
+            try:  # (before anything of the batch is written)
+                emitted += self._merge_sessions(table, wm_us)
+            except SumOverflow as e:
+                raise self._overflow_error(e, batch.batch_id) from None
         out: pa.Table | None = None
         if mode == "complete":
             rows = self.store.scan()
@@ -234,8 +254,16 @@ class SessionWindowAggregateOperator(AggregateOperator):
             ts = ts[keep]
         if not table.num_rows:
             return []
+        from headrace.transforms.expressions import ExpressionError
+
         table = table.append_column("__t", pa.array(ts, pa.int64()))
-        partial = self._run_sql(table, self._sql)
+        try:
+            partial = self._run_sql(table, self._sql)
+        except ExpressionError as e:  # an integer sum beyond a long (checked_sum_sql)
+            overflow = overflow_in(e)
+            if overflow is None:
+                raise
+            raise overflow from None
         key_names = self._key_schema.names
         if key_names == ["__global"]:
             partial = partial.append_column("__global", pa.array(np.zeros(partial.num_rows, np.int8)))
@@ -260,7 +288,7 @@ class SessionWindowAggregateOperator(AggregateOperator):
                     cur = out[-1]
                     cur["end"] = max(cur["end"], s["end"])
                     for n, kind in zip(names, kinds, strict=True):
-                        cur[n] = _merge_value(kind, cur[n], s[n])
+                        cur[n] = _merge_value(kind, cur[n], s[n], n)
                 else:
                     out.append(dict(s))
             merged_lists.append(out)
