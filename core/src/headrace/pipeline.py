@@ -140,6 +140,7 @@ class Pipeline:
 
     def _validate_options(self) -> None:
         from headrace.api import ENGINE_WRITER_OPTIONS
+        from headrace.api.writer import parse_engine_options
         from headrace.plugins import registry
 
         problems: list[OptionProblem] = []
@@ -153,6 +154,7 @@ class Pipeline:
         except OptionsError as e:
             problems += [OptionProblem(f"source.{p.option}", p.message) for p in e.problems]
         snk = reg.get(self.sink_format)
+        problems += [OptionProblem(f"sink.{p.option}", p.message) for p in parse_engine_options(self.sink_options)[1]]
         engine = {o.lower() for o in ENGINE_WRITER_OPTIONS}
         raw = {k: v for k, v in self.sink_options.items() if k.lower() not in engine}
         if self.sink_path is not None:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from headrace.api.builder_options import _merge, _redacted_options, _schema_of
 from headrace.api.triggers import make_trigger
 from headrace.errors import HeadraceError, OptionProblem, OptionsError, redact
-from headrace.options import Boolean
+from headrace.options import Boolean, Integer
 from headrace.plugins import registry
 from headrace.progress import QueryProgress
 from headrace.query import StreamingQuery, Trigger
@@ -24,13 +24,58 @@ from headrace.query import StreamingQuery, Trigger
 if TYPE_CHECKING:
     from headrace.api.frame import StreamFrame
 
-__all__ = ["DataStreamWriter", "ENGINE_WRITER_OPTIONS", "STATE_STORES"]
+__all__ = ["DataStreamWriter", "ENGINE_WRITER_OPTIONS", "EngineWriterOptions", "STATE_STORES", "parse_engine_options"]
 
 log = logging.getLogger(__name__)
 
 # Options the engine consumes itself on the writer side (not passed to the sink's schema).
-ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync", "stateStore")
+ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync", "stateStore", "stateSnapshotInterval")
 STATE_STORES = ("memory", "rocksdb")
+#: Spark's spark.sql.streaming.stateStore.minDeltasForSnapshot
+DEFAULT_SNAPSHOT_INTERVAL = 10
+
+
+@dataclass(frozen=True)
+class EngineWriterOptions:
+    """The engine's own writer options, parsed: ``checkpointFsync`` (fsync checkpoint and state
+    files), ``stateStore`` (``memory`` or ``rocksdb``), ``stateSnapshotInterval`` (the least
+    number of changelogs a stateful operator writes between two snapshots of its state)."""
+
+    checkpoint_fsync: bool = True
+    state_store: str = "memory"
+    state_snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
+
+
+def parse_engine_options(options: Mapping[str, Any]) -> tuple[EngineWriterOptions, list[OptionProblem]]:
+    """Parse the engine's writer options out of ``options`` (names matched case-insensitively,
+    others ignored): the parsed values (defaults where a value is bad) and every problem found.
+    Pure, no I/O; called by ``start()`` and by the pipeline file's validation, before anything
+    is opened."""
+    lower = {k.lower(): v for k, v in options.items()}
+    problems: list[OptionProblem] = []
+    out = EngineWriterOptions()
+    try:
+        out = replace(out, checkpoint_fsync=Boolean().parse(lower.get("checkpointfsync", True)))
+    except ValueError as e:
+        problems.append(OptionProblem("checkpointFsync", str(e)))
+    state_store = str(lower.get("statestore", "memory")).lower()
+    if state_store in STATE_STORES:
+        out = replace(out, state_store=state_store)
+    else:
+        problems.append(OptionProblem(
+            "stateStore", f"{lower.get('statestore')!r} is not one of {', '.join(STATE_STORES)} "
+            "(memory: state in memory with a changelog in the checkpoint; rocksdb: state larger than memory)"))  # fmt: skip
+    if "statesnapshotinterval" in lower:
+        try:
+            n = Integer(min=1).parse(lower["statesnapshotinterval"])
+        except ValueError as e:
+            problems.append(OptionProblem(
+                "stateSnapshotInterval", f"{e}; give a whole number of batches, at least 1 (default "
+                f"{DEFAULT_SNAPSHOT_INTERVAL}): the least number of changelogs a stateful operator writes between two "
+                "snapshots of its state"))  # fmt: skip
+        else:
+            out = replace(out, state_snapshot_interval=n)
+    return out, problems
 # Sinks that run without a checkpointLocation (a temporary one is used), as in Spark.
 _NO_CHECKPOINT_NEEDED = {"memory", "console", "noop", "foreach_batch"}
 
@@ -130,15 +175,7 @@ class DataStreamWriter:
         lower = {k.lower(): v for k, v in raw.items()}
         name = self._name or str(lower.get("queryname") or "")
         checkpoint = lower.get("checkpointlocation")
-        try:
-            fsync = Boolean().parse(lower.get("checkpointfsync", True))
-        except ValueError as e:
-            raise OptionsError(str(self._format), "sink", [OptionProblem("checkpointFsync", str(e))]) from None
-        state_store = str(lower.get("statestore", "memory")).lower()
-        if state_store not in STATE_STORES:
-            raise OptionsError(str(self._format), "sink", [OptionProblem(
-                "stateStore", f"{lower.get('statestore')!r} is not one of {', '.join(STATE_STORES)} "
-                "(memory: state in memory with a changelog in the checkpoint; rocksdb: state larger than memory)")])  # fmt: skip
+        engine, engine_problems = parse_engine_options(raw)
         reg = registry()
         spec = reg.get(self._format)
         if self._foreach_batch is not None:
@@ -148,11 +185,11 @@ class DataStreamWriter:
         sink_raw = {k: v for k, v in raw.items() if k.lower() not in {o.lower() for o in ENGINE_WRITER_OPTIONS}}
         if spec.name == "memory":
             sink_raw["queryName"] = name
-        problems = []
+        problems = list(engine_problems)
         try:
             sink_opts = spec.sink_options.parse(sink_raw, connector=spec.name, role="sink")
         except OptionsError as e:
-            problems = e.problems
+            problems += e.problems
         if checkpoint is None and spec.name not in _NO_CHECKPOINT_NEEDED:
             problems.append(
                 OptionProblem("checkpointLocation", f"is required for sink '{spec.name}' (a folder for the query's progress)")
@@ -170,7 +207,8 @@ class DataStreamWriter:
             name=name,
             sources=plans,
             operators=self._frame._steps,
-            state_store=state_store,
+            state_store=engine.state_store,
+            state_snapshot_interval=engine.state_snapshot_interval,
             sink_connector=spec.name,
             sink_class=sink_class,
             sink_options=sink_opts,
@@ -178,5 +216,5 @@ class DataStreamWriter:
             trigger=self._trigger,
             checkpoint_location=str(checkpoint) if checkpoint is not None else None,
             progress_callbacks=self._progress_callbacks,
-            checkpoint_fsync=fsync,
+            checkpoint_fsync=engine.checkpoint_fsync,
         )

@@ -92,6 +92,7 @@ class StreamingQuery:
         checkpoint_fsync: bool = True,
         operators: Sequence[Operator] = (),
         state_store: str = "memory",
+        state_snapshot_interval: int = 10,
     ) -> None:
         if not sources:
             raise HeadraceError("a query needs at least one source")
@@ -102,6 +103,7 @@ class StreamingQuery:
             ops.append(MapBatchesOperator(transform))
         self._operators = ops
         self._state_store = state_store
+        self._snapshot_interval = state_snapshot_interval
         self._runner: PlanRunner | None = None
         self._tracker = EventTimeTracker(())
         self._sink_connector = sink_connector

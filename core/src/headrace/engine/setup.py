@@ -96,7 +96,8 @@ def setup_query(q: StreamingQuery) -> None:
 def operator_context(q: StreamingQuery, index: int, op: Operator) -> OperatorContext:
     """The context of the plan's operator number ``index`` (its state folder, options)."""
     assert q._checkpoint is not None and q._runner is not None
-    options = {"checkpointFsync": q._fsync, **q._runner.operator_options(index)}
+    options = {"checkpointFsync": q._fsync, "stateSnapshotInterval": q._snapshot_interval,
+               **q._runner.operator_options(index)}  # fmt: skip
     return OperatorContext(
         index=index,
         query_id=q.id,

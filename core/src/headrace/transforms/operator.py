@@ -55,9 +55,9 @@ class OperatorContext:
     ``state_path`` is the operator's own folder (``<checkpoint>/state/<index>``), created by
     the engine; ``None`` for stateless operators. ``state_backend`` is the writer option
     ``stateStore`` (``memory`` or ``rocksdb``). ``retain`` is how many state versions to keep
-    (the checkpoint's retention). ``output_mode`` is the query's. ``options`` carries
-    ``checkpointFsync`` (the writer option) and, after a ``with_watermark``, its
-    ``watermarkColumn`` and ``watermarkDelayMs``.
+    (the checkpoint's retention). ``output_mode`` is the query's. ``options`` carries the
+    writer options ``checkpointFsync`` and ``stateSnapshotInterval`` (parsed: a bool, an int of
+    at least 1) and, after a ``with_watermark``, its ``watermarkColumn`` and ``watermarkDelayMs``.
     """
 
     index: int

@@ -1,0 +1,111 @@
+"""The engine's writer options (``checkpointFsync``, ``stateStore``, ``stateSnapshotInterval``):
+accepted by every sink (they never reach its option schema), refused with ``OptionsError``
+before any I/O when a value is bad (all problems at once), and ``stateSnapshotInterval``
+reaching the stateful operators' state stores: it decides which versions are snapshotted."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import headrace as hr
+from headrace.errors import OptionsError
+from headrace.pipeline import load_pipeline
+from headrace.testing import memory_stream
+
+SCHEMA = pa.schema([("user", pa.string()), ("n", pa.int64())])
+SINKS = ["memory", "delta", "files"]
+
+
+def _start(sink: str, tmp_path: Path, options: dict[str, Any], frame_of: Callable[[hr.StreamFrame], hr.StreamFrame],
+           mode: str = "append", name: str | None = None) -> hr.StreamingQuery:  # fmt: skip
+    name = name or f"eo-{uuid.uuid4().hex[:8]}"
+    memory_stream(name, SCHEMA)
+    frame = frame_of(hr.read_stream.format("memory").option("name", name).load())
+    w = (frame.write_stream.format(sink).query_name(name).output_mode(mode)
+         .option("checkpointLocation", str(tmp_path / "chk")).options(options)
+         .trigger(processing_time="10 milliseconds"))  # fmt: skip
+    return w.start(None if sink == "memory" else str(tmp_path / "out"))
+
+
+def _batches(q: hr.StreamingQuery, n: int, *, same_users: bool) -> None:
+    stream = memory_stream(q.name)
+    try:
+        for b in range(n):
+            users = ["a", "b", "c"] if same_users else [f"u{b}-{i}" for i in range(3)]
+            stream.add(pa.table({"user": users, "n": [b, b, b]}, schema=SCHEMA))
+            q.process_all_available(60)
+    finally:
+        q.stop()
+    assert q.exception() is None, q.exception()
+
+
+def _snapshots(tmp_path: Path) -> list[int]:
+    folder = tmp_path / "chk" / "state" / "0" / "snapshot"
+    return sorted(int(p.name.split(".")[0]) for p in folder.iterdir() if p.name.split(".")[0].isdigit())
+
+
+def _expected(versions: int, interval: int) -> list[int]:
+    """Versions interval-1, 2*interval-1, ...: each is snapshotted when the next batch loads it,
+    so the last version is not."""
+    return [v for v in range(interval - 1, versions - 1, interval)]
+
+
+BAD = [(0, "minimum 1"), (-1, "minimum 1"), ("-3", "minimum 1"), (2.5, "not an integer"), ("2.5", "not an integer"),
+       ("ten", "not an integer"), ("", "not an integer"), (True, "not an integer"), ("1e3", "not an integer"),
+       (2**63, "maximum"), ("\x00", "not an integer")]  # fmt: skip
+
+
+@pytest.mark.parametrize("sink", SINKS)
+@pytest.mark.parametrize(("value", "why"), BAD, ids=[repr(v) for v, _ in BAD])
+def test_a_bad_state_snapshot_interval_is_refused_before_any_io(sink: str, value: Any, why: str, tmp_path: Path) -> None:
+    with pytest.raises(OptionsError, match=f"stateSnapshotInterval: .*{why}.*at least 1") as e:
+        _start(sink, tmp_path, {"stateSnapshotInterval": value}, lambda s: s.drop_duplicates("user"))
+    assert "unknown option" not in str(e.value)
+    assert not (tmp_path / "chk").exists() and not (tmp_path / "out").exists()
+
+
+def test_every_bad_engine_option_is_named_at_once(tmp_path: Path) -> None:
+    with pytest.raises(OptionsError) as e:
+        _start("delta", tmp_path, {"stateSnapshotInterval": 0, "stateStore": "redis", "checkpointFsync": "maybe",
+                                   "mergeSchema": "perhaps"}, lambda s: s.drop_duplicates("user"))  # fmt: skip
+    assert [p.option for p in e.value.problems] == ["checkpointFsync", "stateStore", "stateSnapshotInterval",
+                                                    "mergeSchema"]  # fmt: skip
+    assert not (tmp_path / "chk").exists()
+
+
+@pytest.mark.parametrize("sink", SINKS)
+def test_state_snapshot_interval_is_accepted_and_reaches_the_state_store(sink: str, tmp_path: Path) -> None:
+    # RocksDB snapshots every stateSnapshotInterval changelogs (the memory backend also waits
+    # for enough changed rows: see the next test)
+    q = _start(sink, tmp_path, {"stateSnapshotInterval": "2", "stateStore": "rocksdb"},
+               lambda s: s.drop_duplicates("user"))  # fmt: skip
+    _batches(q, 6, same_users=False)
+    assert _snapshots(tmp_path) == _expected(6, 2) == [1, 3]
+
+
+@pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+@pytest.mark.parametrize("interval", [1, 2, 3, None], ids=["1", "2", "3", "default-10"])
+def test_the_interval_decides_which_versions_are_snapshotted(backend: str, interval: int | None, tmp_path: Path) -> None:
+    options: dict[str, Any] = {"stateStore": backend}
+    if interval is not None:
+        options["stateSnapshotInterval"] = interval
+    q = _start("memory", tmp_path, options, lambda s: s.group_by("user").agg("sum(n) AS total"), mode="update")
+    _batches(q, 8, same_users=True)  # every batch changes every key: the memory backend's row rule holds
+    assert _snapshots(tmp_path) == _expected(8, interval or 10)
+
+
+def test_a_pipeline_file_with_a_bad_interval_fails_validation(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text('checkpoint = "c"\n[source]\nformat = "rate-micro-batch"\noptions = { rowsPerBatch = 1 }\n'
+                 '[sink]\nformat = "noop"\noptions = { stateSnapshotInterval = 0, checkpointFsync = false }\n')  # fmt: skip
+    with pytest.raises(OptionsError, match=r"sink\.stateSnapshotInterval: 0 is less than the minimum 1"):
+        load_pipeline(str(p)).validate()
+    assert not (tmp_path / "c").exists()
+    p.write_text(p.read_text().replace("stateSnapshotInterval = 0", "stateSnapshotInterval = 5"))
+    load_pipeline(str(p)).validate()
