@@ -250,3 +250,60 @@ def test_a_rocksdb_checkpoint_replaced_by_a_file_is_refused(tmp_path: Path) -> N
     with pytest.raises(CheckpointError, match=str(snap)):
         s.load(3)
     s.close()
+
+
+# ---------------------------------------------------------------------------- through the engine
+SCHEMA = pa.schema([("user", pa.string()), ("value", pa.int64())])
+
+
+def _run_query(name: str, chk: Path, backend: str, rows: list[pa.Table]) -> list[dict[str, Any]]:
+    import headrace as hr
+    from headrace.testing import memory_stream
+
+    stream = memory_stream(name, SCHEMA)
+    out = f"{name}-out"
+    frame = hr.read_stream.format("memory").option("name", name).load().group_by("user").agg("count(*) AS n")
+    q = (frame.write_stream.format("memory").query_name(out).output_mode("update")
+         .option("checkpointLocation", str(chk)).option("stateStore", backend)
+         .trigger(processing_time="10 milliseconds").start())  # fmt: skip
+    try:
+        for t in rows:
+            stream.add(t)
+            q.process_all_available(30)
+    finally:
+        q.stop()
+    if q.exception() is not None:
+        raise q.exception()  # type: ignore[misc]
+    return sorted(hr.memory_table(out).to_pylist(), key=lambda r: (r["user"], r["n"]))
+
+
+def test_a_query_refuses_the_state_folder_of_another_query(backend: str, tmp_path: Path) -> None:
+    """Two checkpoints of the same query: each restarts on its own state (the checkpoint's
+    query id reaches every state file), and swapping their ``state/`` folders is refused at
+    start, naming the query ids, instead of counting on from the other query's counts."""
+    import uuid
+
+    a, b = (f"bind-{x}-{uuid.uuid4().hex[:6]}" for x in "ab")
+    rows = [pa.table({"user": ["x", "y", "x"], "value": [1, 2, 3]}, schema=SCHEMA)]
+    assert _run_query(a, tmp_path / "a", backend, rows) == [{"user": "x", "n": 2}, {"user": "y", "n": 1}]
+    _run_query(b, tmp_path / "b", backend, rows + rows)
+    query_a = json.loads((tmp_path / "a" / "metadata").read_text())["id"]
+    state_meta = json.loads((tmp_path / "a" / "state" / "0" / "metadata").read_text())
+    assert (state_meta["queryId"], state_meta["operatorId"]) == (query_a, "0:stateStoreSave")
+    again = _run_query(a, tmp_path / "a", backend, rows)  # counts on from its own state
+    assert {"user": "x", "n": 4} in again and {"user": "y", "n": 2} in again
+    shutil.rmtree(tmp_path / "a" / "state")
+    shutil.copytree(tmp_path / "b" / "state", tmp_path / "a" / "state")
+    with pytest.raises(CheckpointError, match=rf"records queryId '[0-9a-f-]+' \(this query's: '{query_a}'\)"):
+        _run_query(a, tmp_path / "a", backend, rows)
+
+
+def test_a_query_whose_state_folder_is_a_file_fails_with_a_checkpoint_error(backend: str, tmp_path: Path) -> None:
+    import uuid
+
+    name = f"layout-{uuid.uuid4().hex[:6]}"
+    rows = [pa.table({"user": ["x"], "value": [1]}, schema=SCHEMA)]
+    _run_query(name, tmp_path / "c", backend, rows)
+    _file_for_folder(tmp_path / "c" / "state")
+    with pytest.raises(CheckpointError, match=rf"{tmp_path / 'c' / 'state'} is a file"):
+        _run_query(name, tmp_path / "c", backend, rows)
