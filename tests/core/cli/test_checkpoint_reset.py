@@ -98,3 +98,82 @@ def test_show_lists_the_batches_a_reset_will_replay(tmp_path: Path, capsys: pyte
     os.unlink(os.path.join(chk, "metadata"))
     assert main(["checkpoint", "show", chk]) == 1
     assert "metadata file is missing" in capsys.readouterr().err
+
+
+def _three_batches(chk: Path) -> None:
+    q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=10, totalRows=30).load()
+         .write_stream.format("noop").option("checkpointLocation", str(chk)).option("checkpointFsync", False)
+         .trigger(available_now=True).start())  # fmt: skip
+    q.await_termination(30)
+
+
+def _damage(chk: Path, how: str) -> str:
+    """Damage the checkpoint; returns the path the error must name."""
+    import os
+    import shutil
+
+    if how == "offsets-missing":
+        shutil.rmtree(chk / "offsets")
+        return str(chk / "offsets")
+    if how == "commits-missing":
+        shutil.rmtree(chk / "commits")
+        return str(chk / "commits")
+    if how == "offsets-a-file":
+        shutil.rmtree(chk / "offsets")
+        (chk / "offsets").write_text("x")
+        return str(chk / "offsets")
+    if how == "commit-a-folder":
+        os.unlink(chk / "commits" / "2")
+        (chk / "commits" / "2").mkdir()
+        return str(chk / "commits" / "2")
+    if how == "offset-a-folder":
+        os.unlink(chk / "offsets" / "2")
+        (chk / "offsets" / "2").mkdir()
+        return str(chk / "offsets" / "2")
+    assert how == "metadata-a-folder"
+    os.unlink(chk / "metadata")
+    (chk / "metadata").mkdir()
+    return str(chk / "metadata")
+
+
+@pytest.mark.parametrize("how", ["offsets-missing", "commits-missing", "offsets-a-file", "commit-a-folder",
+                                 "offset-a-folder", "metadata-a-folder"])  # fmt: skip
+@pytest.mark.parametrize("extra", [[], ["--force"]], ids=["replay", "force"])
+def test_reset_of_a_damaged_checkpoint_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], how: str,
+                                                         extra: list[str]) -> None:  # fmt: skip
+    chk = tmp_path / "chk"
+    _three_batches(chk)
+    named = _damage(chk, how)
+    assert main(["checkpoint", "reset", str(chk), "--to-batch", "-1", *extra]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("headrace: error: checkpoint "), err
+    assert "damaged" in err and named in err and "restore the checkpoint from a backup" in err, err
+    assert "Error:" not in err and "Errno" not in err, err  # no bare FileNotFoundError / IsADirectoryError
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(["reset", "--to-batch", "-5"], "--to-batch -5 is not a batch"),
+     (["reset", "--to-batch", "-2", "--force"], "--to-batch -2 is not a batch"),
+     (["show", "--progress", "-1"], "--progress -1 is not a number of records")],
+    ids=["to-batch-negative", "to-batch-negative-force", "progress-negative"],
+)
+def test_out_of_range_numbers_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+                                          fragment: str) -> None:  # fmt: skip
+    chk = tmp_path / "chk"
+    _three_batches(chk)
+    before = sorted(p.name for p in (chk / "commits").iterdir())
+    assert main(["checkpoint", args[0], str(chk), *args[1:]]) == 1
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.splitlines()) == 1, err
+    assert sorted(p.name for p in (chk / "commits").iterdir()) == before  # nothing rolled back
+
+
+@pytest.mark.parametrize("target", ["missing", "file"])
+def test_reset_of_what_is_not_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str) -> None:
+    path = tmp_path / target
+    if target == "file":
+        path.write_text("x")
+    assert main(["checkpoint", "reset", str(path), "--to-batch", "0"]) == 1
+    err = capsys.readouterr().err
+    assert ("does not exist" if target == "missing" else "is a file, not a checkpoint folder") in err, err

@@ -124,3 +124,34 @@ def test_run_piped_into_head_stops_cleanly(tmp_path: Path) -> None:
                          text=True, timeout=60)  # fmt: skip
     assert len(out.stdout.splitlines()) == 2
     assert "Traceback" not in out.stderr and "error" not in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("cmd", ["run", "validate"])
+def test_a_device_is_not_read_as_a_pipeline(cmd: str) -> None:
+    # /dev/zero never ends: it is refused before a byte is read (a timeout here means it was read)
+    out = run_cli(cmd, "/dev/zero", timeout=30)
+    assert_one_line_error(out, "pipeline file '/dev/zero' is not a regular file")
+
+
+def test_a_fifo_is_not_opened_as_a_pipeline(tmp_path: Path) -> None:
+    import os
+
+    os.mkfifo(tmp_path / "p.toml")  # nobody writes to it: opening it to read would block
+    assert_one_line_error(run_cli("run", str(tmp_path / "p.toml"), timeout=30), "is not a regular file")
+
+
+def test_a_pipeline_file_too_large_is_refused(tmp_path: Path) -> None:
+    from headrace._textfile import MAX_DEFINITION_BYTES
+
+    p = tmp_path / "p.toml"
+    with open(p, "wb") as f:
+        f.write(b"#" * (MAX_DEFINITION_BYTES + 1))
+    assert_one_line_error(run("validate", str(p)), "is larger than 8 MiB")
+
+
+def test_a_deeply_nested_pipeline_file_is_a_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "p.toml"
+    p.write_text("name = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    out = run("validate", str(p))
+    assert_one_line_error(out, "nests arrays or tables too deeply")
+    assert "RecursionError" not in out.stderr

@@ -7,32 +7,79 @@ import json
 import os
 from typing import Any
 
-from headrace.errors import HeadraceError
+from headrace.errors import CheckpointError, HeadraceError
 
 __all__ = ["register"]
+
+
+_LAYOUT_FIX = "restore the checkpoint from a backup, or start over with a new checkpointLocation"
+
+
+def _check_folder(d: str) -> None:
+    """``d`` is a checkpoint folder whose metadata is a file (before anything is read)."""
+    if not os.path.exists(d):
+        raise HeadraceError(f"checkpoint folder {d} does not exist; give the query's checkpointLocation folder")
+    if not os.path.isdir(d):
+        raise HeadraceError(f"{d} is a file, not a checkpoint folder; give the query's checkpointLocation folder")
+    meta = os.path.join(d, "metadata")
+    if not os.path.lexists(meta):
+        if any(os.path.isdir(os.path.join(d, f)) and os.listdir(os.path.join(d, f)) for f in ("offsets", "commits")):
+            raise HeadraceError(
+                f"checkpoint {d} has batches but its metadata file is missing (the query id is lost); "
+                "restore it from a backup, or start over with a new checkpointLocation"
+            )
+        raise HeadraceError(f"{d} is not a headrace checkpoint (no metadata file); give the checkpointLocation folder")
+    if not os.path.isfile(meta):
+        raise CheckpointError(f"checkpoint {d} is damaged: {meta} is not a file; {_LAYOUT_FIX}")
+
+
+def _check_log_folders(d: str) -> None:
+    """The offsets and commits logs a reset rewrites are folders of entry files (before any is removed)."""
+    for folder in ("offsets", "commits"):
+        path = os.path.join(d, folder)
+        if not os.path.lexists(path):
+            raise CheckpointError(f"checkpoint {d} is damaged: its {folder} folder ({path}) is missing; {_LAYOUT_FIX}")
+        if not os.path.isdir(path):
+            raise CheckpointError(f"checkpoint {d} is damaged: {path} is not a folder; {_LAYOUT_FIX}")
+        for name in sorted(os.listdir(path)):
+            if name.isdigit() and not os.path.isfile(os.path.join(path, name)):
+                raise CheckpointError(f"checkpoint {d} is damaged: {os.path.join(path, name)} is not a file "
+                                      f"(each batch's entry is one); {_LAYOUT_FIX}")  # fmt: skip
+
+
+def _damaged(d: str, e: OSError) -> CheckpointError:
+    what = {
+        "IsADirectoryError": "is a folder where an entry file must be",
+        "NotADirectoryError": "is a file where a folder must be",
+        "FileNotFoundError": "is missing",
+        "PermissionError": "may not be read or written by this process",
+    }.get(type(e).__name__, f"cannot be used ({e.strerror or type(e).__name__})")
+    return CheckpointError(f"checkpoint {d} is damaged: {e.filename or d} {what}; {_LAYOUT_FIX}")
 
 
 def _checkpoint(args: argparse.Namespace) -> int:
     from headrace.checkpoint import Checkpoint
 
-    if not os.path.isfile(os.path.join(args.dir, "metadata")):
-        if any(os.path.isdir(os.path.join(args.dir, f)) and os.listdir(os.path.join(args.dir, f))
-               for f in ("offsets", "commits")):  # fmt: skip
-            raise HeadraceError(
-                f"checkpoint {args.dir} has batches but its metadata file is missing (the query id is lost); "
-                "restore it from a backup, or start over with a new checkpointLocation"
-            )
-        raise HeadraceError(f"{args.dir} is not a headrace checkpoint (no metadata file); give the checkpointLocation folder")
+    if args.action == "reset" and args.to_batch < -1:
+        raise HeadraceError(f"--to-batch {args.to_batch} is not a batch; give the last batch to keep (0, 1, ...), "
+                            "or -1 to roll back to the start")  # fmt: skip
+    if args.action == "show" and args.progress < 0:
+        raise HeadraceError(f"--progress {args.progress} is not a number of records; give 0 or more")
+    _check_folder(args.dir)
     cp = Checkpoint(args.dir)
-    if args.action == "show":
-        from headrace.history import query_state, read_history
+    try:
+        if args.action == "show":
+            from headrace.history import query_state, read_history
 
-        shown = cp.describe()
-        shown["lastRun"] = query_state(args.dir)
-        shown["recentProgress"] = read_history(args.dir, limit=args.progress)
-        print(json.dumps(shown, indent=2, default=str))
-        return 0
-    removed = cp.reset_to(args.to_batch, force=args.force)
+            shown = cp.describe()
+            shown["lastRun"] = query_state(args.dir)
+            shown["recentProgress"] = read_history(args.dir, limit=args.progress)
+            print(json.dumps(shown, indent=2, default=str))
+            return 0
+        _check_log_folders(args.dir)
+        removed = cp.reset_to(args.to_batch, force=args.force)
+    except OSError as e:
+        raise _damaged(args.dir, e) from None
     if not removed:
         print("nothing to roll back")
     elif args.force:
