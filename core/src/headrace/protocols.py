@@ -17,8 +17,11 @@ headrace                    PySpark 4
 ``Sink.commit`` / ``abort``  ``commit(messages, batchId)`` / ``abort``
 =========================  =========================================
 
-Offsets are JSON-serialisable dicts of primitives, compared only by the source that made them
-(and by the engine for equality: ``end == start`` means "no new data").
+Offsets are JSON objects: dicts with string keys whose values may nest (dicts, lists,
+strings, integers, booleans, None), e.g. ``{"topic": {"0": 42, "1": 7}}``. They must survive
+a JSON round trip unchanged (no tuples, no non-string keys), because the engine writes them to
+the checkpoint and hands a restarted source the parsed copy. They are compared only by the
+source that made them (and by the engine for equality: ``end == start`` means "no new data").
 
 Life cycle, as the engine drives it (see ``headrace.engine``)::
 
@@ -226,7 +229,12 @@ class Source(ABC):
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         """The end of the next batch, given where it starts and the admission limit.
 
-        Called once per trigger, on the driver. Returning ``start`` means there is no new data.
+        Called once per trigger, on the driver (for planning-ahead sources, also for batches
+        after the one running). Returning ``start`` means there is no new data. ``start`` must
+        not be modified (the engine keeps it as the batch's start): return a new offset. A
+        ``limit.max_rows`` caps the rows of the whole batch, all partitions (streams, shards)
+        together, and the end is never rounded past it; while rows are left the batch holds at
+        least one.
         """
 
     def prepare_for_available_now(self) -> bool:
@@ -271,6 +279,8 @@ class Source(ABC):
         Called once per batch, in batch order, after the batch is committed (its ``commits/<n>``
         durable), on the driver; possibly after later batches' ``latest_offset``, ``partitions``,
         reads and sink commits (Spark defers it to the next batch likewise). May be a no-op.
+        It may release (delete, acknowledge) only what is before ``end``: the data of batches
+        planned after it must stay readable until their own ``commit``.
         """
 
     def metrics(self, latest: Offset) -> Mapping[str, Any]:
@@ -321,7 +331,16 @@ class Sink(ABC):
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
         """Make the batch visible. Called once per batch on the driver with every ``write``'s
         message; called again with the same ``batch_id`` when a batch is replayed after a
-        crash, and must then not duplicate rows if ``idempotent_commit``."""
+        crash, and must then not duplicate rows if ``idempotent_commit``.
+
+        Batch ids of one query arrive in increasing order; after a restart the first one may
+        repeat the last id this query committed (never an older one). A batch whose messages
+        hold no rows need not be recorded (recording it is harmless). The record of committed
+        batches is keyed by ``context.query_id`` and the batch id (two queries may write one
+        target) and is written in the same transaction as the rows; a commit made of several
+        calls to the target must survive a kill between any two of them. A failure must
+        propagate (the query fails and replays the batch): never log it and return. Exactly-once
+        delivery holds as far as the target keeps what it acknowledged (a durable target)."""
 
     def abort(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
         """Discard what the batch staged. Called at most once per failed batch; messages of
@@ -329,7 +348,9 @@ class Sink(ABC):
 
     def metrics(self) -> Mapping[str, Any]:
         """Sink metrics for the progress report (e.g. ``numChunksSkipped``), read after each
-        batch's commit, on the driver. Keep it cheap."""
+        batch's commit, on the driver. Keep it cheap. The values are the last batch's, not
+        running totals: ``numRowsSkipped`` (rows of a replayed batch that were already in the
+        target) is subtracted from that batch's output rows."""
         return {}
 
     def close(self) -> None:

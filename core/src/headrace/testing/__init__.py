@@ -1,7 +1,8 @@
 """Test helpers for headrace and its plugins.
 
 - :class:`SourceContract` / :class:`SinkContract`: contract suites a plugin opts into with one
-  subclass each (imported lazily: they need pytest).
+  subclass each (imported lazily: they need pytest); :class:`InjectedFault`, the exception a
+  sink's ``commit_fault`` fixture makes its client raise.
 - :func:`memory_stream`, :class:`MemorySource`, :class:`MemorySink`: in-process streams.
 - :func:`run_pipeline`, :func:`run_until_done`: run a pipeline spec in a subprocess, SIGKILLed at
   an engine crash point (``crash="mid_write:1"``) or after a delay, for crash tests.
@@ -18,6 +19,7 @@ from headrace.testing._wait import wait_for
 
 __all__ = [
     "CRASH_POINTS",
+    "InjectedFault",
     "MemorySink",
     "MemorySource",
     "MemoryStream",
@@ -34,7 +36,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("SourceContract", "SinkContract", "CRASH_POINTS", "row_keys"):
+    if name in ("SourceContract", "SinkContract", "CRASH_POINTS", "InjectedFault", "row_keys"):
         from headrace.testing import contract
 
         return getattr(contract, name)
