@@ -302,3 +302,17 @@ def test_a_spec_that_is_not_a_regular_file_is_refused(tmp_path, capsys, target: 
         target = str(tmp_path / "pipeline.yml")
     assert main(["pipelines", "dry-run", "--spec", target]) == 1
     assert "is not a regular file" in capsys.readouterr().err
+
+
+def test_a_flow_name_that_cannot_be_a_folder_is_refused(make_project) -> None:
+    p = make_project()
+    p.write("transformations/bad_flow.py", """
+        import headrace as hr
+        import headrace.pipelines as dp
+
+        @dp.append_flow(target="silver", name="../escape")
+        def more():
+            return hr.read_stream.table("bronze")
+        """)
+    (problem,) = [x for x in _problems(p) if "flow name" in x]
+    assert "'../escape' contains '/'" in problem and "bad_flow.py" in problem

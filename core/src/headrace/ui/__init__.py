@@ -37,7 +37,7 @@ from typing import Any
 from headrace.errors import HeadraceError, register_secret
 from headrace.ui.catalog import Catalog, find_checkpoints
 
-__all__ = ["Catalog", "UIServer", "find_checkpoints", "start_ui"]
+__all__ = ["TOKEN_ENV", "Catalog", "UIServer", "find_checkpoints", "start_ui"]
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +56,10 @@ def _check_token(token: str | None) -> None:
         return
     if not isinstance(token, str) or len(token) < _MIN_TOKEN_LEN or not _TOKEN_CHARS.fullmatch(token):
         n = len(token) if isinstance(token, str) else 0
+        why = f"has {n} characters" if n < _MIN_TOKEN_LEN else "has characters outside that set"
         raise HeadraceError(
             f"the dashboard's access token ({TOKEN_ENV}) must be at least {_MIN_TOKEN_LEN} characters of letters, "
-            f"digits and ._~+/=- (the one given has {n} characters{'' if n < _MIN_TOKEN_LEN else ' and others'}); "
+            f"digits and ._~+/=- (the one given {why}); "
             "make one with: python -c 'import secrets; print(secrets.token_urlsafe(24))'"
         )
 
