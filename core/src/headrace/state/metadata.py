@@ -114,9 +114,9 @@ def check_metadata(
             )
         if old_spec is not None and old_spec != spec:
             raise CheckpointError(
-                f"state in {folder} was written by a different query: the {doc.get('operator') or 'operator'} "
-                f"changed ({'; '.join(spec_changes(old_spec, spec))}), and its state cannot be carried over. "
-                f"Fix: {_START_OVER}"
+                f"state in {folder} was written by a different query: {'; '.join(spec_changes(old_spec, spec))} "
+                f"(the stored operator: {old.get('operator')}; this query's: {doc.get('operator')}), and its state "
+                f"cannot be carried over. Fix: {_START_OVER}"
             )
     if old.get("keySchema") != doc["keySchema"] or old.get("valueSchema") != doc["valueSchema"]:
         raise CheckpointError(
