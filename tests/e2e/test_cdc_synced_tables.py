@@ -289,3 +289,91 @@ def test_delta_change_feed_applied_in_stream_order(target: str, sequence: str | 
     else:
         got = sorted((r["id"], r["v"]) for r in DeltaTable(str(tmp_path / "mirror")).to_pyarrow_table().to_pylist())
     assert got == expected, f"missing {sorted(set(expected) - set(got))}, extra {sorted(set(got) - set(expected))}"
+
+
+def mirror_to_delta(cdc_options: dict[str, Any], path: Path, chk: Path, trigger: dict[str, Any]) -> Any:
+    """PostgreSQL -> Delta SCD1 (mergeSchema=true: widened columns widen the mirror), started."""
+    return (hr.read_stream.format("postgresql").options(cdc_options).load()
+            .write_stream.format("delta").options({**PG_CDC, "mergeSchema": "true"})
+            .option("checkpointLocation", str(chk)).trigger(**trigger).start(str(path)))  # fmt: skip
+
+
+def typed_rows(lsql: Sql, table: str, path: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """(the table's rows, the Delta mirror's rows) as (id, v, s, f, n), sorted."""
+    from deltalake import DeltaTable
+
+    src = sorted(lsql(f"SELECT id, v, s, f, n FROM {table}"))
+    got = sorted((r["id"], r["v"], r["s"], r["f"], r["n"]) for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist())
+    return src, got
+
+
+def test_widened_columns_are_cast_and_widen_the_mirror(postgres_logical: Postgres, cdc_options: dict[str, Any],
+                                                       cdc_name: str, lsql: Sql, tmp_path: Path) -> None:  # fmt: skip
+    """ALTER COLUMN ... TYPE to a wider type: while the query runs it stops with "restart the
+    query"; the restart casts the changes from before the ALTER to the new type, the Delta
+    mirror's columns widen (mergeSchema=true), and the mirror ends exact (no restart is stuck)."""
+    from deltalake import DeltaTable
+
+    from headrace.testing import wait_for
+
+    lsql(f"CREATE TABLE {cdc_name} (id int PRIMARY KEY, v int, s varchar(5), f real, n numeric(6,2))")
+    lsql(f"ALTER TABLE {cdc_name} REPLICA IDENTITY FULL")
+    lsql(f"INSERT INTO {cdc_name} SELECT g, g, 'r' || g, g + 0.5, g + 0.25 FROM generate_series(1, 20) g")
+    path, chk = tmp_path / "mirror", tmp_path / "chk"
+    q = mirror_to_delta(cdc_options, path, chk, {"processing_time": "50 milliseconds"})
+    try:
+        wait_for(lambda: DeltaTable.is_deltatable(str(path)) and len(DeltaTable(str(path)).to_pyarrow_table()) == 20,
+                 timeout=60)  # fmt: skip
+        lsql(f"UPDATE {cdc_name} SET v = v + 100 WHERE id <= 5")  # old types, after the snapshot
+        lsql(f"ALTER TABLE {cdc_name} ALTER COLUMN v TYPE bigint, ALTER COLUMN s TYPE text, "
+             f"ALTER COLUMN f TYPE double precision, ALTER COLUMN n TYPE numeric(14,2)")  # fmt: skip
+        lsql(f"UPDATE {cdc_name} SET v = 1099511627776 + id, s = repeat('x', 40), f = 0.125, n = 123456789012.5 "
+             "WHERE id IN (3, 6)")  # fmt: skip
+        lsql(f"INSERT INTO {cdc_name} VALUES (100, 5000000000, 'new', 2.5, 99999999999.99)")
+        lsql(f"DELETE FROM {cdc_name} WHERE id = 7")
+        wait_for(lambda: q.exception() is not None, timeout=60)
+        assert "widened" in str(q.exception()) and "restart the query" in str(q.exception()), q.exception()
+    finally:
+        q.stop()
+    for _ in range(2):  # the restart works, and so does the next one
+        q = mirror_to_delta(cdc_options, path, chk, {"available_now": True})
+        q.await_termination()
+        src, got = typed_rows(lsql, cdc_name, path)
+        assert got == src
+    schema = pa.schema(DeltaTable(str(path)).schema().to_arrow())
+    assert schema.field("v").type == pa.int64() and schema.field("f").type == pa.float64()
+    assert schema.field("n").type == pa.decimal128(14, 2)
+    assert not lsql("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s AND confirmed_flush_lsn < "
+                    "pg_current_wal_lsn() - 1000000", (cdc_options["slotName"],))  # fmt: skip
+
+
+def test_other_type_change_stops_with_steps_that_work(postgres_logical: Postgres, cdc_options: dict[str, Any],
+                                                      cdc_name: str, lsql: Sql, tmp_path: Path) -> None:  # fmt: skip
+    """A type change that is not a widening (integer -> text) stops with the steps to reload the
+    mirror; following them exactly, the mirror ends exact with the new type."""
+    import re
+    import shutil
+
+    lsql(f"CREATE TABLE {cdc_name} (id int PRIMARY KEY, v int, s text, f real, n numeric(6,2))")
+    lsql(f"ALTER TABLE {cdc_name} REPLICA IDENTITY FULL")
+    lsql(f"INSERT INTO {cdc_name} SELECT g, g, 'r' || g, 0.5, 0.25 FROM generate_series(1, 10) g")
+    path, chk = tmp_path / "mirror", tmp_path / "chk"
+    mirror_to_delta(cdc_options, path, chk, {"available_now": True}).await_termination()
+    lsql(f"UPDATE {cdc_name} SET v = v + 100 WHERE id <= 3")
+    lsql(f"ALTER TABLE {cdc_name} ALTER COLUMN v TYPE text USING 'v' || v")
+    lsql(f"UPDATE {cdc_name} SET v = 'changed' WHERE id = 5")
+    for _ in range(2):  # the same error on a restart
+        q = mirror_to_delta(cdc_options, path, chk, {"available_now": True})
+        with pytest.raises(Exception, match="not a widening"):
+            q.await_termination()
+    message = str(q.exception())
+    assert "reload the mirror" in message and "pg_drop_replication_slot" in message
+    # the steps, as the message gives them
+    drop = re.search(r"SELECT pg_drop_replication_slot\('[^']+'\)", message)
+    assert drop is not None, message
+    lsql(drop.group(0))
+    shutil.rmtree(chk)
+    shutil.rmtree(path)
+    mirror_to_delta(cdc_options, path, chk, {"available_now": True}).await_termination()
+    src, got = typed_rows(lsql, cdc_name, path)
+    assert got == src and any(v == "changed" for _, v, *_ in got)

@@ -21,6 +21,7 @@ Memory: one batch's events (bound it with the source's rate limit, e.g. ``maxCha
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,9 +30,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.engine.crash import crash_point
+from headrace.errors import HeadraceError
 from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, sort_events
 
-__all__ = ["END_AT", "START_AT", "apply_changes"]
+__all__ = ["END_AT", "START_AT", "apply_changes", "widened_columns"]
+
+log = logging.getLogger(__name__)
 
 START_AT = "__START_AT"
 END_AT = "__END_AT"
@@ -65,13 +69,16 @@ def apply_changes(
     track_history_except: Sequence[str] | None = None,
     tombstones: Any = None,
     batch_id: int = 0,
+    widen: bool = False,
 ) -> dict[str, int]:
     """MERGE ``events`` (prepared) into the table at ``uri``, creating it when missing.
     ``track_history`` / ``track_history_except``: SCD type 2 history only for changes to the
     tracked columns (:mod:`headrace_delta._scd2_track`). Returns figures for the progress
     report. ``tombstones`` (a :class:`headrace_delta._tombstones.TombstoneStore`, SCD type 1):
     events made obsolete by an earlier batch's delete are dropped, and batch ``batch_id``'s
-    deletes recorded. Called once per batch by the sink's commit."""
+    deletes recorded. ``widen`` (the sink's ``mergeSchema``): a column whose events have a wider
+    type than the table's (:func:`widened_columns`) is widened first, else the batch fails with
+    the fix. Called once per batch by the sink's commit."""
     from deltalake import DeltaTable, write_deltalake
 
     schema = target_schema(events.schema, scd_type)
@@ -79,6 +86,7 @@ def apply_changes(
         write_deltalake(uri, schema.empty_table(), mode="append", partition_by=list(partition_by) if partition_by else None,
                         storage_options=storage_options)  # fmt: skip
     dt = DeltaTable(uri, storage_options=storage_options)
+    dt = _widen(dt, uri, schema, widen=widen, partition_by=partition_by, storage_options=storage_options)
     keys = list(spec.keys)
     if spec.sequence_by is None:
         # stream order: each event's position in the batch (the staged shares in partition order)
@@ -100,6 +108,52 @@ def apply_changes(
         tracked = tracked_columns(data_cols, keys, spec.sequence_by, track=track_history, track_except=track_history_except)
         return apply_tracked(dt, events, keys, schema, tracked, spec.sequence_by, commit_properties)
     return _scd2(dt, events, keys, schema, commit_properties)
+
+
+def _wider(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of Arrow type ``old`` is a value of ``new`` (and they differ)."""
+    if old == new:
+        return False
+    if pa.types.is_signed_integer(old) and pa.types.is_signed_integer(new):
+        return bool(new.bit_width > old.bit_width)
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return bool(new.bit_width > old.bit_width)
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return bool(new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale)
+    return False
+
+
+def widened_columns(table: pa.Schema, events: pa.Schema) -> list[tuple[str, pa.DataType, pa.DataType]]:
+    """``(column, table type, events' type)`` of the columns whose events' type widens the
+    table's (a smaller integer, float or decimal type before), in the table's order."""
+    by_name = {f.name: f.type for f in events}
+    return [(f.name, f.type, by_name[f.name]) for f in table if f.name in by_name and _wider(f.type, by_name[f.name])]
+
+
+def _widen(dt: Any, uri: str, schema: pa.Schema, *, widen: bool, partition_by: Sequence[str] | None,
+           storage_options: dict[str, str] | None) -> Any:  # fmt: skip
+    """The table with the columns the events widen widened: rewritten once, in one commit of its
+    own (delta-rs has no type widening table feature), before the batch's MERGE; a replay finds
+    them widened already. Without ``widen`` a widened column fails the batch with the fix."""
+    from deltalake import DeltaTable, write_deltalake
+
+    current = pa.schema(dt.schema().to_arrow())
+    changes = widened_columns(current, schema)
+    if not changes:
+        return dt
+    what = ", ".join(f"{name} ({old} -> {new})" for name, old, new in changes)
+    if not widen:
+        raise HeadraceError(
+            f"AUTO CDC into Delta table {uri}: the change stream widened column(s) {what}. Fix: set mergeSchema=true "
+            "so that the sink widens them (it rewrites the table once, in one commit), or rewrite the table yourself"
+        )
+    log.info("delta: widening column(s) %s of %s (the table is rewritten once)", what, uri)
+    target = pa.schema([pa.field(f.name, dict((n, t) for n, _o, t in changes).get(f.name, f.type), f.nullable)
+                        for f in current])  # fmt: skip
+    data = pa.table(dt.to_pyarrow_table()).cast(target)
+    write_deltalake(uri, data, mode="overwrite", schema_mode="overwrite", storage_options=storage_options,
+                    partition_by=list(partition_by) if partition_by else None)  # fmt: skip
+    return DeltaTable(uri, storage_options=storage_options)
 
 
 def _scd1(dt: Any, latest: pa.Table, keys: list[str], schema: pa.Schema, seq_col: str | None, props: Any) -> dict[str, int]:

@@ -219,7 +219,8 @@ class DeltaSink(Sink):
                                                   commit_properties=props, storage_options=self.loc.storage_options,
                                                   partition_by=self.partition_by, track_history=self.track_history,
                                                   track_history_except=self.track_history_except,
-                                                  tombstones=self._tombstones, batch_id=batch_id)  # fmt: skip
+                                                  tombstones=self._tombstones, batch_id=batch_id,
+                                                  widen=self.merge_schema)  # fmt: skip
                 return
             data = pa.RecordBatchReader.from_batches(schema, batches())
             meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None

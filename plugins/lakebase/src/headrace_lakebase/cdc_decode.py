@@ -15,6 +15,12 @@ position: increasing per key, so it orders a key's events) and ``_commit_timesta
 - A relation message with a column the stream's schema lacks (``ALTER TABLE ... ADD COLUMN``
   after the stream started) fails with the fix (restart: the schema is read again); a column
   of the schema missing from the relation (dropped) is NULL.
+- A column whose type changed (:mod:`headrace_lakebase.cdc_types`): to one with the same Arrow
+  type (``varchar(n)`` -> ``text``) nothing changes; a relation older than the stream's schema
+  whose type the schema's widens (changes from before an ``ALTER COLUMN ... TYPE`` read by a
+  query started after it) is decoded as the schema's type (cast); a widening while the stream
+  runs fails with "restart the query" (the restarted query reads the new type and casts the
+  earlier changes to it); any other change fails with the steps to reload the mirror.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import pyarrow as pa
 
 from headrace.errors import HeadraceError
 from headrace_lakebase.cdc_setup import TableInfo
+from headrace_lakebase.cdc_types import describe_type, is_widening
 from headrace_lakebase.pgoutput import (
     UNCHANGED,
     Change,
@@ -38,7 +45,7 @@ from headrace_lakebase.pgoutput import (
     pg_time_to_unix_us,
     tuple_data,
 )
-from headrace_lakebase.pgread import PgColumn, to_arrow
+from headrace_lakebase.pgread import PgColumn, arrow_type, to_arrow
 
 _BEGIN = struct.Struct("!qqI")
 _COMMIT = struct.Struct("!bqqq")
@@ -113,6 +120,7 @@ class ChangeDecoder:
         end: int | None,
         snapshot: Snapshot | None,
         on_truncate: str,
+        slot: str = "",
     ) -> None:
         self.info = info
         self.schema = schema
@@ -124,6 +132,7 @@ class ChangeDecoder:
         self.start, self.end = start, end
         self.snapshot = snapshot
         self.on_truncate = on_truncate
+        self.slot = slot
         self.relid = info.relid
         self._map: list[tuple[int, int]] | None = None  # (relation index, schema index)
         self._width = 0
@@ -181,7 +190,7 @@ class ChangeDecoder:
             if not self._skip and msg.relid == self.relid:
                 self._change(lsn, msg)
         elif isinstance(msg, Relation) and msg.relid == self.relid:
-            self._relation(msg)
+            self._relation(msg, lsn)
         elif isinstance(msg, Truncate) and not self._skip and self.relid in msg.relids:
             if self.on_truncate == "fail":
                 raise TruncatedError(
@@ -193,7 +202,7 @@ class ChangeDecoder:
             log.warning("lakebase source: %s truncated at LSN %s; ignored (onTruncate=ignore)", self.info.table,
                         format_lsn(lsn))  # fmt: skip
 
-    def _relation(self, rel: Relation) -> None:
+    def _relation(self, rel: Relation, lsn: int = 0) -> None:
         by_name = {c.name: i for i, c in enumerate(self.columns)}
         mapping: list[tuple[int, int]] = []
         for i, col in enumerate(rel.columns):
@@ -204,13 +213,7 @@ class ChangeDecoder:
                     "(added after the query started). Fix: restart the query; it reads the table's columns again "
                     "and earlier rows get NULL in the new column (a Delta target needs mergeSchema=true)"
                 )
-            mine = self.columns[j]
-            if col.type_oid != mine.oid and not self._same_base(col.type_oid, mine):
-                raise SchemaChangedError(
-                    f"lakebase source: column {col.name} of {self.info.table} changed type (type oid {col.type_oid}, "
-                    f"the stream has {mine.type_name}). Fix: restart the query to read the new type (the target "
-                    "may need the same change)"
-                )
+            self._check_type(col.name, col.type_oid, col.typmod, j, lsn)
             mapping.append((i, j))
         missing = [c.name for c in self.columns if c.name not in {x.name for x in rel.columns}]
         if missing:
@@ -223,6 +226,36 @@ class ChangeDecoder:
 
     def _same_base(self, oid: int, col: PgColumn) -> bool:
         return col.oid == oid or col.elem_oid != 0  # arrays of domains: trust the catalog read at start
+
+    def _check_type(self, name: str, oid: int, typmod: int, j: int, lsn: int) -> None:
+        """The relation's type of column ``j`` against the stream's (see the module docstring)."""
+        mine = self.columns[j]
+        if self._same_base(oid, mine) and (typmod == mine.typmod or oid != 1700):  # numeric: typmod is the type
+            return
+        if arrow_type(PgColumn(name, oid, typmod, 0, "")) == self.types[j]:
+            return  # varchar(n) -> text, json -> jsonb...: the same values in the stream
+        if is_widening(oid, typmod, mine.oid, mine.typmod):
+            log.info("lakebase source: changes of %s before column %s became %s are cast to it", self.info.table,
+                     name, mine.type_name)  # fmt: skip
+            return
+        old, new = mine.type_name, describe_type(oid, typmod)
+        if is_widening(mine.oid, mine.typmod, oid, typmod):
+            raise SchemaChangedError(
+                f"lakebase source: column {name} of {self.info.table} was widened from {old} to {new} (changes from "
+                f"LSN {format_lsn(lsn)} on have the new type; the stream's schema has the old one). Fix: restart the "
+                f"query: it reads the new type and casts the earlier changes to it. The mirror's column must widen "
+                f"too: a Delta target does with mergeSchema=true; a PostgreSQL target needs ALTER TABLE <mirror> "
+                f"ALTER COLUMN {name} TYPE {new} before the restart"
+            )
+        slot = f"'{self.slot}'" if self.slot else "'<slotName>'"
+        raise SchemaChangedError(
+            f"lakebase source: column {name} of {self.info.table} changed type from {old} to {new} at LSN "
+            f"{format_lsn(lsn)}, which is not a widening (only smallint/integer -> bigint, real -> double precision, "
+            f"varchar(n) -> text and numeric precision up are cast): changes of both types cannot be one column of "
+            f"the mirror. Fix: reload the mirror: stop the query, run SELECT pg_drop_replication_slot({slot}), "
+            f"delete the query's checkpoint and the mirror (a Delta target's folder, or DROP TABLE for a "
+            f"PostgreSQL target), then start the query again (snapshotMode=initial reads the table with the new type)"
+        )
 
     # ------------------------------------------------------------------ rows
     def _row(self, values: tuple[object, ...] | None, kind: str, lsn: int) -> None:

@@ -239,7 +239,8 @@ class LakebaseChangeSource(SnapshotPhase, Source):
         with self._lock:
             conn = self._conn
         dec = ChangeDecoder(self.info, self._schema, self._types, Transformer(conn), start=start, end=end,
-                            snapshot=Snapshot.from_offset(snap), on_truncate=self.on_truncate)  # fmt: skip
+                            snapshot=Snapshot.from_offset(snap), on_truncate=self.on_truncate,
+                            slot=self.slot)  # fmt: skip
         for lsn, data in rows:
             dec.feed(lsn, data)
             if dec.pending >= _BATCH_ROWS and data[0] == 67:
