@@ -116,3 +116,19 @@ def test_scd1_tombstone_retention(tmp_path: Path) -> None:
     assert rows(out, "id", "v") == [(1, "late")]
     s0 = sink({"path": str(tmp_path / "u"), **CDC, "tombstoneRetention": "0"}, tmp_path)
     assert s0._tombstones is None
+
+
+def test_a_widened_column_needs_merge_schema_and_widens_the_table(tmp_path: Path) -> None:
+    out = tmp_path / "w"
+
+    def batch(v: pa.Array, seq: int) -> pa.Table:
+        return pa.table({"id": pa.array([1, 2], pa.int64()), "v": v, "seq": pa.array([seq, seq], pa.int64()),
+                         "_change_type": ["insert", "insert"]})  # fmt: skip
+
+    apply(sink({"path": str(out), **CDC}, tmp_path), 0, batch(pa.array([1, 2], pa.int32()), 1))
+    wide = batch(pa.array([1, 2**40], pa.int64()), 2)
+    with pytest.raises(Exception, match=r"widened column\(s\) v \(int32 -> int64\).*mergeSchema=true"):
+        apply(sink({"path": str(out), **CDC}, tmp_path), 1, wide)
+    apply(sink({"path": str(out), **CDC, "mergeSchema": "true"}, tmp_path), 1, wide)
+    assert pa.schema(DeltaTable(str(out)).schema().to_arrow()).field("v").type == pa.int64()
+    assert rows(out, "id", "v") == [(1, 1), (2, 2**40)]
