@@ -7,6 +7,7 @@ as DuckDB)."""
 
 from __future__ import annotations
 
+import decimal
 import math
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,13 @@ def test_a_decimal_sum_is_the_documented_way_past_a_long(backend: str, tmp_path:
     out = run.outputs[-1]
     assert out is not None
     assert int(out.column("s").to_pylist()[0]) == 6 * BIG
+
+
+def test_a_decimal_sum_beyond_its_precision_across_batches_raises(backend: str, tmp_path: Path) -> None:
+    nines = pa.table({"k": ["a"], "v": pa.array([decimal.Decimal("9" * 38)], pa.decimal128(38, 0))})
+    with pytest.raises(ExpressionError) as e:
+        run_batches(lambda: AggregateOperator(["k"], ["sum(v) AS s"]), [nines, nines], state_path=str(tmp_path),
+                    backend=backend, mode="update")  # fmt: skip
+    msg = str(e.value)
+    assert "aggregate 'sum(v) AS s' (output column 's')" in msg and "overflowed decimal(38, 0) in batch 1" in msg
+    assert "sum(CAST(v AS DOUBLE))" in msg and "DECIMAL(38, 0)" not in msg

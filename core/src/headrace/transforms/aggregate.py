@@ -364,12 +364,15 @@ class AggregateOperator(StatefulOperator):
         what = f"aggregate {spec.text!r} (output column {spec.name!r})" if spec else f"aggregation {self.describe()}"
         arg = spec.arg if spec else "<argument>"
         where = f" in batch {batch_id}" if batch_id is not None else ""
-        bounds = " (a long holds -9223372036854775808 to 9223372036854775807)" if e.type_name == "bigint" else ""
+        if e.type_name == "bigint":
+            bounds = " (a long holds -9223372036854775808 to 9223372036854775807)"
+            wider = f"sum(CAST({arg} AS DECIMAL(38, 0))) or sum(CAST({arg} AS DOUBLE))"
+        else:  # a decimal(38, s): only a double is wider
+            bounds, wider = "", f"sum(CAST({arg} AS DOUBLE))"
         return ExpressionError(
             f"{what}: the sum of {arg} overflowed {e.type_name}{where}{bounds}; sums raise on overflow instead of "
-            "wrapping around, as in Spark's default (ANSI) mode. Sum a wider type, e.g. "
-            f"sum(CAST({arg} AS DECIMAL(38, 0))) or sum(CAST({arg} AS DOUBLE)), with a new checkpoint (the "
-            "aggregation's state changes)"
+            f"wrapping around, as in Spark's default (ANSI) mode. Sum a wider type, e.g. {wider}, with a new "
+            "checkpoint (the aggregation's state changes)"
         )
 
     def _combine(self, parts: list[pa.Table]) -> pa.Table:
