@@ -16,7 +16,7 @@ import pytest
 import headrace as hr
 from headrace.errors import OptionsError
 from headrace.pipeline import load_pipeline
-from headrace.testing import memory_stream
+from headrace.testing import memory_stream, wait_for
 
 SCHEMA = pa.schema([("user", pa.string()), ("n", pa.int64())])
 SINKS = ["memory", "delta", "files"]
@@ -33,21 +33,28 @@ def _start(sink: str, tmp_path: Path, options: dict[str, Any], frame_of: Callabl
     return w.start(None if sink == "memory" else str(tmp_path / "out"))
 
 
-def _batches(q: hr.StreamingQuery, n: int, *, same_users: bool) -> None:
+def _batches(q: hr.StreamingQuery, n: int, *, same_users: bool, tmp_path: Path, due: list[int]) -> None:
+    """``n`` batches; after each, wait for the snapshot it started when one is ``due`` (a
+    memory-backend snapshot due while the previous one is still being written is put off, which
+    a loaded machine could otherwise make happen)."""
     stream = memory_stream(q.name)
     try:
         for b in range(n):
             users = ["a", "b", "c"] if same_users else [f"u{b}-{i}" for i in range(3)]
             stream.add(pa.table({"user": users, "n": [b, b, b]}, schema=SCHEMA))
             q.process_all_available(60)
+            if b - 1 in due:  # batch b loaded version b - 1, which started its snapshot
+                wait_for(lambda v=b - 1: v in _snapshots(tmp_path), timeout=60, what=f"snapshot {b - 1}")
     finally:
         q.stop()
     assert q.exception() is None, q.exception()
 
 
 def _snapshots(tmp_path: Path) -> list[int]:
+    """The versions of the operator's snapshots (``<n>``, or ``<n>.rocksdb``; no temporaries)."""
     folder = tmp_path / "chk" / "state" / "0" / "snapshot"
-    return sorted(int(p.name.split(".")[0]) for p in folder.iterdir() if p.name.split(".")[0].isdigit())
+    names = [p.name.removesuffix(".rocksdb") for p in folder.iterdir()] if folder.exists() else []
+    return sorted(int(n) for n in names if n.isdigit())
 
 
 def _expected(versions: int, interval: int) -> list[int]:
@@ -85,7 +92,7 @@ def test_state_snapshot_interval_is_accepted_and_reaches_the_state_store(sink: s
     # for enough changed rows: see the next test)
     q = _start(sink, tmp_path, {"stateSnapshotInterval": "2", "stateStore": "rocksdb"},
                lambda s: s.drop_duplicates("user"))  # fmt: skip
-    _batches(q, 6, same_users=False)
+    _batches(q, 6, same_users=False, tmp_path=tmp_path, due=_expected(6, 2))
     assert _snapshots(tmp_path) == _expected(6, 2) == [1, 3]
 
 
@@ -96,7 +103,8 @@ def test_the_interval_decides_which_versions_are_snapshotted(backend: str, inter
     if interval is not None:
         options["stateSnapshotInterval"] = interval
     q = _start("memory", tmp_path, options, lambda s: s.group_by("user").agg("sum(n) AS total"), mode="update")
-    _batches(q, 8, same_users=True)  # every batch changes every key: the memory backend's row rule holds
+    # every batch changes every key: the memory backend's row rule holds
+    _batches(q, 8, same_users=True, tmp_path=tmp_path, due=_expected(8, interval or 10))
     assert _snapshots(tmp_path) == _expected(8, interval or 10)
 
 
