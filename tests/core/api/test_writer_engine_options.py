@@ -14,9 +14,11 @@ import pyarrow as pa
 import pytest
 
 import headrace as hr
+from headrace.api.writer import parse_engine_options
 from headrace.errors import OptionsError
 from headrace.pipeline import load_pipeline
 from headrace.testing import memory_stream, wait_for
+from tests.core.test_hostile_options import HOSTILE
 
 SCHEMA = pa.schema([("user", pa.string()), ("n", pa.int64())])
 SINKS = ["memory", "delta", "files"]
@@ -117,3 +119,13 @@ def test_a_pipeline_file_with_a_bad_interval_fails_validation(tmp_path: Path) ->
     assert not (tmp_path / "c").exists()
     p.write_text(p.read_text().replace("stateSnapshotInterval = 0", "stateSnapshotInterval = 5"))
     load_pipeline(str(p)).validate()
+
+
+@pytest.mark.parametrize("value", HOSTILE, ids=[f"hostile-{i}" for i in range(len(HOSTILE))])
+def test_every_hostile_interval_parses_to_a_positive_int_or_is_a_problem(value: Any) -> None:
+    parsed, problems = parse_engine_options({"stateSnapshotInterval": value})
+    if problems:
+        assert [p.option for p in problems] == ["stateSnapshotInterval"]
+        assert parsed.state_snapshot_interval == 10
+    else:
+        assert type(parsed.state_snapshot_interval) is int and parsed.state_snapshot_interval >= 1
