@@ -4,10 +4,13 @@ state larger than memory.
 The working state is a RocksDB database (``<state>/rocksdb``, through ``rocksdict``): rows
 under ``d<key>``, an event-time index under ``o<order><key>`` (8-byte big-endian, so evicting
 by watermark is one range scan over the rows evicted; encodings in
-:mod:`headrace.state.rocksdb_codec`), and the version it holds under ``mstate`` (written in
+:mod:`headrace.state.rocksdb_codec`: data only, nothing unpickled), and under ``mstate`` a JSON
+object of whose state it is (query, operator, partition) and the version it holds (written in
 the same atomic write batch as the commit). The first change of a batch marks the database
 dirty in the same way, so a crash mid-batch is always detected. RocksDB's own write-ahead log
 is off: after a crash the database is as of its last flush, whose ``mstate`` says what it holds.
+A database (or checkpoint) whose ``mstate`` records other state, is not JSON, or is a pickle of
+an earlier headrace is refused with ``CheckpointError``; one RocksDB cannot open is rebuilt.
 
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,

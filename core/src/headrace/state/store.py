@@ -28,7 +28,9 @@ restore the last ``retain`` versions are deleted.
 
 Replaying batch ``n`` after a crash (even one after ``commit(n)``) loads version ``n-1``: files
 of later versions are discarded, so the replay produces the same output as the first run.
-A damaged or missing file that the restore needs is refused with ``CheckpointError`` naming it.
+A damaged or missing file that the restore needs is refused with ``CheckpointError`` naming it,
+as is a file or folder that records another query, operator, partition, kind or version than
+its place (``query_id``, ``operator_id``, ``partition``: see :mod:`headrace.state.files`).
 """
 
 from __future__ import annotations
