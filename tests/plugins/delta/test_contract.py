@@ -17,6 +17,7 @@ from headrace.testing import SinkContract, SourceContract
 class TestDeltaSourceContract(SourceContract):
     connector = "delta"
     limit = ReadLimit(max_files=1)  # seed writes 10-row commits, one file each
+    page_rows = 1000  # 100 commits of one 10-row file each (seeding 5,000 rows takes 500 commits)
 
     @pytest.fixture
     def source_options(self, tmp_path: Path) -> dict[str, Any]:

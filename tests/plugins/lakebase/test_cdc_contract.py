@@ -17,6 +17,7 @@ class TestChangeSourceContract(SourceContract):
     connector = "postgresql"
     limit: ClassVar[ReadLimit] = ReadLimit(max_rows=10)
     seed_rows = 30
+    page_rows = 500  # one transaction per seeded row (~50 ms each); 50 snapshot chunks of 10 rows still
 
     @pytest.fixture
     def source_options(self, cdc_options: dict[str, Any], cdc_name: str, lsql: Sql) -> dict[str, Any]:
