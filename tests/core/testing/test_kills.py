@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.testing import CRASH_POINTS, run_pipeline
+from headrace.testing._pipeline import STEP_PREFIX
 
 
 def _spec(tmp_path: Path, batches: int = 3) -> dict[str, Any]:
@@ -40,3 +41,16 @@ def test_a_kill_point_kills_there(tmp_path: Path) -> None:
     assert result.killed
     assert (result.trace[-1].point, result.trace[-1].batch) == ("before_sink_commit", 1)
     assert "before_sink_commit of batch 1" in result.last_point()
+
+
+def test_commit_steps_trace_the_sinks_client_calls_and_kill_after_one(tmp_path: Path) -> None:
+    traced = run_pipeline(dict(_spec(tmp_path), commit_steps={"batch": 1, "kill_after": None}), trace=True).check()
+    steps = [t for t in traced.trace if t.point.startswith(STEP_PREFIX)]
+    assert steps and {t.batch for t in steps} == {1}, traced.trace
+    names = [t.point.removeprefix(STEP_PREFIX) for t in steps]
+    assert any(n.endswith("replace") for n in names), names  # the files sink moves its files into place
+    assert not any(n.startswith(("builtins.", "pyarrow", "headrace.")) for n in names), names
+    killed = run_pipeline(dict(_spec(tmp_path / "again"), commit_steps={"batch": 1, "kill_after": 2}), trace=True)
+    assert killed.killed, killed.stderr
+    assert [t.point for t in killed.trace if t.point.startswith(STEP_PREFIX)] == [steps[0].point, steps[1].point]
+    assert "client call" in killed.last_point() and "batch 1" in killed.last_point()

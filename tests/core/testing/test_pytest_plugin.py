@@ -3,6 +3,7 @@ with ``--strict-markers`` and no marker configuration can select the kit's tests
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +23,24 @@ def test_strict_markers_work_without_configuration(tmp_path: Path) -> None:
     markers = subprocess.run([sys.executable, "-m", "pytest", "--markers"], cwd=tmp_path, capture_output=True,
                              text=True, timeout=120, check=False).stdout  # fmt: skip
     assert "@pytest.mark.headrace_kill:" in markers and "@pytest.mark.slow:" in markers
+
+
+def test_the_random_kill_seed_is_printed_and_can_be_fixed(tmp_path: Path) -> None:
+    (tmp_path / "test_x.py").write_text(
+        "from headrace.testing._kills import kit_seed\n"
+        "def test_seed():\n    print('SEED', kit_seed())\n"
+    )
+
+    def run(*args: str, env: dict[str, str] | None = None) -> str:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", *args], cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120, check=False,
+                              env={**os.environ, **(env or {})})  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        return proc.stdout
+
+    fixed = run("--headrace-seed=4242")
+    assert "random-kill seed 4242 (reproduce with --headrace-seed=4242" in fixed and "SEED 4242" in fixed
+    assert "SEED 77" in run(env={"HEADRACE_KIT_SEED": "77"})
+    drawn = run(env={"HEADRACE_KIT_SEED": ""})
+    seed = drawn.split("random-kill seed ", 1)[1].split(" ", 1)[0]
+    assert f"SEED {seed}" in drawn  # the one printed is the one the kills use
