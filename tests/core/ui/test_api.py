@@ -305,3 +305,13 @@ def test_ui_command_bind_beyond_loopback(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_run_with_ui_beyond_loopback_needs_the_token(tmp_path: Path) -> None:
+    (tmp_path / "p.toml").write_text(PIPELINE)
+    env = {k: v for k, v in cli_env(os.getcwd()).items() if k != "HEADRACE_UI_TOKEN"}
+    out = run_cli("run", tmp_path / "p.toml", "--ui", "--ui-host", "0.0.0.0", "--ui-port", "0", env=env, cwd=tmp_path,
+                  timeout=60)  # fmt: skip
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert "headrace: error: the dashboard would serve 0.0.0.0:0" in out.stderr and "HEADRACE_UI_TOKEN" in out.stderr
+    assert not (tmp_path / "chk").exists()  # refused before the query started

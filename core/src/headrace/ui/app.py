@@ -128,8 +128,11 @@ class HostAndTokenGuard:
         return given is not None and self._token is not None and hmac.compare_digest(given.encode(), self._token.encode())
 
     async def __call__(self, scope: Scope, receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # the dashboard serves no websocket: nothing else gets past the guard
+            await send({"type": "websocket.close", "code": 1008})
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         if not self._host_ok(headers.get("host")):
