@@ -343,3 +343,37 @@ def test_slot_invalidated_by_max_slot_wal_keep_size_fails_clearly() -> None:
         src.close()
     finally:
         gen.close()
+
+
+def test_available_now_reads_every_change_committed_before_it_starts(tmp_path: Path) -> None:
+    """Commits acknowledged but not yet flushed (synchronous_commit=off; the WAL writer flushes
+    the last partial page only every wal_writer_delay) are read by an available-now run that
+    starts right after them, not left for the next run."""
+    import headrace as hr
+    from tests.services.fixtures import serve
+    from tests.services.postgres import LOGICAL_SETTINGS
+
+    gen = serve(Postgres(settings={**LOGICAL_SETTINGS, "synchronous_commit": "off", "wal_writer_delay": "10s"}))
+    pg = next(gen)
+    opts = {"url": pg.dsn, "dbtable": "t", "slotName": "s_avail", "publicationName": "p_avail"}
+
+    def run() -> int:
+        q = (hr.read_stream.format("postgresql").options(opts).load()
+             .write_stream.format("memory").query_name("avail")
+             .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start())  # fmt: skip
+        q.await_termination()
+        return sum(int(p["numInputRows"]) for p in q.recent_progress)
+
+    try:
+        import psycopg
+
+        with psycopg.connect(pg.dsn, autocommit=True) as c:
+            c.execute("CREATE TABLE t (id int PRIMARY KEY, v int)")
+            c.execute("INSERT INTO t SELECT g, g FROM generate_series(1, 10) g")
+            assert run() == 10  # the snapshot
+            for round_ in range(3):
+                for i in range(1, 11):  # ten acknowledged commits: 40 messages in the slot, with their relation
+                    c.execute("UPDATE t SET v = v + 1 WHERE id = %s", (i,))
+                assert run() == 20, f"round {round_}"  # each update: its pre- and post-image
+    finally:
+        gen.close()

@@ -165,8 +165,26 @@ class LakebaseChangeSource(SnapshotPhase, Source):
         return ReadLimit(max_rows=self.max_changes)
 
     def prepare_for_available_now(self) -> bool:
-        """Record the WAL position now: no batch goes past it. Called once per available-now run."""
-        row = self._run(lambda c: c.execute("SELECT pg_current_wal_lsn()::text").fetchone())
+        """Record the WAL position now: no batch goes past it, and every transaction committed
+        before this call is read. Called once per available-now run, on the driver.
+
+        A commit acknowledged under ``synchronous_commit=off`` may not be flushed yet, and
+        logical decoding reads only flushed WAL (the WAL writer flushes a last partial page only
+        every ``wal_writer_delay``), so the position is taken after a synchronous commit that
+        wrote WAL, which flushes the WAL of every earlier commit: a transactional logical
+        decoding message (prefix ``headrace.available_now``, empty; pgoutput, without its
+        ``messages`` option, sends nothing for it) committed with ``SET LOCAL
+        synchronous_commit = on``. The position is then the flushed end of the WAL."""
+        if self.snapshot_mode == "initial_only":
+            return True
+
+        def mark(conn: Conn) -> Any:
+            with conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit = on")
+                conn.execute("SELECT pg_logical_emit_message(true, 'headrace.available_now', '')")
+            return conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+
+        row = self._run(mark)
         self._available_now = parse_lsn(str(row[0]))
         return True
 
