@@ -203,3 +203,25 @@ def test_a_count_query_restarted_as_sum_is_refused_by_the_query(backend: str, tm
     assert sorted((r["user"], r["n"]) for r in first.to_pylist()) == [("a", 2), ("b", 1)]
     with pytest.raises(CheckpointError, match=r"aggregates: \[count\(\*\)\] before, \[sum\(value\)\] now"):
         _run_query(name, tmp_path / "chk", backend, lambda s: s.group_by("user").agg("sum(value) AS n"), rows)
+
+
+@pytest.mark.parametrize(("first", "changed", "step"), [
+    (lambda s: s.group_by("user").agg("count(*) AS n"),
+     lambda s: s.with_column("v2", "value * 2").group_by("user").agg("count(*) AS n"), 1),
+    (lambda s: s.drop_duplicates("user"), lambda s: s.drop_duplicates("user").group_by("user").agg("count(*) AS n"), 1),
+], ids=["a-step-added-before-it", "a-stateful-operator-added"])  # fmt: skip
+def test_a_stateful_operator_without_state_in_a_query_that_ran_is_refused_at_start(
+    backend: str, tmp_path: Path, first: Callable[[hr.StreamFrame], hr.StreamFrame],
+    changed: Callable[[hr.StreamFrame], hr.StreamFrame], step: int,
+) -> None:  # fmt: skip
+    name = f"spec-{uuid.uuid4().hex[:6]}"
+    rows = [pa.table({"user": ["a", "b", "a"], "value": [1, 2, 3]}, schema=SCHEMA)]
+    _run_query(name, tmp_path / "chk", backend, first, rows)
+    with pytest.raises(CheckpointError) as e:
+        _run_query(name, tmp_path / "chk", backend, changed, rows)
+    msg = str(e.value)
+    assert f"state/{step} has no state, but the query already committed batch 0" in msg
+    assert f"(step {step} of the query's plan)" in msg and "this checkpoint holds state/0: " in msg
+    assert "new checkpointLocation" in msg
+    assert not (tmp_path / "chk" / "state" / str(step) / "metadata").exists()  # nothing written for it
+    _run_query(name, tmp_path / "chk", backend, first, rows)  # the query as it was still runs

@@ -5,7 +5,7 @@ Everything that can be wrong in a query's definition is raised here, before any 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -96,8 +96,10 @@ def setup_query(q: StreamingQuery) -> None:
 def operator_context(q: StreamingQuery, index: int, op: Operator) -> OperatorContext:
     """The context of the plan's operator number ``index`` (its state folder, options)."""
     assert q._checkpoint is not None and q._runner is not None
-    options = {"checkpointFsync": q._fsync, "stateSnapshotInterval": q._snapshot_interval,
-               **q._runner.operator_options(index)}  # fmt: skip
+    options: dict[str, Any] = {"checkpointFsync": q._fsync, "stateSnapshotInterval": q._snapshot_interval,
+                               **q._runner.operator_options(index)}  # fmt: skip
+    if op.stateful:
+        options["lastCommittedBatch"] = max(q._checkpoint.committed_ids(), default=-1)
     return OperatorContext(
         index=index,
         query_id=q.id,

@@ -57,7 +57,9 @@ class OperatorContext:
     ``stateStore`` (``memory`` or ``rocksdb``). ``retain`` is how many state versions to keep
     (the checkpoint's retention). ``output_mode`` is the query's. ``options`` carries the
     writer options ``checkpointFsync`` and ``stateSnapshotInterval`` (parsed: a bool, an int of
-    at least 1) and, after a ``with_watermark``, its ``watermarkColumn`` and ``watermarkDelayMs``.
+    at least 1), for stateful operators ``lastCommittedBatch`` (the checkpoint's last committed
+    batch id, ``-1`` for none) and, after a ``with_watermark``, its ``watermarkColumn`` and
+    ``watermarkDelayMs``.
     """
 
     index: int

@@ -4,13 +4,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from abc import abstractmethod
 from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from headrace.errors import HeadraceError, UnsupportedError
+from headrace.errors import CheckpointError, HeadraceError, UnsupportedError
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 
 __all__ = ["OUTPUT_MODES", "StatefulOperator"]
@@ -78,6 +79,9 @@ class StatefulOperator(Operator):
         key_schema, value_schema = self._state_schemas()
         self._context = context
         opts = context.options or {}
+        last = opts.get("lastCommittedBatch")
+        if last is not None and int(last) >= 0 and not os.path.lexists(os.path.join(context.state_path, "metadata")):
+            raise CheckpointError(self._no_state_message(context, int(last)))
         self._store = open_state_store(
             context.state_backend,
             context.state_path,
@@ -90,6 +94,29 @@ class StatefulOperator(Operator):
             operator_spec=self.state_spec(),
             query_id=context.query_id,
             operator_id=f"{context.index}:{self.operator_name}",
+        )
+
+    def _no_state_message(self, context: OperatorContext, last: int) -> str:
+        """Why a query that committed batch ``last`` has no state for this operator: it was
+        added, or it moved in the plan (its folder is its step's index)."""
+        import json
+
+        assert context.state_path is not None
+        parent = os.path.dirname(context.state_path)
+        held = []
+        for name in sorted(os.listdir(parent), key=lambda n: (len(n), n)) if os.path.isdir(parent) else []:
+            try:
+                with open(os.path.join(parent, name, "metadata"), "rb") as f:
+                    doc = json.loads(f.read())
+                held.append(f"state/{name}: {doc.get('operator') if isinstance(doc, dict) else '?'}")
+            except (OSError, ValueError):
+                continue
+        return (
+            f"state folder {context.state_path} has no state, but the query already committed batch {last}: "
+            f"{self.describe()} (step {context.index} of the query's plan) did not run there, so it was added to the "
+            "query, or steps before it were added or removed (state is kept per step; this checkpoint holds "
+            f"{', '.join(held) if held else 'no other state'}), and state cannot be carried over to the changed query. "
+            "Fix: start it with a new checkpointLocation, or run the query unchanged on this checkpoint"
         )
 
     @property
