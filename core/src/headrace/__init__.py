@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
     from headrace import connectors as connectors
     from headrace import engine as engine
     from headrace import errors as errors
+    from headrace import functions as functions
     from headrace import history as history
     from headrace import options as options
     from headrace import plugins as plugins
@@ -32,7 +33,14 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
     from headrace import protocols as protocols
     from headrace import query as query
     from headrace import transforms as transforms
-    from headrace.api import DataStreamReader, DataStreamWriter, GroupedStream, StreamFrame, read_stream
+    from headrace.api import (
+        DataStreamReader,
+        DataStreamWriter,
+        GroupedStream,
+        StreamFrame,
+        read_stream,
+        readStream,
+    )
     from headrace.connectors.memory import memory_table
     from headrace.errors import (
         CheckpointError,
@@ -74,6 +82,7 @@ __all__ = [
     "UnsupportedError",
     "memory_table",
     "read",
+    "readStream",
     "read_stream",
     "registry",
     "session_window",
@@ -88,6 +97,7 @@ _LAZY: dict[str, str] = {
     "GroupedStream": "headrace.api",
     "StreamFrame": "headrace.api",
     "read_stream": "headrace.api",
+    "readStream": "headrace.api",
     "memory_table": "headrace.connectors.memory",
     "CheckpointError": "headrace.errors",
     "ConnectorNotFoundError": "headrace.errors",
@@ -112,8 +122,8 @@ _LAZY: dict[str, str] = {
 # Subpackages that an eager ``import headrace`` used to load as a side effect: ``hr.progress``
 # and the like keep working without an explicit ``import headrace.progress``.
 _SUBMODULES = frozenset(
-    {"api", "checkpoint", "connectors", "engine", "errors", "history", "options", "plugins", "progress",
-     "protocols", "query", "transforms"}
+    {"api", "checkpoint", "connectors", "engine", "errors", "functions", "history", "options", "plugins",
+     "progress", "protocols", "query", "transforms"}
 )
 
 

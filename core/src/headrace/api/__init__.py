@@ -34,7 +34,7 @@ from headrace.api.builder_options import (  # noqa: F401  (importable from here,
     parse_schema,
 )
 from headrace.api.frame import GroupedStream, StreamFrame
-from headrace.api.reader import DataStreamReader, read_stream
+from headrace.api.reader import DataStreamReader, read_stream, readStream
 from headrace.api.triggers import MAX_TRIGGER_INTERVAL, TRIGGER_KINDS, make_trigger  # noqa: F401
 from headrace.api.writer import (  # noqa: F401
     _NO_CHECKPOINT_NEEDED,
@@ -43,6 +43,6 @@ from headrace.api.writer import (  # noqa: F401
     DataStreamWriter,
 )
 
-__all__ = ["DataStreamReader", "DataStreamWriter", "GroupedStream", "StreamFrame", "read_stream"]
+__all__ = ["DataStreamReader", "DataStreamWriter", "GroupedStream", "StreamFrame", "readStream", "read_stream"]
 
 log = logging.getLogger(__name__)

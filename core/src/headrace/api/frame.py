@@ -20,6 +20,7 @@ from headrace.transforms.frame import FrameSteps
 from headrace.transforms.operator import Operator
 
 if TYPE_CHECKING:
+    from headrace.functions import Column
     from headrace.transforms.static import StaticFrame
 
 __all__ = ["GroupedStream", "StreamFrame"]
@@ -83,7 +84,11 @@ class StreamFrame(FrameSteps):
         ``.agg("count(*) AS n", "sum(amount) AS total")`` or ``.count()``."""
         if not keys:
             raise HeadraceError("group_by() needs at least one key: a column name or hr.window(...)")
-        return GroupedStream(self, tuple(keys))
+        from headrace.functions import Column, name_of
+
+        if len(keys) == 1 and isinstance(keys[0], list | tuple):
+            keys = tuple(keys[0])  # PySpark's groupBy(["a", "b"])
+        return GroupedStream(self, tuple(name_of(k, "group_by()") if isinstance(k, Column) else k for k in keys))
 
     def drop_duplicates(self, *cols: str) -> StreamFrame:
         """Keep the first row of each distinct ``cols`` (all columns if none) across the whole
@@ -108,7 +113,7 @@ class StreamFrame(FrameSteps):
             DropDuplicatesOperator(list(cols), within_watermark=True, watermark_column=column)
         )
 
-    def join(self, other: StaticFrame | pa.Table, on: str | list[str], how: str = "inner") -> StreamFrame:
+    def join(self, other: StaticFrame | pa.Table, on: str | list[str] | Column, how: str = "inner") -> StreamFrame:
         """Join each micro-batch with a static table: a ``StaticFrame`` (``hr.read...load()``)
         or a ``pyarrow.Table``, read once when the query starts (later changes to it are not
         seen until the query restarts). ``on``: key column(s) or a SQL condition over
@@ -123,11 +128,56 @@ class StreamFrame(FrameSteps):
             )
         if not isinstance(other, StaticFrame | pa.Table):
             raise HeadraceError(f"join() takes a StaticFrame or a pyarrow.Table, not {type(other).__name__}")
+        from headrace.functions import Column
+
+        if isinstance(on, Column):
+            on = on.column_name if on.column_name is not None else on.sql
         return self._with_step(StreamStaticJoinOperator(other, on, how))
 
     @property
     def write_stream(self) -> DataStreamWriter:
+        """The writer builder of this stream (``.format(...)...start()``)."""
         return DataStreamWriter(self)
+
+    # PySpark's spellings (``df.groupBy(...)`` runs as written)
+    @property
+    def writeStream(self) -> DataStreamWriter:
+        """PySpark's name of :attr:`write_stream`."""
+        return DataStreamWriter(self)
+
+    def withWatermark(self, eventTime: str, delayThreshold: str | float) -> StreamFrame:
+        """PySpark's name of :meth:`with_watermark`."""
+        return self.with_watermark(eventTime, delayThreshold)
+
+    def groupBy(self, *keys: Any) -> GroupedStream:
+        """PySpark's name of :meth:`group_by` (column names, ``col(...)``, windows, or one list)."""
+        return self.group_by(*keys)
+
+    groupby = groupBy
+
+    def dropDuplicates(self, *subset: list[str] | tuple[str, ...] | str | None) -> StreamFrame:
+        """PySpark's ``dropDuplicates(["a", "b"])`` (or ``("a", "b")``, or none for all
+        columns): :meth:`drop_duplicates`."""
+        return self.drop_duplicates(*_subset(subset, "dropDuplicates"))
+
+    def dropDuplicatesWithinWatermark(self, *subset: list[str] | tuple[str, ...] | str | None) -> StreamFrame:
+        """PySpark's ``dropDuplicatesWithinWatermark(["a"])``: :meth:`drop_duplicates_within_watermark`."""
+        return self.drop_duplicates_within_watermark(*_subset(subset, "dropDuplicatesWithinWatermark"))
+
+    def unionByName(self, other: StreamFrame) -> StreamFrame:
+        """PySpark's ``unionByName``: :meth:`union` (headrace's union already needs the same
+        column names and types on both sides)."""
+        return self.union(other)
+
+
+def _subset(args: tuple[Any, ...], what: str) -> tuple[str, ...]:
+    """Column names from PySpark's forms: ``(None,)``/``()`` (all columns), one list, or names."""
+    subset: Any = args[0] if len(args) == 1 and (args[0] is None or isinstance(args[0], list | tuple)) else args
+    if subset is None:
+        return ()
+    if isinstance(subset, list | tuple) and all(isinstance(c, str) for c in subset):
+        return tuple(subset)
+    raise HeadraceError(f"{what}() takes a list of column names (or none for all columns), not {subset!r}")
 
 
 @dataclass(frozen=True)
@@ -137,16 +187,44 @@ class GroupedStream:
     _frame: StreamFrame
     _keys: tuple[Any, ...]
 
-    def agg(self, *exprs: str) -> StreamFrame:
+    def agg(self, *exprs: str | Column) -> StreamFrame:
         """SQL aggregate expressions, e.g. ``agg("count(*) AS n", "sum(amount) AS total")``
-        (count, sum, min, max, avg and the others listed in docs/transforms_state.md)."""
+        (count, sum, min, max, avg and the others listed in docs/transforms_state.md), or
+        ``headrace.functions`` Columns (``agg(F.count("*").alias("n"))``, the same plan)."""
         if not exprs:
             raise HeadraceError("agg() needs at least one aggregate expression, e.g. agg('count(*) AS n')")
+        from headrace.functions import sql_of
         from headrace.transforms.aggregate import AggregateOperator
 
-        op = AggregateOperator(list(self._keys), list(exprs), watermark_column=self._frame._watermark_column())
+        texts = [sql_of(e, "agg()") for e in exprs]
+        op = AggregateOperator(list(self._keys), texts, watermark_column=self._frame._watermark_column())
         return self._frame._with_step(op)
 
     def count(self) -> StreamFrame:
         """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""
         return self.agg("count(*) AS count")
+
+    def _each(self, fn: str, cols: tuple[str, ...]) -> StreamFrame:
+        if not cols:
+            raise HeadraceError(f"{fn}() on a grouped stream needs column names, e.g. {fn}('amount')")
+        from headrace.transforms.expressions import is_identifier, quote_ident
+
+        return self.agg(*(f"{fn}({c if is_identifier(c) else quote_ident(c)})" for c in cols))
+
+    def sum(self, *cols: str) -> StreamFrame:
+        """PySpark's ``groupBy(...).sum("a", "b")``: columns ``sum(a)``, ``sum(b)``."""
+        return self._each("sum", cols)
+
+    def avg(self, *cols: str) -> StreamFrame:
+        """PySpark's ``groupBy(...).avg("a")``: a column ``avg(a)``."""
+        return self._each("avg", cols)
+
+    mean = avg
+
+    def min(self, *cols: str) -> StreamFrame:
+        """PySpark's ``groupBy(...).min("a")``: a column ``min(a)``."""
+        return self._each("min", cols)
+
+    def max(self, *cols: str) -> StreamFrame:
+        """PySpark's ``groupBy(...).max("a")``: a column ``max(a)``."""
+        return self._each("max", cols)

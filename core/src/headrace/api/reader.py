@@ -19,7 +19,7 @@ from headrace.errors import HeadraceError, redact
 from headrace.plugins import registry
 from headrace.query import SourcePlan
 
-__all__ = ["DataStreamReader", "read_stream"]
+__all__ = ["DataStreamReader", "readStream", "read_stream"]
 
 log = logging.getLogger(__name__)
 
@@ -95,3 +95,7 @@ class DataStreamReader:
 
 read_stream = DataStreamReader()
 """The entry point: ``hr.read_stream.format(...)``."""
+
+readStream = read_stream
+"""PySpark's name of :data:`read_stream`: ``hr.readStream.format(...)`` (so a snippet's
+``spark.readStream`` runs with ``spark = hr``)."""

@@ -158,6 +158,25 @@ class DataStreamWriter:
         """Call ``fn(progress)`` after every batch (on the query's thread)."""
         return replace(self, _progress_callbacks=(*self._progress_callbacks, fn))
 
+    # PySpark's spellings (``.writeStream.outputMode("update")`` runs as written)
+    def outputMode(self, outputMode: str) -> DataStreamWriter:
+        """PySpark's name of :meth:`output_mode`."""
+        return self.output_mode(outputMode)
+
+    def queryName(self, queryName: str) -> DataStreamWriter:
+        """PySpark's name of :meth:`query_name`."""
+        return self.query_name(queryName)
+
+    def partitionBy(self, *cols: str | list[str]) -> DataStreamWriter:
+        """PySpark's name of :meth:`partition_by` (names, or one list of them)."""
+        names = cols[0] if len(cols) == 1 and isinstance(cols[0], list | tuple) else cols
+        return self.partition_by(*(str(c) for c in names))
+
+    def foreachBatch(self, func: Callable[[pa.Table, int], None]) -> DataStreamWriter:
+        """PySpark's name of :meth:`foreach_batch`; ``func`` gets a ``pyarrow.Table`` (not a
+        Spark DataFrame) and the batch id."""
+        return self.foreach_batch(func)
+
     def start(self, path: str | None = None) -> StreamingQuery:
         """Validate every option (source and sink, all problems at once), then open the
         checkpoint, build source and sink, and start the query in a background thread."""

@@ -211,6 +211,35 @@ class StreamingQuery:
         if self._exception is not None:
             raise self._exception
 
+    # ------------------------------------------------------------------ PySpark's spellings
+    @property
+    def isActive(self) -> bool:
+        """PySpark's name of :attr:`is_active`."""
+        return self.is_active
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        """PySpark's name of :attr:`last_progress` (the same dict, Spark's keys)."""
+        return self.last_progress
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        """PySpark's name of :attr:`recent_progress`."""
+        return self.recent_progress
+
+    @property
+    def runId(self) -> str:
+        """PySpark's name of :attr:`run_id`."""
+        return self.run_id
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        """PySpark's name of :meth:`await_termination` (called on the caller's thread, blocks)."""
+        return self.await_termination(timeout)
+
+    def processAllAvailable(self, timeout: float | None = None) -> None:
+        """PySpark's name of :meth:`process_all_available` (called on the caller's thread, blocks)."""
+        self.process_all_available(timeout)
+
     def __repr__(self) -> str:
         return redact(f"StreamingQuery(name={self.name!r}, id={self.id!r}, active={self.is_active})")
 

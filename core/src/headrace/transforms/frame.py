@@ -9,13 +9,16 @@ or a stream read with ``.schema(...)``), every step is also checked against it a
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any, Self
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow as pa
 
 from headrace.errors import HeadraceError
 from headrace.transforms.operator import Operator
+
+if TYPE_CHECKING:
+    from headrace.functions import Column
 
 __all__ = ["FrameSteps"]
 
@@ -53,10 +56,13 @@ class FrameSteps(ABC):
 
         return self._with_step(MapBatchesOperator(fn, schema=schema))
 
-    def filter(self, condition: Callable[[pa.Table], Any] | str) -> Self:
-        """Keep the rows where ``condition`` holds: a SQL condition (``"amount > 0"``, as
-        :meth:`where`) or a function of the table returning a boolean Arrow array."""
-        if isinstance(condition, str):
+    def filter(self, condition: Callable[[pa.Table], Any] | str | Column) -> Self:
+        """Keep the rows where ``condition`` holds: a SQL condition (``"amount > 0"`` or
+        ``col("amount") > 0``, as :meth:`where`) or a function of the table returning a boolean
+        Arrow array."""
+        from headrace.functions import Column
+
+        if isinstance(condition, str | Column):
             return self.where(condition)
         if not callable(condition):
             raise HeadraceError(f"filter() takes a SQL condition (str) or a function; got {type(condition).__name__}")
@@ -64,28 +70,45 @@ class FrameSteps(ABC):
 
         return self._with_step(FilterFunctionOperator(condition))
 
-    def where(self, condition: str) -> Self:
+    def where(self, condition: str | Column) -> Self:
         """Keep the rows where the SQL ``condition`` is true (NULL counts as false), e.g.
         ``where("body IS NOT NULL AND amount > 0")``. Spark's ``where``/``filter``."""
+        from headrace.functions import sql_of
         from headrace.transforms.stateless import SqlOperator, where_query
 
+        condition = sql_of(condition, "where()")
         return self._with_step(SqlOperator(where_query(condition), what=f"where({condition!r})"))
 
-    def select_expr(self, *exprs: str) -> Self:
+    def select_expr(self, *exprs: str | Column) -> Self:
         """One output column per SQL expression, e.g.
         ``select_expr("CAST(key AS VARCHAR) AS user", "amount * 2 AS double")``. Spark's
         ``selectExpr``."""
         if not exprs:
             raise HeadraceError("select_expr() needs at least one expression, e.g. select_expr('*')")
+        from headrace.functions import sql_of
         from headrace.transforms.stateless import SqlOperator, select_expr_query
 
-        what = f"select_expr({', '.join(map(repr, exprs))})"
-        return self._with_step(SqlOperator(select_expr_query(exprs), what=what))
+        texts = tuple(sql_of(e, "select_expr()") for e in exprs)
+        what = f"select_expr({', '.join(map(repr, texts))})"
+        return self._with_step(SqlOperator(select_expr_query(texts), what=what))
 
-    def select(self, *cols: str) -> Self:
-        """Keep these columns, in this order (names, not expressions: see :meth:`select_expr`)."""
+    def select(self, *cols: str | Column) -> Self:
+        """Keep these columns, in this order (names, not expressions: see :meth:`select_expr`).
+        PySpark's Columns work too: ``col("a")`` is the name ``a``; any other Column
+        (``expr("x * 2 AS y")``, ``col("x").alias("y")``) makes the step a :meth:`select_expr`."""
         if not cols:
             raise HeadraceError("select() needs at least one column name")
+        from headrace.functions import Column
+
+        if any(isinstance(c, Column) and c.column_name is None for c in cols):
+            from headrace.transforms.expressions import quote_ident
+
+            return self.select_expr(*(c if isinstance(c, Column) else "*" if c == "*" else quote_ident(c)
+                                      for c in cols))  # fmt: skip
+        names = tuple(c.column_name or c.sql if isinstance(c, Column) else str(c) for c in cols)
+        return self._select_names(names)
+
+    def _select_names(self, cols: tuple[str, ...]) -> Self:
         if "*" in cols:
             from headrace.transforms.expressions import quote_ident
 
@@ -94,12 +117,13 @@ class FrameSteps(ABC):
 
         return self._with_step(SelectColumnsOperator(cols))
 
-    def with_column(self, name: str, expr: str) -> Self:
+    def with_column(self, name: str, expr: str | Column) -> Self:
         """Add column ``name`` computed by the SQL ``expr`` (replacing it if it exists), e.g.
         ``with_column("amount", "CAST(json_extract_string(body, '$.amount') AS DOUBLE)")``."""
+        from headrace.functions import sql_of
         from headrace.transforms.stateless import WithColumnOperator
 
-        return self._with_step(WithColumnOperator(name, expr))
+        return self._with_step(WithColumnOperator(name, sql_of(expr, f"with_column({name!r}, ...)")))
 
     def with_column_renamed(self, existing: str, new: str) -> Self:
         """Rename a column (a missing one is ignored, as in Spark)."""
@@ -119,3 +143,31 @@ class FrameSteps(ABC):
         from headrace.transforms.stateless import SqlOperator
 
         return self._with_step(SqlOperator(query, what=f"sql({query!r})"))
+
+    # PySpark's spellings (``df.selectExpr(...)`` runs as written)
+    def selectExpr(self, *exprs: str | Column) -> Self:
+        """PySpark's name of :meth:`select_expr`."""
+        return self.select_expr(*exprs)
+
+    def withColumn(self, name: str, expr: str | Column) -> Self:
+        """PySpark's name of :meth:`with_column`."""
+        return self.with_column(name, expr)
+
+    def withColumnRenamed(self, existing: str, new: str) -> Self:
+        """PySpark's name of :meth:`with_column_renamed`."""
+        return self.with_column_renamed(existing, new)
+
+    def mapInArrow(self, fn: Callable[[Iterator[pa.RecordBatch]], Iterable[pa.RecordBatch]],
+                   schema: pa.Schema | str) -> Self:  # fmt: skip
+        """PySpark's ``mapInArrow(fn, schema)``: ``fn`` takes an iterator of record batches and
+        yields record batches of ``schema`` (a ``pyarrow.Schema`` or a DDL string); run as
+        :meth:`map_batches` over each record batch, on the reading threads."""
+        from headrace.api.builder_options import parse_schema
+
+        out = parse_schema(schema)
+
+        def apply(table: pa.Table) -> pa.Table:
+            batches = list(fn(iter(table.to_batches())))
+            return pa.Table.from_batches(batches, schema=out) if batches else out.empty_table()
+
+        return self.map_batches(apply, schema=out)
