@@ -57,6 +57,15 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
     from headrace.progress import QueryProgress
     from headrace.query import StreamingQuery, Trigger
     from headrace.transforms.static import DataFrameReader, StaticFrame, read
+    from headrace.transforms.transform_with_state import (
+        ExpiredTimerInfo,
+        ListState,
+        MapState,
+        StatefulProcessor,
+        StatefulProcessorHandle,
+        TimerValues,
+        ValueState,
+    )
     from headrace.transforms.window import session_window, window
 
 __version__ = "0.1.0"
@@ -68,18 +77,25 @@ __all__ = [
     "DataLossError",
     "DataStreamReader",
     "DataStreamWriter",
+    "ExpiredTimerInfo",
     "GroupedStream",
     "HeadraceError",
+    "ListState",
+    "MapState",
     "OptionsError",
     "PluginError",
     "QueryProgress",
     "SchemaChangedError",
+    "StatefulProcessor",
+    "StatefulProcessorHandle",
     "StaticFrame",
     "StreamFrame",
     "StreamingQuery",
     "StreamingQueryException",
+    "TimerValues",
     "Trigger",
     "UnsupportedError",
+    "ValueState",
     "memory_table",
     "read",
     "readStream",
@@ -117,6 +133,13 @@ _LAZY: dict[str, str] = {
     "read": "headrace.transforms.static",
     "session_window": "headrace.transforms.window",
     "window": "headrace.transforms.window",
+    "ExpiredTimerInfo": "headrace.transforms.transform_with_state",
+    "ListState": "headrace.transforms.transform_with_state",
+    "MapState": "headrace.transforms.transform_with_state",
+    "StatefulProcessor": "headrace.transforms.transform_with_state",
+    "StatefulProcessorHandle": "headrace.transforms.transform_with_state",
+    "TimerValues": "headrace.transforms.transform_with_state",
+    "ValueState": "headrace.transforms.transform_with_state",
 }
 
 # Subpackages that an eager ``import headrace`` used to load as a side effect: ``hr.progress``

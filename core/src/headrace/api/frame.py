@@ -204,6 +204,38 @@ class GroupedStream:
         """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""
         return self.agg("count(*) AS count")
 
+    def transform_with_state(
+        self,
+        processor: Any,
+        output_schema: Any,
+        output_mode: str = "append",
+        time_mode: str = "none",
+        initial_state: Any = None,
+        event_time_column_name: str = "",
+    ) -> StreamFrame:
+        """Spark 4's ``transformWithState``: ``processor`` (an ``hr.StatefulProcessor``) is
+        called per grouping key with that key's rows of each batch, keeps value, list and map
+        state per key (optional TTL) and timers, and yields rows of ``output_schema`` (a DDL
+        string). ``output_mode``: ``append`` or ``update``; ``time_mode``: ``none``,
+        ``processing_time`` or ``event_time`` (after ``with_watermark``); ``initial_state``: a
+        static frame (or ``pyarrow.Table``) with the grouping columns, handed to
+        ``handle_initial_state`` in the first batch. See docs/transforms.md."""
+        from headrace.transforms.transform_with_state import TransformWithStateOperator
+
+        if event_time_column_name:
+            raise HeadraceError("transform_with_state: event_time_column_name (a watermark on the output, for a "
+                                "stateful operator after this one) is not supported; leave it out")  # fmt: skip
+        keys = [k for k in self._keys]
+        if not all(isinstance(k, str) for k in keys):
+            raise HeadraceError("transform_with_state groups by columns only: group_by(<column names>), not windows")
+        op = TransformWithStateOperator(keys, processor, output_schema, output_mode, time_mode,  # type: ignore[arg-type]
+                                        initial_state=initial_state,
+                                        watermark_column=self._frame._watermark_column())  # fmt: skip
+        return self._frame._with_step(op)
+
+    transformWithState = transform_with_state
+    transformWithStateInPandas = transform_with_state
+
     def _each(self, fn: str, cols: tuple[str, ...]) -> StreamFrame:
         if not cols:
             raise HeadraceError(f"{fn}() on a grouped stream needs column names, e.g. {fn}('amount')")

@@ -53,7 +53,7 @@ def run_loop(q: StreamingQuery) -> int | None:
             else:
                 ends = [e for e in entry.ends if e is not None]
                 run_batch(q, q._planner.plan(entry.batch_id, list(entry.starts), ends, replay=True,
-                                                   metadata=entry.metadata))  # fmt: skip
+                                             metadata=entry.metadata, wall=entry.timestamp_ms / 1000))  # fmt: skip
         assert q._checkpoint is not None
         latest, _ = q._checkpoint.latest()
         assert latest is not None and entry is not None
@@ -123,9 +123,15 @@ def needs_no_data_batch(q: StreamingQuery) -> bool:
     """Whether the watermark moved past the one the last batch ran with, in a plan with
     stateful operators, and one of them would then emit or evict in a batch without data
     (``Operator.needs_batch_at``: a batch that would change nothing is not run; its watermark
-    goes with the next batch, and the last commit marker already records it)."""
-    if not (q._runner is not None and q._runner.has_stateful and q._tracker.enabled
-            and q._tracker.watermark_ms != q._last_watermark):  # fmt: skip
+    goes with the next batch, and the last commit marker already records it); or, whatever
+    the watermark, when an operator has processing-time work due now
+    (``Operator.needs_batch_at_time``: timers, TTLs)."""
+    if q._runner is None or not q._runner.has_stateful:
+        return False
+    now_ms = int(time.time() * 1000)
+    if any(op.needs_batch_at_time(now_ms) for _, op in q._runner.stateful):
+        return True  # processing-time timers or TTLs due (transform_with_state)
+    if not (q._tracker.enabled and q._tracker.watermark_ms != q._last_watermark):
         return False
     wm = q._tracker.watermark_ms
     return wm is not None and any(op.needs_batch_at(wm) for _, op in q._runner.stateful)

@@ -44,6 +44,7 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     assert cp is not None and sink is not None and runner is not None
     batch_id = p.batch_id
     info = BatchInfo(batch_id, p.metadata.get("batchWatermarkMs") if q._tracker.enabled else None)
+    info.timestamp_ms = int(p.wall * 1000)  # offsets/<n>'s timestamp (a replay plans with the recorded one)
     q._current_batch = batch_id
     q._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}
     crash = q._crash

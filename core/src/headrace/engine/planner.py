@@ -83,13 +83,14 @@ class Planner:
 
     def plan(self, batch_id: int, starts: list[Offset], ends: list[Offset], *, t0: float | None = None,
              t_latest: float = 0.0, metadata: dict[str, Any] | None = None, replay: bool = False,
-             defer: bool = False) -> PlannedBatch:  # fmt: skip
+             defer: bool = False, wall: float | None = None) -> PlannedBatch:  # fmt: skip
         """Fix batch ``batch_id`` to ``[starts, ends)``: its offsets entry is handed to the
         checkpoint's writer (unless ``replay``: it is on disk; with ``defer`` the caller hands
-        it over, with others: :meth:`fill`)."""
+        it over, with others: :meth:`fill`). ``wall``: the batch's processing time (a replay
+        passes the one its entry records), else now."""
         q = self._q
         assert q._checkpoint is not None
-        wall = time.time()
+        wall = time.time() if wall is None else wall
         t0 = time.monotonic() if t0 is None else t0
         if metadata is None:
             metadata = q._tracker.metadata(int(wall * 1000))

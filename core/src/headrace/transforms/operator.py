@@ -83,6 +83,7 @@ class BatchInfo:
     watermark_ms: int | None = None
     real_time: bool = False
     dropped_by_watermark: int = 0
+    timestamp_ms: int | None = None  # the batch's processing time: offsets/<n>'s timestamp, kept on a replay
 
 
 class StateWrite(Protocol):
@@ -157,6 +158,13 @@ class Operator(ABC):
         ``shouldRunAnotherBatch``) only if some operator says so. Called between batches, on
         the query's thread, for stateful operators; this default says yes."""
         return True
+
+    def needs_batch_at_time(self, now_ms: int) -> bool:
+        """Whether a batch without data, run at processing time ``now_ms`` (epoch ms), would
+        emit rows or change state (processing-time timers, expired TTLs): the engine runs one
+        when the sources have no new data and some operator says so. Called between batches,
+        on the query's thread, for stateful operators; this default says no."""
+        return False
 
     def check_output_mode(self, mode: str) -> None:
         """Raise ``UnsupportedError`` with Spark's reason if this operator cannot run in the

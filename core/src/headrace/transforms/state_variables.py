@@ -1,0 +1,665 @@
+"""The state variables of ``transform_with_state`` (Spark 4's ``ValueState``, ``ListState``,
+``MapState``), the timers, and the handle a :class:`StatefulProcessor` declares them on.
+
+Each variable lives in its own state store (``<state>/vars/<name>/``, either backend), keyed by
+the grouping key; the timers live in the operator's own store. Per batch the operator fetches
+the rows of the keys the batch touches in one ``get`` per store (:meth:`_Variable.prefetch`),
+the processor reads and changes them in memory for the key it is called for (the *implicit
+key*, as in Spark), and the changed rows are written back in one ``put`` and one ``remove``
+per store (:meth:`_Variable.flush`). A row's ``order`` in its store is its earliest TTL expiry
+(timers: the earliest timer), so expiry and firing walk the stores' ordered index and cost
+what expires, not the state's size.
+
+Stored rows (``__value``, ``__items``, ``__entries``, ``__timers`` are columns of the store):
+
+- value state: ``__value`` (a struct of the variable's schema), ``__expires`` (ms, or null);
+- list state: ``__items``, a list of structs ``{value, expires}``;
+- map state: ``__entries``, a list of structs ``{key, value, expires}``;
+- timers: ``__timers``, the key's timer timestamps (ms), sorted.
+
+TTL is Spark's: an update sets the value's (element's, entry's) expiry to the batch's
+processing time plus the TTL; an expired value is not returned, and is removed at the end of
+the batch whose processing time reaches its expiry.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError, UnsupportedError
+
+if TYPE_CHECKING:
+    from headrace.state.store import StateStore
+
+__all__ = [
+    "ExpiredTimerInfo",
+    "ListState",
+    "MapState",
+    "StatefulProcessorHandle",
+    "TimerValues",
+    "ValueState",
+]
+
+NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+class TimerValues:
+    """The times of the batch a processor method is called in: ``current_processing_time_ms``
+    (the batch's timestamp, recorded in the checkpoint so a replay sees the same) and
+    ``current_watermark_ms`` (the event-time watermark of the batch, in ``event_time`` mode);
+    ``-1`` where the time mode has none (Spark's ``TimerValues``)."""
+
+    __slots__ = ("current_processing_time_ms", "current_watermark_ms")
+
+    def __init__(self, current_processing_time_ms: int = -1, current_watermark_ms: int = -1) -> None:
+        self.current_processing_time_ms = int(current_processing_time_ms)
+        self.current_watermark_ms = int(current_watermark_ms)
+
+    def get_current_processing_time_in_ms(self) -> int:
+        """PySpark's ``getCurrentProcessingTimeInMs``."""
+        return self.current_processing_time_ms
+
+    def get_current_watermark_in_ms(self) -> int:
+        """PySpark's ``getCurrentWatermarkInMs``."""
+        return self.current_watermark_ms
+
+    getCurrentProcessingTimeInMs = get_current_processing_time_in_ms
+    getCurrentWatermarkInMs = get_current_watermark_in_ms
+
+    def __repr__(self) -> str:
+        return f"TimerValues(processing={self.current_processing_time_ms}, watermark={self.current_watermark_ms})"
+
+
+class ExpiredTimerInfo:
+    """The timer ``handle_expired_timer`` is called for: ``expiry_time_ms``."""
+
+    __slots__ = ("expiry_time_ms",)
+
+    def __init__(self, expiry_time_ms: int) -> None:
+        self.expiry_time_ms = int(expiry_time_ms)
+
+    def get_expiry_time_in_ms(self) -> int:
+        """PySpark's ``getExpiryTimeInMs``."""
+        return self.expiry_time_ms
+
+    getExpiryTimeInMs = get_expiry_time_in_ms
+
+    def __repr__(self) -> str:
+        return f"ExpiredTimerInfo({self.expiry_time_ms})"
+
+
+def parse_state_schema(schema: Any, what: str) -> pa.Schema:
+    """A variable's schema: a DDL string (``"n BIGINT, ts TIMESTAMP"``), a ``pyarrow.Schema``,
+    or a ``pyarrow.DataType`` (one field ``value``). Raises ``HeadraceError`` naming it."""
+    from headrace.types import ddl_to_schema
+
+    if isinstance(schema, pa.Schema):
+        out = schema
+    elif isinstance(schema, pa.DataType):
+        out = pa.schema([pa.field("value", schema)])
+    elif isinstance(schema, str):
+        try:
+            out = ddl_to_schema(schema)
+        except ValueError as e:
+            raise HeadraceError(f"{what}: schema {schema!r}: {e}") from None
+    else:
+        raise HeadraceError(f"{what}: the schema must be a DDL string such as 'n BIGINT', not {type(schema).__name__}")
+    if not len(out):
+        raise HeadraceError(f"{what}: the schema {schema!r} has no fields; give at least one, e.g. 'n BIGINT'")
+    return out
+
+
+def parse_ttl(ttl: Any, what: str) -> int | None:
+    """A TTL in milliseconds: ``None`` (no TTL), a duration (``"1 hour"``, a ``timedelta``) or a
+    whole number of milliseconds (PySpark's ``ttlDurationMs``). Must be positive."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool):
+        raise HeadraceError(f"{what}: ttl={ttl!r} is not a duration; write e.g. ttl='1 hour' or ttl=3_600_000 (ms)")
+    if isinstance(ttl, int):
+        ms = ttl
+    else:
+        from headrace.options import Duration
+
+        try:
+            ms = round(Duration().parse(ttl) * 1000)
+        except ValueError as e:
+            raise HeadraceError(f"{what}: ttl: {e}") from None
+    if ms <= 0:
+        raise HeadraceError(f"{what}: ttl must be positive (Spark's STATEFUL_PROCESSOR_TTL_DURATION_MUST_BE_POSITIVE), "
+                            f"not {ttl!r}; leave it out for state that never expires")  # fmt: skip
+    return int(ms)
+
+
+def _spark_schema(schema: pa.Schema) -> str:
+    from headrace.types import arrow_to_spark_name
+
+    return ", ".join(f"{f.name} {arrow_to_spark_name(f.type)}" for f in schema)
+
+
+def _as_tuple(value: Any, schema: pa.Schema, what: str) -> tuple[Any, ...]:
+    """A value given by the processor as the tuple of its fields (PySpark's), a mapping by
+    field name, or, for a one-field schema, the bare value."""
+    if isinstance(value, Mapping):
+        missing = [n for n in schema.names if n not in value]
+        if missing:
+            raise HeadraceError(f"{what}: the value {value!r} has no field {', '.join(missing)} (schema: "
+                                f"{_spark_schema(schema)})")  # fmt: skip
+        return tuple(value[n] for n in schema.names)
+    if isinstance(value, tuple | list):
+        if len(value) != len(schema):
+            raise HeadraceError(f"{what}: the value {tuple(value)!r} has {len(value)} fields, the schema "
+                                f"{_spark_schema(schema)} has {len(schema)}")  # fmt: skip
+        return tuple(value)
+    if len(schema) == 1:
+        return (value,)
+    raise HeadraceError(f"{what}: give the value as a tuple of {_spark_schema(schema)}, not {value!r}")
+
+
+def _struct_dict(t: tuple[Any, ...] | None, schema: pa.Schema) -> dict[str, Any] | None:
+    return None if t is None else dict(zip(schema.names, t, strict=True))
+
+
+def _struct_tuple(d: Mapping[str, Any] | None, schema: pa.Schema) -> tuple[Any, ...] | None:
+    return None if d is None else tuple(d[n] for n in schema.names)
+
+
+class _Variable:
+    """A declared state variable: its store, and the rows of the batch's keys while it runs."""
+
+    kind = ""
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, schema: pa.Schema, ttl_ms: int | None) -> None:
+        self._handle = handle
+        self.name = name
+        self.schema = schema
+        self.ttl_ms = ttl_ms
+        self.store: StateStore | None = None
+        self._cache: dict[tuple[Any, ...], Any] = {}
+        self._dirty: set[tuple[Any, ...]] = set()
+
+    # -------------------------------------------------------------- what the store holds
+    def value_schema(self) -> pa.Schema:
+        raise NotImplementedError
+
+    def spec(self) -> str:
+        """How the operator's description records this variable (name, kind, schema; not
+        the TTL, which may change between runs as in Spark)."""
+        return f"{self.name}: {self.kind}<{_spark_schema(self.schema)}>"
+
+    def _decode(self, row: Mapping[str, Any] | None) -> Any:
+        raise NotImplementedError
+
+    def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
+        """The stored row of ``entry`` and its order (earliest expiry); ``(None, None)``: none."""
+        raise NotImplementedError
+
+    def _empty(self) -> Any:
+        raise NotImplementedError
+
+    def _unexpired(self, entry: Any, now: int) -> Any:
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- per batch
+    def reset(self) -> None:
+        self._cache.clear()
+        self._dirty.clear()
+
+    def prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
+        """Read the rows of ``keys`` (not yet cached) in one ``get``."""
+        assert self.store is not None
+        todo = [i for i, k in enumerate(keys) if k not in self._cache]
+        if not todo:
+            return
+        if len(todo) != len(keys):
+            key_table = key_table.take(pa.array(todo))
+        values, found = self.store.get(key_table)
+        rows = values.to_pylist()
+        for j, i in enumerate(todo):
+            self._cache[keys[i]] = self._decode(rows[j]) if found[j] else self._empty()
+
+    def _entry(self) -> Any:
+        key = self._handle._current_key()
+        try:
+            return self._cache[key]
+        except KeyError:
+            self.prefetch([key], self._handle._key_table([key]))
+            return self._cache[key]
+
+    def _set(self, entry: Any) -> None:
+        key = self._handle._current_key()
+        self._cache[key] = entry
+        self._dirty.add(key)
+
+    def _now(self) -> int:
+        return self._handle._timer_values.current_processing_time_ms
+
+    def _expiry(self) -> int | None:
+        return None if self.ttl_ms is None else self._now() + self.ttl_ms
+
+    def flush(self) -> None:
+        """Write the changed rows back: one ``put``, one ``remove``."""
+        assert self.store is not None
+        if not self._dirty:
+            return
+        put_keys, put_rows, put_order, gone = [], [], [], []
+        for key in self._dirty:
+            row, order = self._encode(self._cache[key])
+            if row is None:
+                gone.append(key)
+            else:
+                put_keys.append(key)
+                put_rows.append(row)
+                put_order.append(order)
+        if gone:
+            self.store.remove(self._handle._key_table(gone))
+        if put_keys:
+            values = pa.Table.from_pylist(put_rows, schema=self.value_schema())
+            self.store.put(self._handle._key_table(put_keys), values, pa.array(put_order, pa.int64()))
+        self._dirty.clear()
+
+    def expire(self, now: int) -> None:
+        """Remove what expired at processing time ``now``: the rows whose earliest expiry is
+        ``<= now`` are evicted, and those still holding unexpired items written back."""
+        assert self.store is not None
+        if self.ttl_ms is None and self.store.earliest_order() is None:
+            return
+        earliest = self.store.earliest_order()
+        if earliest is None or earliest > now:
+            return
+        out = self.store.evict(now)
+        if not out.num_rows:
+            return
+        keys = self._handle._keys_of(out)
+        for key, row in zip(keys, out.select(self.value_schema().names).to_pylist(), strict=True):
+            left = self._unexpired(self._decode(row), now)
+            self._cache[key] = left
+            self._dirty.add(key)
+        self.flush()
+
+    def purge(self) -> None:
+        """Remove every row (``handle.delete_if_exists``): reads the whole variable."""
+        assert self.store is not None
+        rows = self.store.scan()
+        if rows.num_rows:
+            self.store.remove(rows.select(self.store.key_schema.names))
+        self.reset()
+
+
+class ValueState(_Variable):
+    """One value per grouping key (Spark's ``ValueState``). Methods act on the key the
+    processor is being called for; call them from ``handle_input_rows``,
+    ``handle_expired_timer`` or ``handle_initial_state`` only, on the engine's thread."""
+
+    kind = "value"
+
+    def value_schema(self) -> pa.Schema:
+        return pa.schema([pa.field("__value", pa.struct(list(self.schema))), pa.field("__expires", pa.int64())])
+
+    def _decode(self, row: Mapping[str, Any] | None) -> Any:
+        if row is None or row.get("__value") is None:
+            return None
+        return (_struct_tuple(row["__value"], self.schema), row.get("__expires"))
+
+    def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
+        if entry is None:
+            return None, None
+        value, expires = entry
+        return {"__value": _struct_dict(value, self.schema), "__expires": expires}, expires
+
+    def _empty(self) -> Any:
+        return None
+
+    def _unexpired(self, entry: Any, now: int) -> Any:
+        if entry is None or (entry[1] is not None and entry[1] <= now):
+            return None
+        return entry
+
+    def exists(self) -> bool:
+        """Whether the key has a value (not expired)."""
+        return self._unexpired(self._entry(), self._now()) is not None
+
+    def get(self) -> tuple[Any, ...] | None:
+        """The key's value as a tuple of the schema's fields, or ``None``."""
+        entry = self._unexpired(self._entry(), self._now())
+        return None if entry is None else entry[0]
+
+    def update(self, value: Any) -> None:
+        """Set the key's value (a tuple of the schema's fields; for a one-field schema also the
+        bare value). Resets its TTL."""
+        self._set((_as_tuple(value, self.schema, f"value state {self.name!r}"), self._expiry()))
+
+    def clear(self) -> None:
+        """Remove the key's value."""
+        self._set(None)
+
+
+class ListState(_Variable):
+    """A list of values per grouping key (Spark's ``ListState``); each element has its own TTL."""
+
+    kind = "list"
+
+    def value_schema(self) -> pa.Schema:
+        item = pa.struct([pa.field("value", pa.struct(list(self.schema))), pa.field("expires", pa.int64())])
+        return pa.schema([pa.field("__items", pa.list_(item))])
+
+    def _decode(self, row: Mapping[str, Any] | None) -> Any:
+        items = (row or {}).get("__items") or []
+        return [(_struct_tuple(i["value"], self.schema), i["expires"]) for i in items]
+
+    def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
+        if not entry:
+            return None, None
+        expiries = [e for _, e in entry if e is not None]
+        items = [{"value": _struct_dict(v, self.schema), "expires": e} for v, e in entry]
+        return {"__items": items}, min(expiries) if expiries else None
+
+    def _empty(self) -> Any:
+        return []
+
+    def _unexpired(self, entry: Any, now: int) -> Any:
+        return [(v, e) for v, e in entry if e is None or e > now]
+
+    def exists(self) -> bool:
+        """Whether the key's list has an element (not expired)."""
+        return bool(self._unexpired(self._entry(), self._now()))
+
+    def get(self) -> Iterator[tuple[Any, ...]]:
+        """The key's elements, in order, each a tuple of the schema's fields."""
+        return iter([v for v, _ in self._unexpired(self._entry(), self._now())])
+
+    def put(self, values: Sequence[Any]) -> None:
+        """Replace the key's list (an empty list clears it)."""
+        exp = self._expiry()
+        self._set([(_as_tuple(v, self.schema, f"list state {self.name!r}"), exp) for v in values])
+
+    def append_value(self, value: Any) -> None:
+        """Append one element."""
+        self.append_list([value])
+
+    def append_list(self, values: Sequence[Any]) -> None:
+        """Append elements, in order."""
+        exp = self._expiry()
+        cur = self._unexpired(self._entry(), self._now())
+        self._set([*cur, *((_as_tuple(v, self.schema, f"list state {self.name!r}"), exp) for v in values)])
+
+    def clear(self) -> None:
+        """Remove the key's list."""
+        self._set([])
+
+    append = append_value
+    appendValue = append_value
+    appendList = append_list
+
+
+class MapState(_Variable):
+    """A map per grouping key (Spark's ``MapState``): user keys of ``user_key_schema`` to values
+    of ``schema``; each entry has its own TTL."""
+
+    kind = "map"
+
+    def __init__(self, handle: StatefulProcessorHandle, name: str, key_schema: pa.Schema, schema: pa.Schema,
+                 ttl_ms: int | None) -> None:  # fmt: skip
+        super().__init__(handle, name, schema, ttl_ms)
+        self.user_key_schema = key_schema
+
+    def spec(self) -> str:
+        return f"{self.name}: map<{_spark_schema(self.user_key_schema)} -> {_spark_schema(self.schema)}>"
+
+    def value_schema(self) -> pa.Schema:
+        entry = pa.struct([pa.field("key", pa.struct(list(self.user_key_schema))),
+                           pa.field("value", pa.struct(list(self.schema))), pa.field("expires", pa.int64())])  # fmt: skip
+        return pa.schema([pa.field("__entries", pa.list_(entry))])
+
+    def _decode(self, row: Mapping[str, Any] | None) -> Any:
+        entries = (row or {}).get("__entries") or []
+        return {_struct_tuple(e["key"], self.user_key_schema): (_struct_tuple(e["value"], self.schema), e["expires"])
+                for e in entries}  # fmt: skip
+
+    def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
+        if not entry:
+            return None, None
+        expiries = [e for _, e in entry.values() if e is not None]
+        rows = [{"key": _struct_dict(k, self.user_key_schema), "value": _struct_dict(v, self.schema), "expires": e}
+                for k, (v, e) in entry.items()]  # fmt: skip
+        return {"__entries": rows}, min(expiries) if expiries else None
+
+    def _empty(self) -> Any:
+        return {}
+
+    def _unexpired(self, entry: Any, now: int) -> Any:
+        return {k: (v, e) for k, (v, e) in entry.items() if e is None or e > now}
+
+    def _ukey(self, key: Any) -> tuple[Any, ...]:
+        return _as_tuple(key, self.user_key_schema, f"map state {self.name!r} key")
+
+    def _live(self) -> dict[tuple[Any, ...], tuple[Any, Any]]:
+        live: dict[tuple[Any, ...], tuple[Any, Any]] = self._unexpired(self._entry(), self._now())
+        return live
+
+    def exists(self) -> bool:
+        """Whether the key's map has an entry (not expired)."""
+        return bool(self._live())
+
+    def get_value(self, key: Any) -> tuple[Any, ...] | None:
+        """The value of user key ``key``, or ``None``."""
+        hit = self._live().get(self._ukey(key))
+        return None if hit is None else hit[0]
+
+    def contains_key(self, key: Any) -> bool:
+        """Whether user key ``key`` has a value."""
+        return self._ukey(key) in self._live()
+
+    def update_value(self, key: Any, value: Any) -> None:
+        """Set the value of user key ``key`` (resets that entry's TTL)."""
+        live = dict(self._live())
+        live[self._ukey(key)] = (_as_tuple(value, self.schema, f"map state {self.name!r} value"), self._expiry())
+        self._set(live)
+
+    def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        """``(user key, value)`` pairs, in insertion order."""
+        return iter([(k, v) for k, (v, _) in self._live().items()])
+
+    def keys(self) -> Iterator[tuple[Any, ...]]:
+        """The user keys."""
+        return iter(list(self._live()))
+
+    def values(self) -> Iterator[tuple[Any, ...]]:
+        """The values."""
+        return iter([v for v, _ in self._live().values()])
+
+    def remove_key(self, key: Any) -> None:
+        """Remove user key ``key`` (absent: nothing happens)."""
+        live = dict(self._live())
+        live.pop(self._ukey(key), None)
+        self._set(live)
+
+    def clear(self) -> None:
+        """Remove the key's map."""
+        self._set({})
+
+    getValue = get_value
+    containsKey = contains_key
+    updateValue = update_value
+    removeKey = remove_key
+
+
+class Timers(_Variable):
+    """The timers of each grouping key: sorted timestamps (ms), the earliest as the order."""
+
+    kind = "timers"
+
+    def value_schema(self) -> pa.Schema:
+        return pa.schema([pa.field("__timers", pa.list_(pa.int64()))])
+
+    def _decode(self, row: Mapping[str, Any] | None) -> Any:
+        return list((row or {}).get("__timers") or [])
+
+    def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
+        if not entry:
+            return None, None
+        return {"__timers": list(entry)}, entry[0]
+
+    def _empty(self) -> Any:
+        return []
+
+    def _unexpired(self, entry: Any, now: int) -> Any:
+        return entry
+
+    def register(self, ts: int) -> None:
+        cur = self._entry()
+        if ts not in cur:
+            self._set(sorted([*cur, ts]))
+
+    def delete(self, ts: int) -> None:
+        cur = self._entry()
+        if ts in cur:
+            self._set([t for t in cur if t != ts])
+
+    def list(self) -> list[int]:
+        return list(self._entry())
+
+    def expired(self, before: int) -> list[tuple[int, tuple[Any, ...]]]:
+        """Take the timers earlier than ``before`` (Spark fires a timer once the time passes
+        it): the rows whose earliest timer is earlier are evicted from the store and kept in
+        the cache (written back by :meth:`flush`); returns ``(timestamp, key)`` pairs in time
+        order."""
+        assert self.store is not None
+        earliest = self.store.earliest_order()
+        if earliest is None or earliest >= before:
+            return []
+        out = self.store.evict(before - 1)
+        fired: list[tuple[int, tuple[Any, ...]]] = []
+        for key, timers in zip(self._handle._keys_of(out), out.column("__timers").to_pylist(), strict=True):
+            self._cache[key] = list(timers or [])
+            self._dirty.add(key)  # evicted: written back with what is left
+            fired.extend((t, key) for t in timers or [] if t < before)
+        fired.sort(key=lambda p: p[0])
+        return fired
+
+
+class StatefulProcessorHandle:
+    """What a :class:`StatefulProcessor` declares its state on (in ``init``) and registers its
+    timers with (Spark's ``StatefulProcessorHandle``). Built by the operator once per query
+    run; ``get_*_state`` are called from ``init`` only; timers and ``delete_if_exists`` act
+    on the key the processor is being called for, on the engine's thread."""
+
+    def __init__(self, time_mode: str, key_schema: pa.Schema, *, declaring: bool = True) -> None:
+        self._time_mode = time_mode
+        self._key_schema = key_schema
+        self._variables: dict[str, _Variable] = {}
+        self._declaring = declaring
+        self._key: tuple[Any, ...] | None = None
+        self._timer_values = TimerValues()
+        self._timers = Timers(self, "__timers", pa.schema([pa.field("t", pa.int64())]), None)
+        self._purge: list[str] = []
+        self.real_time = False
+
+    # -------------------------------------------------------------- declarations (init)
+    def _declare(self, var: _Variable) -> Any:
+        what = f"{var.kind} state {var.name!r}"
+        if not self._declaring:
+            raise HeadraceError(f"{what}: state variables are declared in the processor's init(handle) only")
+        if not isinstance(var.name, str) or not NAME_RE.fullmatch(var.name):
+            raise HeadraceError(f"state variable name {var.name!r}: use letters, digits and '_' (up to 100, not "
+                                "starting with a digit), e.g. 'count'")  # fmt: skip
+        if var.name in self._variables:
+            raise HeadraceError(f"{what} is declared twice in init(); give each state variable its own name")
+        if var.ttl_ms is not None and self._time_mode == "none":
+            raise UnsupportedError(f"{what}: a TTL needs processing time, and time_mode is 'none' (Spark's "
+                                   "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE); use "
+                                   "time_mode='processing_time' or 'event_time', or drop the ttl")  # fmt: skip
+        self._variables[var.name] = var
+        return var
+
+    def get_value_state(self, name: str, schema: Any, ttl: Any = None, *, ttl_duration_ms: int | None = None
+                        ) -> ValueState:  # fmt: skip
+        """Declare a value state variable: ``schema`` a DDL string (``"n BIGINT"``), ``ttl`` a
+        duration (``"1 hour"``) or milliseconds."""
+        what = f"value state {name!r}"
+        t = parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
+        out: ValueState = self._declare(ValueState(self, name, parse_state_schema(schema, what), t))
+        return out
+
+    def get_list_state(self, name: str, schema: Any, ttl: Any = None, *, ttl_duration_ms: int | None = None
+                       ) -> ListState:  # fmt: skip
+        """Declare a list state variable (elements of ``schema``)."""
+        what = f"list state {name!r}"
+        t = parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
+        out: ListState = self._declare(ListState(self, name, parse_state_schema(schema, what), t))
+        return out
+
+    def get_map_state(self, name: str, user_key_schema: Any, value_schema: Any, ttl: Any = None, *,
+                      ttl_duration_ms: int | None = None) -> MapState:  # fmt: skip
+        """Declare a map state variable (user keys of ``user_key_schema`` to ``value_schema``)."""
+        what = f"map state {name!r}"
+        t = parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
+        ks, vs = parse_state_schema(user_key_schema, what + " key"), parse_state_schema(value_schema, what)
+        out: MapState = self._declare(MapState(self, name, ks, vs, t))
+        return out
+
+    def delete_if_exists(self, name: str) -> None:
+        """Remove every row of state variable ``name`` (Spark's ``deleteIfExists``): done at the
+        start of the run's first batch, once per run; nothing when no such variable is
+        declared."""
+        if name in self._variables and name not in self._purge:
+            self._purge.append(name)
+
+    # -------------------------------------------------------------- timers
+    def _check_timers(self, what: str) -> None:
+        if self._time_mode == "none":
+            raise UnsupportedError(f"{what}: timers need time_mode 'processing_time' or 'event_time', and this "
+                                   "transform_with_state has time_mode 'none' (Spark's "
+                                   "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE)")  # fmt: skip
+        if self._key is None:
+            raise HeadraceError(f"{what}: timers belong to a grouping key; call it from handle_input_rows, "
+                                "handle_expired_timer or handle_initial_state")  # fmt: skip
+
+    def register_timer(self, expiry_timestamp_ms: int) -> None:
+        """Register a timer for the current key at ``expiry_timestamp_ms`` (processing time or
+        event time, as the time mode says); it fires once the time passes it."""
+        self._check_timers("register_timer")
+        if isinstance(expiry_timestamp_ms, bool) or not isinstance(expiry_timestamp_ms, int):
+            raise HeadraceError(f"register_timer: {expiry_timestamp_ms!r} is not a timestamp in milliseconds (an int)")
+        self._timers.register(int(expiry_timestamp_ms))
+
+    def delete_timer(self, expiry_timestamp_ms: int) -> None:
+        """Delete the current key's timer at ``expiry_timestamp_ms`` (absent: nothing)."""
+        self._check_timers("delete_timer")
+        self._timers.delete(int(expiry_timestamp_ms))
+
+    def list_timers(self) -> Iterator[int]:
+        """The current key's timers, earliest first."""
+        self._check_timers("list_timers")
+        return iter(self._timers.list())
+
+    getValueState = get_value_state
+    getListState = get_list_state
+    getMapState = get_map_state
+    registerTimer = register_timer
+    deleteTimer = delete_timer
+    listTimers = list_timers
+    deleteIfExists = delete_if_exists
+
+    # -------------------------------------------------------------- for the operator
+    def _current_key(self) -> tuple[Any, ...]:
+        if self._key is None:
+            raise HeadraceError("state variables belong to a grouping key; use them from handle_input_rows, "
+                                "handle_expired_timer or handle_initial_state, not from init or close")  # fmt: skip
+        return self._key
+
+    def _key_table(self, keys: list[tuple[Any, ...]]) -> pa.Table:
+        cols = list(zip(*keys, strict=True)) if keys else [()] * len(self._key_schema)
+        return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(cols, self._key_schema, strict=True)],
+                                    schema=self._key_schema)  # fmt: skip
+
+    def _keys_of(self, table: pa.Table) -> list[tuple[Any, ...]]:
+        cols = [table.column(n).to_pylist() for n in self._key_schema.names]
+        return list(zip(*cols, strict=True)) if cols else []
+
+    def _all(self) -> list[_Variable]:
+        return [self._timers, *self._variables.values()]
