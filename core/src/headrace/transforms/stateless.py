@@ -123,7 +123,15 @@ class SqlOperator(Operator):
     ``what`` names the step in errors, e.g. ``where('amount > 0')``. The query is parsed when
     the step is defined and run on an empty table of the input schema at ``start()``."""
 
-    def __init__(self, query: str, *, what: str, check: bool = True) -> None:
+    def __init__(self, query: str, *, what: str, check: bool = True, dialect: str | None = None) -> None:
+        from headrace.transforms.spark_sql import SparkSql, current_sql_dialect, sql_dialect_name
+
+        self.dialect = sql_dialect_name(dialect) if dialect is not None else current_sql_dialect()
+        self.source = query
+        self.spark: SparkSql | None = None
+        if self.dialect == "spark" and check:  # translated at definition, again per input schema
+            self.spark = SparkSql(query, what=what)
+            query = self.spark.duckdb()
         self.query = query
         self.what = what
         if check:
@@ -134,7 +142,10 @@ class SqlOperator(Operator):
         return self.what
 
     def base_query(self, schema: pa.Schema) -> str:
-        """The step's query for an input of this schema, before Spark's casts are applied."""
+        """The step's query (DuckDB's dialect) for an input of this schema, before the binary
+        casts are applied: Spark SQL is translated with the input's column types known."""
+        if self.spark is not None:
+            return self.spark.duckdb(schema)
         return self.query
 
     def query_for(self, schema: pa.Schema) -> str:
@@ -203,7 +214,7 @@ class _FusedSql(SqlOperator):
     chunks, the steps' compiled forms run one after the other when every step has one."""
 
     def __init__(self, query: str, *, what: str, steps: Sequence[tuple[SqlOperator, pa.Schema]]) -> None:
-        super().__init__(query, what=what, check=False)
+        super().__init__(query, what=what, check=False, dialect="duckdb")
         self.steps = list(steps)
 
     def query_for(self, schema: pa.Schema) -> str:
@@ -231,13 +242,21 @@ class _FusedSql(SqlOperator):
 class WithColumnOperator(SqlOperator):
     """``with_column(name, expr)``: adds the column, or replaces it in place if it exists."""
 
-    def __init__(self, name: str, expr: str) -> None:
+    def __init__(self, name: str, expr: str, *, dialect: str | None = None) -> None:
+        from headrace.transforms.spark_sql import SparkSql, current_sql_dialect, sql_dialect_name
+
         self.column = name
         self.expr = expr
-        super().__init__(with_column_query(name, expr, False), what=f"with_column({name!r}, {expr!r})")
+        what = f"with_column({name!r}, {expr!r})"
+        chosen = sql_dialect_name(dialect) if dialect is not None else current_sql_dialect()
+        self.spark_expr = SparkSql(expr, what=what, kind="expression") if chosen == "spark" else None
+        duck = self.spark_expr.duckdb() if self.spark_expr is not None else expr
+        super().__init__(with_column_query(name, duck, False), what=what, dialect="duckdb")
+        self.dialect = chosen
 
     def base_query(self, schema: pa.Schema) -> str:
-        return with_column_query(self.column, self.expr, self.column in schema.names)
+        expr = self.spark_expr.duckdb(schema) if self.spark_expr is not None else self.expr
+        return with_column_query(self.column, expr, self.column in schema.names)
 
 
 class SelectColumnsOperator(Operator):
