@@ -152,31 +152,36 @@ def random_kills(spec: Mapping[str, Any], n: int, *, timeout: float, seed: int |
 
 def commit_step_kills(spec: Mapping[str, Any], batch: int, points: int, *, timeout: float) -> list[PipelineResult]:
     """Kills between the steps of the sink's commit, with no crash point marked: a traced run
-    counts the calls ``Sink.commit(batch)`` makes to its client (``commit_steps`` of the
-    pipeline spec), then up to ``points`` runs are each SIGKILLed just after one of those calls
-    (evenly spaced, never after the last), one batch further each time.
+    (starting at ``batch``) counts the calls the commit of its second batch makes to the sink's
+    client (``commit_steps`` of the pipeline spec), then up to ``points`` runs are each SIGKILLed
+    just after one of those calls (evenly spaced, never after the last), in the commit of their
+    own second batch: a process's first commit may import modules and warm caches, its second
+    makes the calls every later one makes. Needs ``points + 3`` batches from ``batch`` on.
 
     Skips when the commit makes one client call or none (nothing between to kill at); fails
     when a kill did not land."""
-    traced = run_pipeline(dict(spec, commit_steps={"batch": batch, "kill_after": None}), timeout=timeout,
-                          crash=f"after_commit:{batch}", trace=True)  # fmt: skip
+    traced_batch = batch + 1
+    traced = run_pipeline(dict(spec, commit_steps={"batch": traced_batch, "kill_after": None}), timeout=timeout,
+                          crash=f"after_commit:{traced_batch}", trace=True)  # fmt: skip
     if not traced.killed:
         traced.check()
     steps = [t.point.removeprefix(STEP_PREFIX) for t in traced.trace if t.point.startswith(STEP_PREFIX)]
     if len(steps) < 2:
-        pytest.skip(f"commit({batch}) made {len(steps)} call(s) to the sink's client ({', '.join(steps) or 'none'}): "
+        pytest.skip(f"commit({traced_batch}) made {len(steps)} call(s) to the sink's client ({', '.join(steps) or 'none'}): "
                     "nothing between two steps to kill at (a commit that is one atomic call needs no crash point)")  # fmt: skip
     n = min(points, len(steps) - 1)
     after = sorted({max(1, round((k + 1) * (len(steps) - 1) / n)) for k in range(n)})
     runs = [traced]
     for j, k in enumerate(after):
-        at = batch + 1 + j  # a fresh batch each time: a replayed commit may take another path
+        # each run starts at batch + 2 + j (the replay of the one killed before) and is killed in
+        # the commit of the batch after it: a fresh batch, the second commit of its process
+        at = batch + 3 + j
         res = run_pipeline(dict(spec, commit_steps={"batch": at, "kill_after": k}), timeout=timeout, trace=True)
         if not res.killed:
             res.check()
             pytest.fail(
                 f"the kill after client call {k} of commit({at}) ({steps[k - 1]}) never landed: the run ended "
-                f"({res.last_point()}), so this kill test tested nothing; commit({batch}) of the traced run made "
+                f"({res.last_point()}), so this kill test tested nothing; commit({traced_batch}) of the traced run made "
                 f"{len(steps)} client calls ({', '.join(steps[:12])}). The pipeline needs batches that all commit "
                 "alike: raise kill_rows (or lower kill_rows_per_batch)"
             )

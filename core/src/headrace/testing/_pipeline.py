@@ -186,7 +186,7 @@ _NOT_CLIENT = frozenset({
     "builtins", "pyarrow", "numpy", "pandas", "typing", "abc", "dataclasses", "collections", "functools",
     "itertools", "operator", "logging", "json", "re", "contextlib", "threading", "enum", "copy", "warnings",
     "math", "time", "uuid", "weakref", "thread", "collections_abc", "io", "codecs", "genericpath", "posixpath",
-    "headrace",
+    "headrace", "importlib", "frozen_importlib", "typing_extensions",
 })  # fmt: skip
 STEP_PREFIX = "kit_commit_step:"
 

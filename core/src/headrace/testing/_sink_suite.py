@@ -15,6 +15,7 @@ import pytest
 from headrace.plugins import registry
 from headrace.protocols import Sink, SinkContext
 from headrace.testing._checks import (
+    COMMIT_STEP_KILLS,
     SINK_KILLS,
     _discovered,
     _typo_rejected,
@@ -308,14 +309,16 @@ class SinkContract:
         self, crash: str, sink_options: dict[str, Any], read_back: Callable[[], list[int]], tmp_path: Path
     ) -> None:
         """A kill-free baseline run of ``kill_rows`` rows first (its loss is reported as a loss,
-        not blamed on a kill); then the same query goes on over as many rows again, through the
+        not blamed on a kill); then the same query goes on over as many rows again (more for
+        ``commit-steps``: its kills need 7 batches), through the
         kills and a clean run: every row once (exactly-once sinks), at least once otherwise."""
         n = self.kill_rows
         baseline = run_pipeline(self.kill_spec(sink_options, tmp_path), timeout=self.kill_timeout, trace=True).check()
         first = baseline_batches(baseline)
         self.assert_values(read_back(), range(n), exactly_once=self.idempotent(),
                            context=f"the kill-free baseline run ({first} batches, no kill: the loss is not a kill's)")  # fmt: skip
-        spec = self.kill_spec(sink_options, tmp_path, total=2 * n)
+        more = n if crash != "commit-steps" else max(n, (COMMIT_STEP_KILLS + 4) * self.kill_rows_per_batch)
+        spec = self.kill_spec(sink_options, tmp_path, total=n + more)
         runs = run_kills(spec, crash, self.random_kills, self.kill_timeout, batch=first)
         run_pipeline(spec, timeout=self.kill_timeout).check()
         what = f"after SIGKILLs ({landed(runs)}) and a restart"
@@ -329,4 +332,4 @@ class SinkContract:
                      "record one transaction, or make every step idempotent")  # fmt: skip
         elif crash == "random-kills":
             what += f" ({seed_note()})"
-        self.assert_values(read_back(), range(2 * n), exactly_once=self.idempotent(), context=what)
+        self.assert_values(read_back(), range(n + more), exactly_once=self.idempotent(), context=what)
