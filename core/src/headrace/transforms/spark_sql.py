@@ -60,6 +60,8 @@ _PARSED: dict[tuple[str, str], Any] = {}  # (text, kind) -> sqlglot tree (never 
 _OUT: dict[Any, str] = {}  # (text, kind, schema) -> DuckDB SQL
 _REMEMBER = 1024
 _DUCKDB_FUNCTIONS: set[str] = set()
+_TRANSLATED = {"pmod"}  # Spark functions sqlglot does not know, translated here
+_WHOLE_NUMBER = "[[:space:]]*[+-]?[0-9]+[[:space:]]*"
 
 _INT_RESULT = (
     "Length", "StrPosition", "ArraySize", "Year", "Month", "Day", "DayOfMonth", "DayOfWeek",
@@ -204,7 +206,7 @@ def _check_functions(tree: Any, what: str) -> None:
     known = _duckdb_functions()
     for node in tree.find_all(exp.Anonymous):
         name = str(node.name).lower()
-        if name not in known:
+        if name not in known and name not in _TRANSLATED:
             raise _expression_error(
                 f"{what}: the function {node.name}() has no translation to DuckDB (it is neither a Spark "
                 f"function headrace translates nor a DuckDB function); rewrite it with other functions, "
@@ -280,6 +282,7 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
     if schema is not None:
         _annotate(tree, schema)
     ints = exp.DataType.INTEGER_TYPES
+    _STRINGS = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
     fractional = ("DOUBLE", "FLOAT", "DECIMAL", "TEXT", "VARCHAR")
 
     def fix(node: Any) -> Any:
@@ -295,11 +298,31 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
                     or _is(operand, "DOUBLE", "FLOAT", "DECIMAL"):  # fmt: skip
                 node.set("this", exp.func("trunc", operand))
             elif (isinstance(operand, exp.Literal) and operand.is_string) or _is(operand, "TEXT", "VARCHAR"):
-                # Spark parses the number and truncates its fraction ('19.6' -> 19)
-                to = exp.DataType.build("DECIMAL(38, 9)")
-                inner = exp.TryCast(this=operand, to=to, safe=True) if isinstance(node, exp.TryCast) \
-                    else exp.Cast(this=operand, to=to)  # fmt: skip
-                node.set("this", exp.func("trunc", inner))
+                # Spark's ANSI cast takes whole numbers only ('19.6' raises; DuckDB rounds it to 20)
+                bad: Any = exp.Null()
+                if not isinstance(node, exp.TryCast):
+                    bad = exp.func("error", exp.func("concat", exp.Literal.string("[CAST_INVALID_INPUT] The value '"),
+                                   operand.copy(), exp.Literal.string(
+                                       f"' of the type \"STRING\" cannot be cast to \"{node.to.sql('spark')}\" "
+                                       "because it is malformed; use try_cast to get NULL instead")))  # fmt: skip
+                whole = exp.func("regexp_full_match", operand.copy(), exp.Literal.string(_WHOLE_NUMBER))
+                node.set("this", exp.Case(ifs=[exp.If(this=exp.Not(this=whole), true=bad)], default=operand))
+        elif isinstance(node, exp.Cast) and node.to.this in _STRINGS and _is(node.this, "TIMESTAMPTZ", "TIMESTAMPLTZ"):
+            # Spark writes a timestamp in the session time zone without an offset
+            node.set("this", exp.Cast(this=node.this, to=exp.DataType.build("TIMESTAMPNTZ")))
+        elif isinstance(node, exp.Anonymous) and str(node.name).lower() == "pmod" and len(node.expressions) == 2:
+            a, b = node.expressions
+            return exp.Mod(this=exp.Paren(this=exp.Add(this=exp.Paren(this=exp.Mod(this=a, expression=b)),
+                                                       expression=b.copy())), expression=b.copy())  # fmt: skip
+        elif isinstance(node, exp.JSONExtractScalar | exp.FromJson) and node.this is not None:
+            # Spark gives NULL for text that is not JSON; DuckDB fails the query
+            text = node.this
+            node.set("this", exp.Case(ifs=[exp.If(this=exp.func("json_valid", text.copy()), true=text)]))
+            schema = node.expression
+            if isinstance(node, exp.FromJson) and isinstance(schema, exp.Literal) and schema.is_string:
+                node.set("expression", exp.Literal.string(_json_structure(schema.name)))
+        elif isinstance(node, exp.TsOrDsAdd) and not isinstance(node.parent, exp.Cast):
+            return exp.Cast(this=node, to=exp.DataType.build("DATE"))  # Spark's date_add is a DATE
         elif isinstance(node, exp.Div):
             node.set("safe", None)
             divisor = node.expression
@@ -324,8 +347,6 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
             return exp.Cast(this=exp.func("floor", inner), to=exp.DataType.build("BIGINT"))
         elif isinstance(node, exp.StrToTime) and not isinstance(node.parent, exp.Cast):
             return exp.Cast(this=node, to=exp.DataType.build("TIMESTAMPTZ"))
-        elif isinstance(node, exp.FromJson) and isinstance(node.expression, exp.Literal) and node.expression.is_string:
-            node.set("expression", exp.Literal.string(_json_structure(node.expression.name)))
         if type(node).__name__ in _INT_RESULT and not isinstance(node.parent, exp.Cast):
             return exp.Cast(this=node, to=exp.DataType.build("INT"))
         return node
