@@ -228,7 +228,7 @@ class GroupedStream:
         keys = [k for k in self._keys]
         if not all(isinstance(k, str) for k in keys):
             raise HeadraceError("transform_with_state groups by columns only: group_by(<column names>), not windows")
-        op = TransformWithStateOperator(keys, processor, output_schema, output_mode, time_mode,  # type: ignore[arg-type]
+        op = TransformWithStateOperator(keys, processor, output_schema, output_mode, time_mode,
                                         initial_state=initial_state,
                                         watermark_column=self._frame._watermark_column())  # fmt: skip
         return self._frame._with_step(op)

@@ -107,9 +107,13 @@ def parse_state_schema(schema: Any, what: str) -> pa.Schema:
         except ValueError as e:
             raise HeadraceError(f"{what}: schema {schema!r}: {e}") from None
     else:
-        raise HeadraceError(f"{what}: the schema must be a DDL string such as 'n BIGINT', not {type(schema).__name__}")
+        raise HeadraceError(
+            f"{what}: the schema must be a DDL string such as 'n BIGINT', not {type(schema).__name__}"
+        )
     if not len(out):
-        raise HeadraceError(f"{what}: the schema {schema!r} has no fields; give at least one, e.g. 'n BIGINT'")
+        raise HeadraceError(
+            f"{what}: the schema {schema!r} has no fields; give at least one, e.g. 'n BIGINT'"
+        )
     return out
 
 
@@ -119,7 +123,9 @@ def parse_ttl(ttl: Any, what: str) -> int | None:
     if ttl is None:
         return None
     if isinstance(ttl, bool):
-        raise HeadraceError(f"{what}: ttl={ttl!r} is not a duration; write e.g. ttl='1 hour' or ttl=3_600_000 (ms)")
+        raise HeadraceError(
+            f"{what}: ttl={ttl!r} is not a duration; write e.g. ttl='1 hour' or ttl=3_600_000 (ms)"
+        )
     if isinstance(ttl, int):
         ms = ttl
     else:
@@ -173,7 +179,9 @@ class _Variable:
 
     kind = ""
 
-    def __init__(self, handle: StatefulProcessorHandle, name: str, schema: pa.Schema, ttl_ms: int | None) -> None:
+    def __init__(
+        self, handle: StatefulProcessorHandle, name: str, schema: pa.Schema, ttl_ms: int | None
+    ) -> None:
         self._handle = handle
         self.name = name
         self.schema = schema
@@ -298,7 +306,9 @@ class ValueState(_Variable):
     kind = "value"
 
     def value_schema(self) -> pa.Schema:
-        return pa.schema([pa.field("__value", pa.struct(list(self.schema))), pa.field("__expires", pa.int64())])
+        return pa.schema(
+            [pa.field("__value", pa.struct(list(self.schema))), pa.field("__expires", pa.int64())]
+        )
 
     def _decode(self, row: Mapping[str, Any] | None) -> Any:
         if row is None or row.get("__value") is None:
@@ -457,7 +467,10 @@ class MapState(_Variable):
     def update_value(self, key: Any, value: Any) -> None:
         """Set the value of user key ``key`` (resets that entry's TTL)."""
         live = dict(self._live())
-        live[self._ukey(key)] = (_as_tuple(value, self.schema, f"map state {self.name!r} value"), self._expiry())
+        live[self._ukey(key)] = (
+            _as_tuple(value, self.schema, f"map state {self.name!r} value"),
+            self._expiry(),
+        )
         self._set(live)
 
     def iterator(self) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...]]]:
@@ -520,7 +533,7 @@ class Timers(_Variable):
         if ts in cur:
             self._set([t for t in cur if t != ts])
 
-    def list(self) -> list[int]:
+    def current(self) -> list[int]:
         return list(self._entry())
 
     def expired(self, before: int) -> list[tuple[int, tuple[Any, ...]]]:
@@ -624,7 +637,9 @@ class StatefulProcessorHandle:
         event time, as the time mode says); it fires once the time passes it."""
         self._check_timers("register_timer")
         if isinstance(expiry_timestamp_ms, bool) or not isinstance(expiry_timestamp_ms, int):
-            raise HeadraceError(f"register_timer: {expiry_timestamp_ms!r} is not a timestamp in milliseconds (an int)")
+            raise HeadraceError(
+                f"register_timer: {expiry_timestamp_ms!r} is not a timestamp in milliseconds (an int)"
+            )
         self._timers.register(int(expiry_timestamp_ms))
 
     def delete_timer(self, expiry_timestamp_ms: int) -> None:
@@ -635,7 +650,7 @@ class StatefulProcessorHandle:
     def list_timers(self) -> Iterator[int]:
         """The current key's timers, earliest first."""
         self._check_timers("list_timers")
-        return iter(self._timers.list())
+        return iter(self._timers.current())
 
     getValueState = get_value_state
     getListState = get_list_state

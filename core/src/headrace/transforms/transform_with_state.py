@@ -87,11 +87,15 @@ class StatefulProcessor:
         query run, before its first batch."""
         raise NotImplementedError(f"{type(self).__name__} must define init(self, handle)")
 
-    def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, timer_values: TimerValues) -> Iterable[Any]:
+    def handle_input_rows(
+        self, key: tuple[Any, ...], rows: pa.Table, timer_values: TimerValues
+    ) -> Iterable[Any]:
         """Called once per batch for each grouping key with rows in it (``key``: the tuple of
         the grouping columns' values; ``rows``: that key's rows, all input columns), in
         real-time mode once per row. Yields the output rows."""
-        raise NotImplementedError(f"{type(self).__name__} must define handle_input_rows(self, key, rows, timer_values)")
+        raise NotImplementedError(
+            f"{type(self).__name__} must define handle_input_rows(self, key, rows, timer_values)"
+        )
 
     def handle_expired_timer(self, key: tuple[Any, ...], timer_values: TimerValues,
                              expired_timer_info: ExpiredTimerInfo) -> Iterable[Any]:  # fmt: skip
@@ -99,7 +103,9 @@ class StatefulProcessor:
         order; the timer is deleted after the call. Yields output rows (none by default)."""
         return ()
 
-    def handle_initial_state(self, key: tuple[Any, ...], initial_state: pa.Table, timer_values: TimerValues) -> None:
+    def handle_initial_state(
+        self, key: tuple[Any, ...], initial_state: pa.Table, timer_values: TimerValues
+    ) -> None:
         """Called in the query's first batch, once per key of the ``initial_state`` frame (all
         its rows for that key), before any ``handle_input_rows``."""
 
@@ -110,9 +116,13 @@ class StatefulProcessor:
 def parse_time_mode(value: Any) -> str:
     """``none`` / ``processing_time`` / ``event_time`` (also Spark's ``NoTime``,
     ``ProcessingTime``, ``EventTime``, in any case)."""
-    mode = _TIME_MODE_NAMES.get(str(value).strip().lower().replace(" ", "")) if isinstance(value, str) else None
+    mode = (
+        _TIME_MODE_NAMES.get(str(value).strip().lower().replace(" ", "")) if isinstance(value, str) else None
+    )
     if mode is None:
-        raise HeadraceError(f"transform_with_state: time_mode {value!r} is not one of {', '.join(TIME_MODES)}")
+        raise HeadraceError(
+            f"transform_with_state: time_mode {value!r} is not one of {', '.join(TIME_MODES)}"
+        )
     return mode
 
 
@@ -155,7 +165,9 @@ class TransformWithStateOperator(StatefulOperator):
             raise HeadraceError(f"transform_with_state takes a headrace.StatefulProcessor, not "
                                 f"{type(processor).__name__}; subclass hr.StatefulProcessor")  # fmt: skip
         if not keys or not all(isinstance(k, str) for k in keys):
-            raise HeadraceError(f"transform_with_state needs group_by(<column names>) first, not keys {keys!r}")
+            raise HeadraceError(
+                f"transform_with_state needs group_by(<column names>) first, not keys {keys!r}"
+            )
         self.keys = list(keys)
         self.processor = processor
         self.out_schema = parse_state_schema(output_schema, "transform_with_state output_schema")
@@ -174,8 +186,10 @@ class TransformWithStateOperator(StatefulOperator):
             from headrace.transforms.static import StaticFrame
 
             if not isinstance(initial_state, StaticFrame | pa.Table):
-                raise HeadraceError("transform_with_state: initial_state must be a static frame (hr.read...load(), "
-                                    f"StaticFrame.from_arrow) or a pyarrow.Table, not {type(initial_state).__name__}")
+                raise HeadraceError(
+                    "transform_with_state: initial_state must be a static frame (hr.read...load(), "
+                    f"StaticFrame.from_arrow) or a pyarrow.Table, not {type(initial_state).__name__}"
+                )
         self._handle: StatefulProcessorHandle | None = None
         self._chunks: list[pa.Table] = []
         self._tv = TimerValues()
@@ -227,10 +241,14 @@ class TransformWithStateOperator(StatefulOperator):
         from headrace.state import open_state_store
 
         if self._input_schema is None:
-            raise HeadraceError(f"{self.describe()}: output_schema(input_schema) must be called before open()")
+            raise HeadraceError(
+                f"{self.describe()}: output_schema(input_schema) must be called before open()"
+            )
         if context.real_time and self.time_mode == "event_time":
-            raise UnsupportedError(f"{self.describe()}: event-time timers are not supported in real-time mode (as in "
-                                   "the reference); use time_mode='processing_time' or a micro-batch trigger")
+            raise UnsupportedError(
+                f"{self.describe()}: event-time timers are not supported in real-time mode (as in "
+                "the reference); use time_mode='processing_time' or a micro-batch trigger"
+            )
         handle = StatefulProcessorHandle(self.time_mode, self._key_schema())
         handle.real_time = context.real_time
         self._handle = handle
@@ -287,7 +305,9 @@ class TransformWithStateOperator(StatefulOperator):
     @property
     def handle_(self) -> StatefulProcessorHandle:
         if self._handle is None:
-            raise HeadraceError(f"{self.describe()} is not open (the engine calls open() before the first batch)")
+            raise HeadraceError(
+                f"{self.describe()} is not open (the engine calls open() before the first batch)"
+            )
         return self._handle
 
     def _timer_values(self, batch: BatchInfo) -> TimerValues:
@@ -327,7 +347,11 @@ class TransformWithStateOperator(StatefulOperator):
         from headrace.transforms.static import StaticFrame
 
         self._pending_initial = False
-        init = self.initial_state.to_arrow() if isinstance(self.initial_state, StaticFrame) else self.initial_state
+        init = (
+            self.initial_state.to_arrow()
+            if isinstance(self.initial_state, StaticFrame)
+            else self.initial_state
+        )
         missing = [k for k in self.keys if k not in init.column_names]
         if missing:
             raise HeadraceError(f"transform_with_state: the initial_state has no grouping column "
@@ -336,7 +360,9 @@ class TransformWithStateOperator(StatefulOperator):
             return
         ks = self._key_schema()
         try:
-            key_cols = pa.Table.from_arrays([init.column(k).cast(ks.field(k).type) for k in self.keys], schema=ks)
+            key_cols = pa.Table.from_arrays(
+                [init.column(k).cast(ks.field(k).type) for k in self.keys], schema=ks
+            )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise HeadraceError(f"transform_with_state: the initial_state's grouping columns do not have the "
                                 f"stream's types ({ks}): {e}") from None  # fmt: skip
@@ -400,7 +426,10 @@ class TransformWithStateOperator(StatefulOperator):
             if ts not in handle._timers._cache.get(key, ()):
                 continue  # deleted by an earlier handler of the same key
             handle._key = key
-            out.add(self.processor.handle_expired_timer(key, self._tv, ExpiredTimerInfo(ts)), "handle_expired_timer")
+            out.add(
+                self.processor.handle_expired_timer(key, self._tv, ExpiredTimerInfo(ts)),
+                "handle_expired_timer",
+            )
             handle._timers.delete(ts)
             self._extra_metrics["numTimersFired"] += 1
         handle._key = None
