@@ -31,6 +31,11 @@ from headrace.options import (
 __all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS"]
 
 _BOOTSTRAP_DOC = "Comma-separated host:port list of the Kafka brokers (passed as bootstrap.servers)."
+_CONNECT_TIMEOUT_DOC = (
+    "headrace extension: how long the first contact with the brokers (the first metadata request of a "
+    "run{what}) may take before the query fails with an error naming the servers ('10 seconds'; default "
+    "30 s, librdkafka's socket.connection.setup.timeout.ms)."
+)
 
 # kafka.* settings that Spark's Kafka integration rejects, or that are Java-only and mean nothing to
 # librdkafka. Each maps to the fix shown to the user.
@@ -221,6 +226,7 @@ SOURCE_OPTIONS = OptionSchema(
                doc="Fail a read that gets no record for this long while offsets remain in its range."),
         Option("fetchOffset.numRetries", Integer(min=0), default=3, doc="Retries of a failed watermark lookup."),
         Option("fetchOffset.retryIntervalMs", Integer(min=0), default=10, doc="Wait between those retries (ms)."),
+        Option("connectTimeout", Duration(min=0.1), default=30.0, doc=_CONNECT_TIMEOUT_DOC.format(what="")),
         Option("serviceCredential", String(), unsupported="Databricks Unity Catalog service credentials do not "
                "exist outside Databricks; pass kafka.sasl.* options instead"),
     ],
@@ -253,6 +259,8 @@ SINK_OPTIONS = OptionSchema(
                doc="headrace extension: prefix of the transactional id (prefix + query id)."),
         Option("flushTimeout", Duration(), default=300.0,
                doc="headrace extension: how long a batch waits for its deliveries before it fails."),
+        Option("connectTimeout", Duration(min=0.1), default=30.0,
+               doc=_CONNECT_TIMEOUT_DOC.format(what=", before the first write and before the transactions start")),
     ],
     rules=[_forbidden(_SINK_FORBIDDEN), _client_config("producer")],
     passthrough=[PassThrough("kafka.", doc="Any other librdkafka producer setting (kafka.acks, kafka.linger.ms, "
@@ -261,6 +269,7 @@ SINK_OPTIONS = OptionSchema(
 
 # Typed handles: options[HANDLE] is typed (string keys keep working).
 ASSIGN: Option[Any] = SOURCE_OPTIONS["assign"]
+CONNECT_TIMEOUT: Option[float] = SINK_OPTIONS["connectTimeout"]
 ENDING_OFFSETS: Option[Any] = SOURCE_OPTIONS["endingOffsets"]
 ENDING_OFFSETS_BY_TIMESTAMP: Option[Any] = SOURCE_OPTIONS["endingOffsetsByTimestamp"]
 ENDING_TIMESTAMP: Option[Any] = SOURCE_OPTIONS["endingTimestamp"]
@@ -284,4 +293,4 @@ SUBSCRIBE: Option[list[str] | None] = SOURCE_OPTIONS["subscribe"]
 SUBSCRIBE_PATTERN: Option[str | None] = SOURCE_OPTIONS["subscribePattern"]
 TOPIC: Option[str | None] = SINK_OPTIONS["topic"]
 TRANSACTIONAL: Option[bool] = SINK_OPTIONS["transactional"]
-__all__ += ["ASSIGN", "ENDING_OFFSETS", "ENDING_OFFSETS_BY_TIMESTAMP", "ENDING_TIMESTAMP", "FAIL_ON_DATA_LOSS", "FETCH_OFFSET_NUM_RETRIES", "FETCH_OFFSET_RETRY_INTERVAL_MS", "FLUSH_TIMEOUT", "INCLUDE_HEADERS", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_CONSUMER_POLL_TIMEOUT_MS", "MAX_OFFSETS_PER_TRIGGER", "MAX_RECORDS_PER_PARTITION", "MAX_TRIGGER_DELAY", "MIN_OFFSETS_PER_TRIGGER", "MIN_PARTITIONS", "STARTING_OFFSETS", "STARTING_OFFSETS_BY_TIMESTAMP", "STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY", "STARTING_TIMESTAMP", "SUBSCRIBE", "SUBSCRIBE_PATTERN", "TOPIC", "TRANSACTIONAL"]
+__all__ += ["ASSIGN", "CONNECT_TIMEOUT", "ENDING_OFFSETS", "ENDING_OFFSETS_BY_TIMESTAMP", "ENDING_TIMESTAMP", "FAIL_ON_DATA_LOSS", "FETCH_OFFSET_NUM_RETRIES", "FETCH_OFFSET_RETRY_INTERVAL_MS", "FLUSH_TIMEOUT", "INCLUDE_HEADERS", "KAFKA_BOOTSTRAP_SERVERS", "KAFKA_CONSUMER_POLL_TIMEOUT_MS", "MAX_OFFSETS_PER_TRIGGER", "MAX_RECORDS_PER_PARTITION", "MAX_TRIGGER_DELAY", "MIN_OFFSETS_PER_TRIGGER", "MIN_PARTITIONS", "STARTING_OFFSETS", "STARTING_OFFSETS_BY_TIMESTAMP", "STARTING_OFFSETS_BY_TIMESTAMP_STRATEGY", "STARTING_TIMESTAMP", "SUBSCRIBE", "SUBSCRIBE_PATTERN", "TOPIC", "TRANSACTIONAL"]

@@ -37,8 +37,17 @@ from headrace.checkpoint import atomic_write
 from headrace.errors import HeadraceError
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
-from headrace_kafka._client import KafkaClientError, client_logger, producer_config, redact_servers
+from headrace_kafka._client import (
+    BrokerErrors,
+    KafkaClientError,
+    await_brokers,
+    client_logger,
+    producer_config,
+    redact_servers,
+    repeat_filter,
+)
 from headrace_kafka._options import (  # typed option handles
+    CONNECT_TIMEOUT,
     FLUSH_TIMEOUT,
     KAFKA_BOOTSTRAP_SERVERS,
     TOPIC,
@@ -87,12 +96,15 @@ class KafkaSink(Sink):
         self.topic: str | None = options[TOPIC]
         self.transactional: bool = options[TRANSACTIONAL]
         self.flush_timeout: float = options[FLUSH_TIMEOUT]
+        self.connect_timeout: float = options[CONNECT_TIMEOUT]
         self._servers = redact_servers(str(options.reveal(KAFKA_BOOTSTRAP_SERVERS)))
         suffix = context.query_id or context.query_name or "headrace"
         self.transactional_id = f"{options['transactionalIdPrefix']}{suffix}"
         self._producer: Producer | None = None
         self._producer_born = 0.0
         self._producer_settled = False
+        self._contacted = False  # the brokers answered the producer once (see _await_brokers)
+        self._broker_errors = BrokerErrors()
         self._lock = threading.Lock()
         self._errors: list[str] = []
         self._written = 0
@@ -128,12 +140,15 @@ class KafkaSink(Sink):
             if self._producer is None:
                 conf = producer_config(self.options)
                 conf["on_delivery"] = self._on_delivery
+                conf["error_cb"] = self._broker_errors
                 conf.setdefault("delivery.report.only.error", True)
                 if self.transactional:
                     conf["transactional.id"] = self.transactional_id
                 producer = Producer(conf)
                 self._producer_born = time.monotonic()
                 if self.transactional:
+                    # first contact bounded by connectTimeout: init_transactions would wait flushTimeout
+                    self._await_brokers(producer, "starting transactions")
                     try:
                         producer.init_transactions(self.flush_timeout)
                     except KafkaException as e:
@@ -145,6 +160,13 @@ class KafkaSink(Sink):
                     self._last_committed = self._read_marker()
                 self._producer = producer
             return self._producer
+
+    def _await_brokers(self, producer: Producer, what: str) -> None:
+        """The producer's first contact with the brokers, at most connectTimeout; once per producer."""
+        if not self._contacted:
+            await_brokers(producer, self._servers, self.connect_timeout, errors=self._broker_errors,
+                          what=f"kafka sink, {what}")  # fmt: skip
+            self._contacted = True
 
     def _group(self) -> Consumer:
         if self._group_consumer is None:
@@ -262,6 +284,9 @@ class KafkaSink(Sink):
         picklable.
         """
         producer = self._get_producer()
+        if not self._contacted:
+            with self._lock:  # no record is produced before a broker answered (else flushTimeout applies)
+                self._await_brokers(producer, f"batch {batch_id}")
         if not self._producer_settled:
             self._producer_settled = True
             young = _SETTLE_S - (time.monotonic() - self._producer_born)
@@ -376,3 +401,4 @@ class KafkaSink(Sink):
         if self._group_consumer is not None:
             consumer, self._group_consumer = self._group_consumer, None
             consumer.close()
+        repeat_filter.flush(client_logger)

@@ -29,6 +29,7 @@ from headrace_kafka._client import TP, KafkaClientError, Metadata, consumer_conf
 from headrace_kafka._offsets import KafkaPartition, _flat, _ms, _nested
 from headrace_kafka._options import (  # typed option handles
     ASSIGN,
+    CONNECT_TIMEOUT,
     ENDING_OFFSETS,
     ENDING_OFFSETS_BY_TIMESTAMP,
     ENDING_TIMESTAMP,
@@ -126,11 +127,18 @@ class KafkaSource(KafkaReader, Source):
 
     def _metadata(self) -> Metadata:
         if self._meta is None:
-            self._meta = Metadata(
+            meta = Metadata(
                 consumer_config(self.options, self.group_id),
                 retries=self.options[FETCH_OFFSET_NUM_RETRIES],
                 retry_interval_s=self.options[FETCH_OFFSET_RETRY_INTERVAL_MS] / 1000,
+                connect_timeout_s=self.options[CONNECT_TIMEOUT],
             )
+            try:
+                meta.connect()  # the first contact with the brokers, bounded by connectTimeout
+            except BaseException:
+                meta.close()
+                raise
+            self._meta = meta
         return self._meta
 
     def _partitions_now(self) -> list[TP]:
