@@ -255,7 +255,7 @@ class SinkContract:
             arm = request.getfixturevalue("commit_fault")
         except pytest.FixtureLookupError:
             pytest.skip("no commit_fault fixture: define one that makes the sink's client raise a given exception "
-                        "from its next call (see contrib.md, 'Testing a plugin')")  # fmt: skip
+                        "from its next call (see contrib.md, section 7, the contract kit)")  # fmt: skip
         sink = self.make_sink(sink_options, tmp_path / "s")
         self.write_commit(sink, 0, 0, 10)
         msg = sink.write(1, iter(self.rows(10, 20).to_batches()))
