@@ -277,7 +277,7 @@ def test_a_bad_refresh_interval_is_refused(tmp_path: Path, capsys: pytest.Captur
 def test_ui_command_refuses_what_is_not_a_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "file").write_text("x")
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
-    for arg, words in ((tmp_path / "missing", "does not exist"), ("/nonexistent", "does not exist"),
+    for arg, words in ((tmp_path / "missing", "does not exist"), (tmp_path / "missing" / "deeper", "does not exist"),
                        (tmp_path / "file", "is not a folder"), (tmp_path / "dangling", "is not a folder")):  # fmt: skip
         assert main(["ui", str(arg), "--port", "0"]) == 1
         err = capsys.readouterr().err
