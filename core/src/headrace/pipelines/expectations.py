@@ -70,8 +70,13 @@ def to_duckdb(condition: str, *, what: str) -> str:
         from sqlglot.errors import ParseError
     except ImportError:
         raise HeadraceError("SQL in pipelines needs sqlglot; pip install 'headrace[pipelines]'") from None
+    from headrace.transforms.spark_sql import current_sql_dialect, spark_rules
+
     try:
-        exprs = sqlglot.transpile(condition, read="databricks", write="duckdb")
+        trees = [t for t in sqlglot.parse(condition, read="databricks") if t is not None]
+        if current_sql_dialect() == "spark":  # Spark's ANSI casts, division and result types
+            trees = [spark_rules(t) for t in trees]
+        exprs = [t.sql(dialect="duckdb") for t in trees]
     except ParseError as e:
         raise PipelineDefinitionError(f"{what}: {condition!r} is not a valid SQL expression: {e}") from None
     if len(exprs) != 1 or not exprs[0].strip():

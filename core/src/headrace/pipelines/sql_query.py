@@ -153,6 +153,10 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
         t.replace(exp.Table(this=exp.to_identifier(reg_name), alias=exp.TableAlias(this=exp.to_identifier(alias))))
     select_all = (isinstance(tree, exp.Select) and len(tree.expressions) == 1 and isinstance(tree.expressions[0], exp.Star)
                   and not statics and {k for k, v in tree.args.items() if v} <= {"expressions", "from", "from_"})  # fmt: skip
+    from headrace.transforms.spark_sql import current_sql_dialect, spark_rules
+
+    if current_sql_dialect() == "spark":  # Spark's ANSI casts, division and result types
+        tree = spark_rules(tree)
     try:
         duck_sql = tree.sql(dialect="duckdb")
     except SqlglotError as e:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import sys
 import threading
 from types import TracebackType
 from typing import Any
@@ -43,9 +44,11 @@ from headrace.errors import HeadraceError
 
 __all__ = [
     "DIALECTS",
+    "PIPELINE_KEY",
     "SparkSql",
     "current_sql_dialect",
     "parse_spark",
+    "spark_rules",
     "sql_dialect",
     "sql_dialect_name",
     "to_duckdb",
@@ -105,10 +108,31 @@ class sql_dialect:  # noqa: N801  (used like a function: hr.sql_dialect("duckdb"
             _default = self.previous
 
 
+PIPELINE_KEY = "headrace.sql.dialect"
+
+
 def current_sql_dialect() -> str:
-    """The dialect steps defined now are read in (``"spark"`` unless :class:`sql_dialect`
-    chose another). Called when a step is defined."""
+    """The dialect steps defined now are read in: while a pipeline's definitions load or run,
+    its configuration's ``headrace.sql.dialect`` if set; else ``"spark"`` unless
+    :class:`sql_dialect` chose another. Called when a step is defined, on the defining thread."""
+    context = sys.modules.get("headrace.pipelines._context")
+    if context is not None:
+        conf = context._config.get()
+        if conf:
+            value = {str(k).lower(): v for k, v in conf.items()}.get(PIPELINE_KEY)
+            if value is not None:
+                try:
+                    return sql_dialect_name(value)
+                except HeadraceError as e:
+                    raise HeadraceError(f"pipeline configuration {PIPELINE_KEY}: {e}") from None
     return _default
+
+
+def spark_rules(tree: Any) -> Any:
+    """Spark's ANSI rules (the module docstring's list) applied in place to a sqlglot tree
+    parsed from Spark or Databricks SQL, before it is generated as DuckDB SQL; returns the
+    tree. Called when a pipeline's SQL definition or expectation is compiled."""
+    return _rewrite(tree, None)
 
 
 def _expression_error(message: str) -> Exception:
@@ -261,10 +285,14 @@ def _annotate(tree: Any, schema: pa.Schema) -> None:
     for c in tree.find_all(exp.Column):
         if not c.table and c.name in types:
             c.set("table", exp.to_identifier("batch"))
+    # a lone expression is typed inside SELECT <it> FROM batch (the columns need a scope)
+    scope = tree if isinstance(tree, exp.Query) else exp.Select(expressions=[tree]).from_("batch", copy=False)
     try:
-        annotate_types(tree, schema={"batch": types}, dialect=_read_dialect())
+        annotate_types(scope, schema={"batch": types}, dialect=_read_dialect())
     except Exception as e:  # typing is a refinement: without it the untyped rules apply
         log.debug("annotating types failed: %s", e)
+    if scope is not tree:
+        tree.parent = None
     for c in tree.find_all(exp.Column):
         if c.table == "batch" and c.name in types:
             c.set("table", None)
