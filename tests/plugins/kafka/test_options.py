@@ -92,3 +92,27 @@ def test_plugin_module_does_not_import_the_client() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
     spec = registry().get("kafka")
     assert spec.requires == ("confluent_kafka",) and "confluent-kafka" in spec.install_hint
+
+
+@pytest.mark.parametrize("schema", [pytest.param(SOURCE_OPTIONS, id="source"), pytest.param(SINK_OPTIONS, id="sink")])
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        pytest.param("0", "shorter than the minimum", id="zero"),
+        pytest.param("-5 seconds", "shorter than the minimum", id="negative"),
+        pytest.param("nan seconds", "not a duration", id="nan"),
+        pytest.param("1e400 seconds", "not a duration", id="overflow"),
+        pytest.param("soon", "not a duration", id="words"),
+    ],
+)
+def test_connect_timeout_is_validated_before_any_io(schema: Any, value: str, needle: str) -> None:
+    extra = {"subscribe": "a"} if schema is SOURCE_OPTIONS else {}
+    with pytest.raises(OptionsError) as e:
+        schema.parse({**BASE, **extra, "connectTimeout": value}, connector="kafka")
+    assert "connectTimeout" in str(e.value) and needle in str(e.value)
+
+
+def test_connect_timeout_defaults_to_30_seconds_and_parses_durations() -> None:
+    assert src(subscribe="a")["connectTimeout"] == 30.0 and src(subscribe="a", connectTimeout="5s")["connectTimeout"] == 5.0
+    assert SINK_OPTIONS.parse(BASE, connector="kafka")["connectTimeout"] == 30.0
+    assert SINK_OPTIONS.parse({**BASE, "connectTimeout": "1 minute"}, connector="kafka")["connectTimeout"] == 60.0

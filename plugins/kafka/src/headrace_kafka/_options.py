@@ -32,9 +32,9 @@ __all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS"]
 
 _BOOTSTRAP_DOC = "Comma-separated host:port list of the Kafka brokers (passed as bootstrap.servers)."
 _CONNECT_TIMEOUT_DOC = (
-    "headrace extension: how long the first contact with the brokers (the first metadata request of a "
-    "run{what}) may take before the query fails with an error naming the servers ('10 seconds'; default "
-    "30 s, librdkafka's socket.connection.setup.timeout.ms)."
+    "headrace extension: how long the first contact with the brokers ({what}) may wait before the query "
+    "fails with an error naming the servers ('10 seconds'; default 30 s, like librdkafka's "
+    "socket.connection.setup.timeout.ms)."
 )
 
 # kafka.* settings that Spark's Kafka integration rejects, or that are Java-only and mean nothing to
@@ -226,7 +226,7 @@ SOURCE_OPTIONS = OptionSchema(
                doc="Fail a read that gets no record for this long while offsets remain in its range."),
         Option("fetchOffset.numRetries", Integer(min=0), default=3, doc="Retries of a failed watermark lookup."),
         Option("fetchOffset.retryIntervalMs", Integer(min=0), default=10, doc="Wait between those retries (ms)."),
-        Option("connectTimeout", Duration(min=0.1), default=30.0, doc=_CONNECT_TIMEOUT_DOC.format(what="")),
+        Option("connectTimeout", Duration(min=0.1), default=30.0, doc=_CONNECT_TIMEOUT_DOC.format(what="the source's first metadata request")),
         Option("serviceCredential", String(), unsupported="Databricks Unity Catalog service credentials do not "
                "exist outside Databricks; pass kafka.sasl.* options instead"),
     ],
@@ -260,7 +260,8 @@ SINK_OPTIONS = OptionSchema(
         Option("flushTimeout", Duration(), default=300.0,
                doc="headrace extension: how long a batch waits for its deliveries before it fails."),
         Option("connectTimeout", Duration(min=0.1), default=30.0,
-               doc=_CONNECT_TIMEOUT_DOC.format(what=", before the first write and before the transactions start")),
+               doc=_CONNECT_TIMEOUT_DOC.format(what="the producer's, as the query starts; with transactional=true, "
+                                                   "before the first transaction starts")),
     ],
     rules=[_forbidden(_SINK_FORBIDDEN), _client_config("producer")],
     passthrough=[PassThrough("kafka.", doc="Any other librdkafka producer setting (kafka.acks, kafka.linger.ms, "

@@ -84,7 +84,8 @@ class KafkaSink(Sink):
     arrives and delivered (flushed) before the batch commits.
 
     Created once per query run on the driver; the producer is created here (at-least-once) or on
-    the first write (transactional, which talks to the transaction coordinator).
+    the first write (transactional, which talks to the transaction coordinator). Either way its
+    first contact with the brokers waits at most ``connectTimeout``, then fails the query.
     """
 
     idempotent_commit = False  # at-least-once by default; see ``transactional`` (module docstring)
@@ -123,9 +124,12 @@ class KafkaSink(Sink):
             # idempotent producer waited ~0.5 s for their first delivery (librdkafka's mock
             # cluster); created here, the producer is usually older than that when the first batch
             # arrives (``write`` waits out the rest). A configuration error surfaces at the first
-            # write, as before.
+            # write, as before. The first contact with the brokers is made here too (at most
+            # connectTimeout): brokers that go away later fail deliveries (message.timeout.ms).
             with contextlib.suppress(KafkaException, ValueError, TypeError):
                 self._get_producer()
+            if self._producer is not None:
+                self._await_brokers(self._producer, "connecting")
 
     def __repr__(self) -> str:
         return f"KafkaSink(topic={self.topic!r}, servers={self._servers!r}, transactional={self.transactional})"
@@ -284,7 +288,7 @@ class KafkaSink(Sink):
         picklable.
         """
         producer = self._get_producer()
-        if not self._contacted:
+        if not self._contacted:  # the producer was not made in __init__: its first contact now
             with self._lock:  # no record is produced before a broker answered (else flushTimeout applies)
                 self._await_brokers(producer, f"batch {batch_id}")
         if not self._producer_settled:
