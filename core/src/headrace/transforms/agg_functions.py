@@ -187,6 +187,11 @@ def parse_aggregate(expr: str) -> AggSpec:
         arg = "*"
     elif not arg:
         raise HeadraceError(f"aggregate {expr!r} has no argument; {fix}")
+    elif _IDENT.match(arg) is None:
+        from headrace.transforms.spark_sql import current_sql_dialect, to_duckdb
+
+        if current_sql_dialect() == "spark":  # the argument is Spark SQL (no column types yet)
+            arg = to_duckdb(arg, what=f"aggregate {expr!r}", kind="expression")
     alias = m.group("alias")
     if alias:
         name = alias[1:-1] if alias[0] in "\"`" else alias

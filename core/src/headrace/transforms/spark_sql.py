@@ -354,6 +354,8 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
         elif isinstance(node, exp.Div):
             node.set("safe", None)
             divisor = node.expression
+            if isinstance(divisor, exp.Literal) and not divisor.is_string and _nonzero(divisor.name):
+                return node
             check = exp.Case(ifs=[exp.If(this=exp.EQ(this=divisor.copy(), expression=exp.Literal.number(0)),
                                          true=exp.func("error", exp.Literal.string(
                                              "[DIVIDE_BY_ZERO] Division by zero. Use try_divide to tolerate "
@@ -380,6 +382,13 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
         return node
 
     return tree.transform(fix, copy=False)
+
+
+def _nonzero(number: str) -> bool:
+    try:
+        return float(number) != 0
+    except ValueError:
+        return False
 
 
 def _json_structure(schema: str) -> str:
