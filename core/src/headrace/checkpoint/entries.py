@@ -9,7 +9,7 @@ from typing import Any
 
 from headrace.protocols import Offset
 
-__all__ = ["FORMAT_VERSION", "OffsetEntry", "commit_json"]
+__all__ = ["FORMAT_VERSION", "LATE_EVENTS_KEY", "OffsetEntry", "commit_json"]
 
 FORMAT_VERSION = 1
 
@@ -25,14 +25,40 @@ def commit_json(batch_id: int, info: dict[str, Any] | None = None) -> bytes:
     return json.dumps(doc).encode()
 
 
+#: the metadata key of the watermark for late events (the previous batch's ``batchWatermarkMs``)
+LATE_EVENTS_KEY = "batchWatermarkForLateEventsMs"
+
+
+def _check_watermarks(metadata: dict[str, Any]) -> None:
+    """The recorded watermarks are epoch milliseconds, the one for late events no later than the
+    batch's (watermarks never go backwards); raises ValueError naming the bad value."""
+    values: dict[str, int] = {}
+    for key in ("batchWatermarkMs", LATE_EVENTS_KEY):
+        if key not in metadata:
+            continue
+        v = metadata[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"metadata.{key} must be a non-negative integer (epoch ms), not {json.dumps(v)[:80]}")
+        values[key] = v
+    late, wm = values.get(LATE_EVENTS_KEY), values.get("batchWatermarkMs")
+    if late is not None and (wm is None or late > wm):
+        raise ValueError(
+            f"metadata.{LATE_EVENTS_KEY} ({late}) must be at most metadata.batchWatermarkMs ({json.dumps(wm)}): "
+            "the watermark for late events is the previous batch's"
+        )
+
+
 @dataclass(frozen=True)
 class OffsetEntry:
     """One ``offsets/<n>`` entry: per source, where the batch starts and ends.
 
     ``ends`` items are ``None`` for a real-time batch still running (its end is written when the
     interval closes). ``metadata`` is what the batch must be replayed with (Spark's
-    ``OffsetSeqMetadata``): ``batchWatermarkMs``, ``batchTimestampMs`` and the event-time
-    maxima the watermark was computed from (``eventTimeMaxMs``); empty without a watermark.
+    ``OffsetSeqMetadata``): ``batchWatermarkMs`` (the watermark for eviction),
+    ``batchWatermarkForLateEventsMs`` (for late input: the previous batch's watermark; absent
+    from entries written before it was recorded, where it is read from the previous entry),
+    ``batchTimestampMs`` and the event-time maxima the watermark was computed from
+    (``eventTimeMaxMs``); empty without a watermark.
     """
 
     batch_id: int
@@ -72,6 +98,7 @@ class OffsetEntry:
         metadata = data.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise ValueError(f"'metadata' must be an object, not {json.dumps(metadata)[:80]}")
+        _check_watermarks(metadata)
         for i, src in enumerate(srcs):
             if not isinstance(src, dict) or "start" not in src or "end" not in src:
                 raise ValueError(f"sources[{i}] must be an object with 'start' and 'end'")

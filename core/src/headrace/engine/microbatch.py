@@ -27,13 +27,32 @@ from typing import TYPE_CHECKING, Any
 from headrace.engine.planner import PlannedBatch
 from headrace.engine.reader import BatchCounts, read_partitions
 from headrace.engine.report import report_progress
+from headrace.engine.watermark import late_events_ms
+from headrace.errors import CheckpointError
 from headrace.protocols import Partition
 from headrace.transforms.operator import BatchInfo
 
 if TYPE_CHECKING:
     from headrace.engine.query import StreamingQuery
 
-__all__ = ["run_batch"]
+__all__ = ["batch_info", "run_batch"]
+
+
+def batch_info(q: StreamingQuery, batch_id: int, metadata: dict[str, Any], *, real_time: bool = False) -> BatchInfo:
+    """Batch ``batch_id`` as its operators see it: both watermarks its ``offsets`` entry
+    records (none without a watermark). Called once per batch, on the query's thread."""
+    if not q._tracker.enabled:
+        return BatchInfo(batch_id, None, real_time=real_time)
+    cp = q._checkpoint
+
+    def previous(n: int) -> dict[str, Any] | None:
+        try:
+            return cp.read_offsets(n).metadata if cp is not None else None
+        except CheckpointError:  # gone (retention) or unreadable: the entry's own watermark
+            return None
+
+    late = late_events_ms(metadata, batch_id, previous)
+    return BatchInfo(batch_id, int(metadata.get("batchWatermarkMs") or 0), real_time=real_time, late_watermark_ms=late)
 
 
 def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
@@ -43,7 +62,7 @@ def run_batch(q: StreamingQuery, p: PlannedBatch) -> None:
     cp, sink, runner = q._checkpoint, q._sink, q._runner
     assert cp is not None and sink is not None and runner is not None
     batch_id = p.batch_id
-    info = BatchInfo(batch_id, p.metadata.get("batchWatermarkMs") if q._tracker.enabled else None)
+    info = batch_info(q, batch_id, p.metadata)
     info.timestamp_ms = int(p.wall * 1000)  # offsets/<n>'s timestamp (a replay plans with the recorded one)
     q._current_batch = batch_id
     q._status = {"message": "Processing new data", "isDataAvailable": True, "isTriggerActive": True}

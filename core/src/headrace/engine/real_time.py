@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from headrace.checkpoint import OffsetEntry
+from headrace.engine.microbatch import batch_info
 from headrace.engine.reader import BatchCounts, apply_transform
 from headrace.engine.report import report_progress
 from headrace.protocols import Offset
-from headrace.transforms.operator import BatchInfo
 
 if TYPE_CHECKING:
     from headrace.engine.query import StreamingQuery
@@ -108,7 +108,7 @@ def run_real_time_batch(
     q._status = {"message": "Processing new data (real-time)", "isDataAvailable": True, "isTriggerActive": True}
     if metadata is None:
         metadata = tracker.metadata(int(wall * 1000))
-    info = BatchInfo(batch_id, metadata.get("batchWatermarkMs") if tracker.enabled else None, real_time=True)
+    info = batch_info(q, batch_id, metadata, real_time=True)
     checkpoint.write_offsets(OffsetEntry(batch_id, starts, [None], int(wall * 1000), real_time=True, metadata=metadata))
     q._crash("after_offsets", batch_id)
     stop = threading.Event()

@@ -11,11 +11,13 @@ Per batch, vectorised, in two stages as Spark's partial and final ``HashAggregat
 2. *final*, once per batch, on the consumer thread (:meth:`AggregateOperator.finish`): the
    chunks' partials are combined per key (Arrow ``group_by``, or DuckDB for types Arrow does
    not sum exactly, e.g. decimals); (key, window) groups whose window ended at or before the
-   watermark are dropped as late and counted (``numRowsDroppedByWatermark``); the state rows
+   watermark for late events (the previous batch's, as in Spark since 3.4) are dropped as
+   late and counted, one per group as Spark counts them (``numRowsDroppedByWatermark``); the
+   state rows
    of the keys the batch touches are fetched, merged with the partials by Arrow compute
    kernels (add, element-wise min/max) and written back;
 3. output: ``update`` emits the rows changed in this batch, ``complete`` every row, ``append``
-   the windows the watermark has passed (evicted from state at the same time). With a
+   the windows this batch's watermark has passed (evicted from state at the same time). With a
    watermark, ``update`` also evicts windows it has passed (without emitting them again).
 
 The consumer's work per batch is proportional to the distinct keys of the batch, not to its
@@ -385,7 +387,7 @@ class AggregateOperator(StatefulOperator):
         their new values."""
         spec = self.window
         order: np.ndarray | None = None
-        wm_us = self._watermark_us(batch)
+        wm_us = self._eviction_us(batch.late_ms)  # late input: by the previous batch's watermark
         if self._event_key == "window":
             assert spec is not None
             order = partial.column("__ws").to_numpy() + spec.duration_us
@@ -393,8 +395,8 @@ class AggregateOperator(StatefulOperator):
             order, _ = event_time_micros(partial.column(self._event_key))
         if wm_us is not None and order is not None:
             late = order <= wm_us
-            if late.any():
-                self._dropped += int(partial.column("__rows").to_numpy()[late].sum())
+            if late.any():  # counted as Spark does: late groups after partial aggregation
+                self._dropped += int(late.sum())
                 partial = partial.filter(pa.array(~late))
                 order = order[~late]
         if not partial.num_rows:

@@ -3,12 +3,13 @@
 
 - ``drop_duplicates(cols)``: the first row of each key (the columns, all of them when none
   are given) passes, later ones are dropped. When the watermark column is among the keys,
-  rows older than the watermark are dropped as late and a key's state is removed once the
-  watermark passes its event time; otherwise the state keeps every key seen (unbounded, as in
+  rows older than the watermark for late events (the previous batch's, as in Spark since
+  3.4) are dropped as late and a key's state is removed once this batch's watermark passes
+  its event time; otherwise the state keeps every key seen (unbounded, as in
   Spark).
 - ``drop_duplicates_within_watermark(cols)`` (Spark 3.5): the event-time column need not be a
   key; a key's state expires at its first row's event time plus the watermark delay, once the
-  watermark passes that. Rows older than the watermark are dropped as late.
+  watermark passes that. Rows older than the watermark for late events are dropped as late.
 
 Per chunk, vectorised: the chunk's first row per key (Arrow ``group_by``), one state lookup
 for those keys, the unseen ones emitted and stored. Rows are emitted as they are processed,
@@ -138,16 +139,17 @@ class DropDuplicatesOperator(StatefulOperator):
         super().open(context)
 
     # ------------------------------------------------------------------ per batch
-    def _wm_us(self, batch: BatchInfo) -> int | None:
-        if batch.watermark_ms is None or self.watermark_column is None:
+    def _late_us(self, batch: BatchInfo) -> int | None:
+        """The watermark (µs) input rows are dropped by as late: the previous batch's."""
+        if batch.late_ms is None or self.watermark_column is None:
             return None
-        return int(batch.watermark_ms) * 1000
+        return int(batch.late_ms) * 1000
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         """Emit the rows of this chunk whose key was never seen (nor earlier in the chunk)."""
         if not table.num_rows:
             return None
-        wm_us = self._wm_us(batch)
+        wm_us = self._late_us(batch)
         ts: np.ndarray | None = None
         if self.watermark_column is not None and (self._event_key or self.within_watermark):
             ts, valid = event_time_micros(table.column(self.watermark_column))

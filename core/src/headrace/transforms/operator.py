@@ -74,16 +74,32 @@ class OperatorContext:
 
 @dataclass
 class BatchInfo:
-    """One batch as operators see it. ``watermark_ms`` is the event-time watermark in force for
-    this batch (epoch milliseconds, or ``None`` without a watermark), recorded in
-    ``offsets/<n>`` so a replay uses the same one. ``dropped_by_watermark`` is filled in by
-    operators (rows older than the watermark they dropped)."""
+    """One batch as operators see it, with Spark's two watermarks (since Spark 3.4), both epoch
+    milliseconds (``None`` without a watermark) and both recorded in ``offsets/<n>`` so a
+    replay uses the same ones:
+
+    - ``watermark_ms``, the watermark for eviction (Spark's ``eventTimeWatermarkForEviction``):
+      this batch's, computed from the batches before it; what the watermark has passed is
+      emitted (append mode) and evicted from state;
+    - ``late_watermark_ms``, the watermark for late events (``eventTimeWatermarkForLateEvents``):
+      the previous batch's; input rows it has passed are dropped as late. ``None`` (a batch
+      built without it) means the same as ``watermark_ms``: read it as :attr:`late_ms`.
+
+    ``dropped_by_watermark`` is filled in by operators (rows older than the watermark they
+    dropped)."""
 
     batch_id: int
     watermark_ms: int | None = None
     real_time: bool = False
     dropped_by_watermark: int = 0
+    late_watermark_ms: int | None = None
     timestamp_ms: int | None = None  # the batch's processing time: offsets/<n>'s timestamp, kept on a replay
+
+    @property
+    def late_ms(self) -> int | None:
+        """The watermark input rows are dropped by as late: ``late_watermark_ms``, or, when the
+        batch was built without one, ``watermark_ms``."""
+        return self.watermark_ms if self.late_watermark_ms is None else self.late_watermark_ms
 
 
 class StateWrite(Protocol):

@@ -8,13 +8,14 @@ the keys it closes. Per batch:
 
 1. DuckDB splits the batch into sessions per key (``lag`` over event time: a gap of at least
    ``gap`` starts a new session) with their partial aggregates - vectorised;
-2. rows whose own session ``[ts, ts + gap)`` ended at or before the watermark are dropped as
-   late and counted;
+2. rows whose own session ``[ts, ts + gap)`` ended at or before the watermark for late events
+   (the previous batch's, as in Spark since 3.4) are dropped as late and counted, in every
+   output mode (one per distinct key and event time, as Spark's partial aggregate counts);
 3. for each key the batch touches, its stored sessions and the batch's are merged where they
    overlap (a late row may bridge two sessions into one) - Python per touched session, which
    is the part that is not vectorised;
-4. append mode emits the sessions the watermark has passed (end <= watermark) and removes
-   them; complete mode emits every session.
+4. append mode emits the sessions this batch's watermark has passed (end <= watermark) and
+   removes them; complete mode emits every session (and runs no batch without data).
 """
 
 from __future__ import annotations
@@ -211,19 +212,24 @@ class SessionWindowAggregateOperator(AggregateOperator):
         return None
 
     def needs_batch_at(self, watermark_ms: int) -> bool:
-        """Sessions close when the watermark passes their end, as the batch finds out: run
-        the batch whenever the watermark moves (the operator's default)."""
-        return True
+        """Sessions close when the watermark passes their end, as the batch finds out: in
+        append mode, run the batch whenever the watermark moves; complete mode closes none
+        (Spark runs no such batch for it)."""
+        return self.output_mode != "complete"
 
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         mode = self.output_mode
+        assert self.session is not None
         wm_us = None if batch.watermark_ms is None or mode == "complete" else int(batch.watermark_ms) * 1000
+        # late input is dropped in every mode (as Spark does), by the previous batch's watermark
+        late_ms = batch.late_ms if self.watermark_column == self.session.column else None
+        late_us = None if late_ms is None else int(late_ms) * 1000
         emitted: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         if self._buffer:
             table = pa.concat_tables(self._buffer) if len(self._buffer) > 1 else self._buffer[0]
             self._buffer = []
             try:  # (before anything of the batch is written)
-                emitted += self._merge_sessions(table, wm_us)
+                emitted += self._merge_sessions(table, late_us, wm_us)
             except SumOverflow as e:
                 raise self._overflow_error(e, batch.batch_id) from None
         out: pa.Table | None = None
@@ -239,15 +245,19 @@ class SessionWindowAggregateOperator(AggregateOperator):
         self._commit(batch)
         return out
 
-    def _merge_sessions(self, table: pa.Table, wm_us: int | None) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    def _merge_sessions(self, table: pa.Table, late_us: int | None, wm_us: int | None,
+                        ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:  # fmt: skip
+        """The batch's rows (those whose own session ended after ``late_us`` are kept) merged
+        into their keys' sessions; returns the sessions ``wm_us`` closes (append mode)."""
 
         assert self.session is not None
         gap = self.session.gap_us
         ts, valid = event_time_micros(table.column(self.session.column))
         keep = np.ones(len(ts), np.bool_) if valid is None else valid.copy()
-        if wm_us is not None:
-            late = keep & (ts + gap <= wm_us)
-            self._dropped += int(late.sum())
+        if late_us is not None:
+            late = keep & (ts + gap <= late_us)
+            if late.any():  # counted as Spark does: per (key, session of the row) after partial aggregation
+                self._dropped += _distinct_late(table, self.plain_keys, ts, late)
             keep &= ~late
         if not keep.all():
             table = table.filter(pa.array(keep))
@@ -355,3 +365,13 @@ class SessionWindowAggregateOperator(AggregateOperator):
                 i += 1
             cols.append(final_col(a.func, p))
         return pa.Table.from_arrays(cols, schema=self._out_schema)
+
+
+
+def _distinct_late(table: pa.Table, keys: Sequence[str], ts: np.ndarray, late: np.ndarray) -> int:
+    """How many distinct (keys, event time) pairs the ``late`` rows of ``table`` hold: Spark's
+    partial aggregate before the session window's state merges the rows of one key whose own
+    sessions ``[ts, ts + gap)`` are the same, and counts what it drops after it."""
+    cols = {k: table.column(k).filter(pa.array(late)) for k in keys}
+    t = pa.table({**cols, "__late_ts": pa.array(ts[late], pa.int64())})
+    return t.group_by(t.column_names, use_threads=False).aggregate([]).num_rows
