@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
     from headrace.plugins import registry
     from headrace.progress import QueryProgress
     from headrace.query import StreamingQuery, Trigger
+    from headrace.transforms.spark_sql import sql_dialect
     from headrace.transforms.static import DataFrameReader, StaticFrame, read
     from headrace.transforms.transform_with_state import (
         ExpiredTimerInfo,
@@ -102,6 +103,7 @@ __all__ = [
     "read_stream",
     "registry",
     "session_window",
+    "sql_dialect",
     "window",
 ]
 
@@ -132,6 +134,7 @@ _LAZY: dict[str, str] = {
     "StaticFrame": "headrace.transforms.static",
     "read": "headrace.transforms.static",
     "session_window": "headrace.transforms.window",
+    "sql_dialect": "headrace.transforms.spark_sql",
     "window": "headrace.transforms.window",
     "ExpiredTimerInfo": "headrace.transforms.transform_with_state",
     "ListState": "headrace.transforms.transform_with_state",
