@@ -99,7 +99,7 @@ def test_constraints_views_and_flows() -> None:
         ("CREATE STREAMING TABLE a AS SELECT * FROM STREAM read_files('x', format => 'json', k => v)", "must be a literal"),
         ("CREATE STREAMING TABLE a AS SELECT * FROM STREAM read_files('${nope}')", "not in the spec's configuration"),
         ("CREATE STREAMING TABLE a AS SELECT * FROM STREAM read_kafka(x => secret('s', 'k'))", "HEADRACE_SECRET_S_K"),
-        ("CREATE STREAMING TABLE a AS SELEC * FROM STREAM(x)", "does not parse"),
+        ("CREATE STREAMING TABLE a AS SELEC * FROM STREAM(x)", "SQL syntax error"),
         ("CREATE STREAMING TABLE a AS SELECT k, count(*) FROM STREAM(x) GROUP BY k", "MATERIALIZED VIEW over"),
     ],
     ids=["two-streams", "no-stream", "mv-with-stream", "not-create", "unknown-source", "non-literal-arg",
@@ -109,3 +109,35 @@ def test_errors(sql: str, message: str, monkeypatch) -> None:
     monkeypatch.delenv("HEADRACE_SECRET_S_K", raising=False)
     with pytest.raises(PipelineDefinitionError, match=message):
         _register(sql)
+
+
+@pytest.mark.parametrize(
+    ("text", "head", "shown"),
+    [
+        ("-- orders\nCREATE OR REFRESH MATERIALIZED VIEW v AS\nSELEC * FROM x;\n",
+         "t.sql:3:9: v: SQL syntax error: unexpected 'FROM': the expression before it is incomplete",
+         ["    SELEC * FROM x", "            ^"]),
+        ("CREATE OR REFRESH MATERIALIZED VIEW v AS SELECT a\n  FROM x WHERE a = = 1;",
+         "t.sql:2:20: v: SQL syntax error: unexpected '=': the expression before it is incomplete",
+         ["      FROM x WHERE a = = 1", "                       ^"]),
+        ("CREATE MATERIALIZED VIEW v AS SELECT (a FROM x;", "t.sql:1:41: v: SQL syntax error: expected ')' at 'FROM'",
+         ["    CREATE MATERIALIZED VIEW v AS SELECT (a FROM x", "                                            ^"]),
+        ("CREATE MATERIALIZED VIEW v AS SELECT a FROM x WHERE;",
+         "t.sql:1:47: v: SQL syntax error: the WHERE clause is incomplete at 'WHERE'", []),
+        ("\n\nCREATE FLOW f AS INSERT INTO t BY NAME SELECT a + FROM STREAM(x);",
+         "t.sql:3:51: flow f: SQL syntax error: unexpected 'FROM'",
+         ["    CREATE FLOW f AS INSERT INTO t BY NAME SELECT a + FROM STREAM(x)"]),
+        ("CREATE MATERIALIZED VIEW v AS SELECT 'abc FROM x;", "t.sql:1: v: SQL syntax error: the query cannot be read "
+         "into tokens (an unclosed quote, comment or bracket?)", []),
+    ],
+    ids=["misspelled-select", "second-line", "unclosed-paren", "empty-where", "flow", "unclosed-quote"],
+)
+def test_syntax_errors_name_file_line_column_plainly(text: str, head: str, shown: list[str]) -> None:
+    with pytest.raises(PipelineDefinitionError) as info:
+        _register(text)
+    message = str(info.value)
+    lines = message.splitlines()
+    assert lines[0].startswith(head), message
+    assert lines[1:1 + len(shown)] == shown, message
+    for leak in ("sqlglot", "<class", "\x1b", "Line ", "Col:", "Token"):
+        assert leak not in message, message

@@ -226,7 +226,7 @@ def _register_statement(stmt: str, reg: GraphRegistry, loc: SourceLocation) -> N
             props[kv.group(1)] = kv.group(2)
     comment = comment_m.group(1).replace("''", "'") if comment_m else None
     if kind_word == "FLOW":
-        _register_flow(name, query, reg, loc, expectations)
+        _register_flow(name, query, reg, loc, expectations, stmt)
         return
     if "STREAMING" in kind_word:
         kind = STREAMING_TABLE
@@ -241,15 +241,26 @@ def _register_statement(stmt: str, reg: GraphRegistry, loc: SourceLocation) -> N
             raise PipelineDefinitionError(f"{loc}: {kind_word} {name} needs AS SELECT ...")
         return
     stream = {STREAMING_TABLE: True, MATERIALIZED_VIEW: False}.get(kind)
-    func = compile_query(query, stream=stream, where=f"{loc}: {name}")
+    func = compile_query(query, stream=stream, where=f"{loc}: {name}", origin=_origin(loc, stmt, stmt.rstrip().rfind(query)))
     reg.register_flow(Flow(name=name, target=name, func=func, kind="view" if kind == TEMPORARY_VIEW else "append",
                            location=loc, sql=stmt, expectations=tuple(expectations)))  # fmt: skip
 
 
-def _register_flow(name: str, query: str | None, reg: GraphRegistry, loc: SourceLocation, exps: list[Expectation]) -> None:
+def _origin(loc: SourceLocation, stmt: str, at: int) -> tuple[str, int, int, str] | None:
+    """The file, line and column of ``stmt[at]`` and the text before it on its line (a statement
+    starts at column 1 of its line), for syntax errors."""
+    if at < 0 or loc.filename is None or loc.line is None:
+        return None
+    line_start = stmt.rfind("\n", 0, at) + 1
+    return loc.filename, loc.line + stmt.count("\n", 0, at), at - line_start + 1, stmt[line_start:at]
+
+
+def _register_flow(name: str, query: str | None, reg: GraphRegistry, loc: SourceLocation, exps: list[Expectation],
+                   stmt: str = "") -> None:
     im = _INSERT.match(query or "")
     if im is None:
         raise PipelineDefinitionError(f"{loc}: CREATE FLOW {name} AS INSERT INTO <target> [BY NAME] SELECT ... FROM STREAM(...)")
-    func = compile_query(im.group("query"), stream=True, where=f"{loc}: flow {name}")
+    at = stmt.rstrip().rfind(query or "") + im.start("query")
+    func = compile_query(im.group("query"), stream=True, where=f"{loc}: flow {name}", origin=_origin(loc, stmt, at))
     reg.register_flow(Flow(name=name, target=_unquote(im.group("target")), func=func, kind="append", location=loc,
                            sql=query, expectations=tuple(exps)))  # fmt: skip

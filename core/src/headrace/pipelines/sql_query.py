@@ -82,10 +82,71 @@ def source_options(function: str, args: list[Any], where: str) -> tuple[str, dic
     return connector, opts, path
 
 
-def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[], Any]:
+_REQUIRED = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*?(\w+)'>")
+_INCOMPLETE = {"where": "the WHERE clause", "having": "the HAVING clause", "join": "the JOIN", "group": "GROUP BY",
+               "order": "ORDER BY", "select": "the SELECT list", "paren": "the parenthesis", "cast": "the CAST"}
+
+
+def _plain_description(description: str, highlight: str) -> str:
+    """sqlglot's description of a parse error without its class names and token reprs."""
+    near = f"{highlight!r}" if highlight else "the end of the query"
+    m = _REQUIRED.fullmatch(description.strip())
+    if m:
+        part = _INCOMPLETE.get(m.group(1).lower())
+        if part:
+            return f"{part} is incomplete at {near}"
+        return f"unexpected {near}: the expression before it is incomplete"
+    if description.startswith("Invalid expression / Unexpected token"):
+        return f"unexpected {near}"
+    if description.startswith("Expecting "):
+        return f"expected {description[len('Expecting '):].strip()!r} at {near}"
+    description = re.sub(r"\s*but got <Token .*", "", description, flags=re.S)
+    description = re.sub(r"<class '[\w.]*?(\w+)'>", r"\1", description)
+    return f"{description.strip()} at {near}"
+
+
+Origin = tuple[str, int, int, str]
+
+
+def _syntax_error(e: Exception, query: str, where: str, origin: Origin | None) -> PipelineDefinitionError:
+    """A parse error as ``file:line:column: name: SQL syntax error: plain message`` and the line
+    with a caret under the column. ``origin``: the file, line and column of the query's first
+    character and the text before it on that line; ``where`` (``file:line: name``) names the
+    definition."""
+    details = getattr(e, "errors", None) or []
+    first = details[0] if details else {}
+    label = where.rsplit(": ", 1)[-1] if origin else where
+    if not first.get("line"):
+        # a tokenizer error (an unclosed quote or comment) has no position
+        at = f"{origin[0]}:{origin[1]}" if origin else where.rsplit(": ", 1)[0]
+        return PipelineDefinitionError(f"{at}: {label}: SQL syntax error: the query cannot be read into tokens "
+                                       "(an unclosed quote, comment or bracket?)")  # fmt: skip
+    highlight = str(first.get("highlight") or "")
+    line, end_col = int(first["line"]), int(first.get("col") or 1)
+    col = max(1, end_col - len(highlight) + 1) if "\n" not in highlight else 1
+    lines = query.splitlines() or [""]
+    text = lines[min(line, len(lines)) - 1]
+    message = _plain_description(str(first.get("description") or ""), highlight)
+    if origin is None:
+        head = f"{where}: SQL syntax error at line {line}, column {col} of the query: {message}"
+    else:
+        file_line = origin[1] + line - 1
+        file_col = origin[2] + col - 1 if line == 1 else col
+        head = f"{origin[0]}:{file_line}:{file_col}: {label}: SQL syntax error: {message}"
+        text = origin[3] + text if line == 1 else text
+        col = file_col
+    return PipelineDefinitionError(f"{head}\n    {text.expandtabs(1)}\n    {' ' * (col - 1)}^")
+
+
+def compile_query(
+    query: str, *, stream: bool | None, where: str, origin: Origin | None = None
+) -> Callable[[], Any]:
     """A query function for a SQL definition: it builds the stream (or batch frame) through
     the active resolver, recording its reads. ``stream`` True: exactly one STREAM source;
-    None: a view (stream if it has one)."""
+    None: a view (stream if it has one). ``where`` (``file:line: name``) starts every error;
+    ``origin`` (file, line and column of the query's first character, the text before it on
+    that line) places syntax errors. Called
+    once per definition while a SQL library is registered, on the loading thread."""
     try:
         import sqlglot
         from sqlglot import exp
@@ -95,7 +156,7 @@ def compile_query(query: str, *, stream: bool | None, where: str) -> Callable[[]
     try:
         tree = sqlglot.parse_one(query, read="databricks")
     except SqlglotError as e:
-        raise PipelineDefinitionError(f"{where}: the query does not parse: {e}") from None
+        raise _syntax_error(e, query, where, origin) from None
     ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
     streams = list(tree.find_all(exp.Stream))
     if stream and len(streams) != 1:
