@@ -95,12 +95,16 @@ def main() -> None:
     translate = translation_ms(batch.schema, args.rounds)
     spark = batch_ms(batch, "spark", args.rounds)
     duck = batch_ms(batch, "duckdb", args.rounds)
-    print(f"translation (select + where, at definition and once per schema): {translate:.2f} ms, once per query")
+    print(
+        f"translation (select + where, at definition and once per schema): {translate:.2f} ms, once per query"
+    )
     print(f"{args.rows}-row batch, Spark SQL: {spark:.2f} ms; the same query in DuckDB's dialect: {duck:.2f} ms "
           f"(ratio {duck / spark:.2f})")  # fmt: skip
     share = 100 * translate / spark
-    print(f"translation as a share of one batch, were it paid per batch: {share:.1f}%; per batch it is paid: 0% "
-          f"(goal below 1%: {'met' if share < 1 else 'met only because translation is once per query, not per batch'})")
+    print(
+        f"translation as a share of one batch, were it paid per batch: {share:.1f}%; per batch it is paid: 0% "
+        f"(goal below 1%: {'met' if share < 1 else 'met only because translation is once per query, not per batch'})"
+    )
 
 
 if __name__ == "__main__":

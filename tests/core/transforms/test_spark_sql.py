@@ -11,8 +11,8 @@ from headrace.errors import HeadraceError
 from headrace.transforms.expressions import ExpressionError
 from headrace.transforms.operator import BatchInfo
 from headrace.transforms.spark_sql import current_sql_dialect, sql_dialect, to_duckdb
-from headrace.transforms.static import StaticFrame
 from headrace.transforms.stateless import SqlOperator, WithColumnOperator, select_expr_query
+from headrace.transforms.static import StaticFrame
 
 T = pa.table({"amount": [19.617, -19.617], "name": ["héllo", "ab"], "n": pa.array([3, 4], pa.int32())})
 
@@ -27,7 +27,10 @@ def test_spark_is_the_default_dialect() -> None:
 
 @pytest.mark.parametrize(
     ("dialect", "expected"),
-    [pytest.param("spark", [19, -19], id="spark-truncates"), pytest.param("duckdb", [20, -20], id="duckdb-rounds")],
+    [
+        pytest.param("spark", [19, -19], id="spark-truncates"),
+        pytest.param("duckdb", [20, -20], id="duckdb-rounds"),
+    ],
 )
 def test_cast_of_a_double_to_bigint_follows_the_dialect(dialect: str, expected: list[int]) -> None:
     with sql_dialect(dialect):
@@ -37,7 +40,11 @@ def test_cast_of_a_double_to_bigint_follows_the_dialect(dialect: str, expected: 
 
 
 @pytest.mark.parametrize(
-    ("dialect", "expected"), [pytest.param("spark", pa.int32(), id="spark-int"), pytest.param("duckdb", pa.int64(), id="duckdb-bigint")]
+    ("dialect", "expected"),
+    [
+        pytest.param("spark", pa.int32(), id="spark-int"),
+        pytest.param("duckdb", pa.int64(), id="duckdb-bigint"),
+    ],
 )
 def test_length_type_follows_the_dialect(dialect: str, expected: pa.DataType) -> None:
     with sql_dialect(dialect):
@@ -73,12 +80,17 @@ def test_a_pipeline_configuration_chooses_the_dialect() -> None:
     token = _context._config.set({"headrace.sql.dialect": "DuckDB"})
     try:
         assert current_sql_dialect() == "duckdb"
-        assert frame().select_expr("CAST(amount AS BIGINT) AS a").to_arrow().column("a").to_pylist() == [20, -20]
+        assert frame().select_expr("CAST(amount AS BIGINT) AS a").to_arrow().column("a").to_pylist() == [
+            20,
+            -20,
+        ]
     finally:
         _context._config.reset(token)
     token = _context._config.set({"headrace.sql.dialect": "mysql"})
     try:
-        with pytest.raises(HeadraceError, match=r"pipeline configuration headrace.sql.dialect: SQL dialect 'mysql'"):
+        with pytest.raises(
+            HeadraceError, match=r"pipeline configuration headrace.sql.dialect: SQL dialect 'mysql'"
+        ):
             current_sql_dialect()
     finally:
         _context._config.reset(token)
@@ -87,7 +99,9 @@ def test_a_pipeline_configuration_chooses_the_dialect() -> None:
 def test_a_function_with_no_translation_is_refused_at_definition_naming_it() -> None:
     import headrace as hr
 
-    stream = hr.read_stream.format("memory").option("name", "spark_sql_untranslatable").load()  # schema unknown
+    stream = (
+        hr.read_stream.format("memory").option("name", "spark_sql_untranslatable").load()
+    )  # schema unknown
     with pytest.raises(ExpressionError, match=r"the function no_such_fn\(\) has no translation to DuckDB"):
         stream.select_expr("no_such_fn(amount) AS x")
     with pytest.raises(ExpressionError, match=r"no_such_fn"):
@@ -124,15 +138,22 @@ def test_division_by_zero_raises_as_in_spark() -> None:
     with pytest.raises(ExpressionError, match=r"DIVIDE_BY_ZERO"):
         frame().select_expr("amount / (n - n) AS v").to_arrow()
     with sql_dialect("duckdb"):  # DuckDB's: infinity
-        assert frame().select_expr("amount / (n - n) AS v").to_arrow().column("v").to_pylist() == [float("inf"), float("-inf")]
+        assert frame().select_expr("amount / (n - n) AS v").to_arrow().column("v").to_pylist() == [
+            float("inf"),
+            float("-inf"),
+        ]
 
 
-def test_translation_happens_at_definition_and_once_per_schema_not_per_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_translation_happens_at_definition_and_once_per_schema_not_per_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     op = SqlOperator(select_expr_query(["CAST(amount AS BIGINT) AS a"]), what="probe")
     op.output_schema(T.schema)
     calls = []
     real = spark_sql._rewrite
-    monkeypatch.setattr(spark_sql, "_rewrite", lambda tree, schema: calls.append(schema) or real(tree, schema))
+    monkeypatch.setattr(
+        spark_sql, "_rewrite", lambda tree, schema: calls.append(schema) or real(tree, schema)
+    )
     for i in range(5):
         assert op.process(T, BatchInfo(i)).column("a").to_pylist() == [19, -19]
     assert calls == []

@@ -67,8 +67,22 @@ _TRANSLATED = {"pmod"}  # Spark functions sqlglot does not know, translated here
 _WHOLE_NUMBER = "[[:space:]]*[+-]?[0-9]+[[:space:]]*"
 
 _INT_RESULT = (
-    "Length", "StrPosition", "ArraySize", "Year", "Month", "Day", "DayOfMonth", "DayOfWeek",
-    "DayOfYear", "Hour", "Minute", "Second", "Quarter", "WeekOfYear", "Ascii", "Levenshtein",
+    "Length",
+    "StrPosition",
+    "ArraySize",
+    "Year",
+    "Month",
+    "Day",
+    "DayOfMonth",
+    "DayOfWeek",
+    "DayOfYear",
+    "Hour",
+    "Minute",
+    "Second",
+    "Quarter",
+    "WeekOfYear",
+    "Ascii",
+    "Levenshtein",
 )  # fmt: skip  (Spark returns INT, DuckDB BIGINT)
 
 
@@ -77,11 +91,13 @@ def sql_dialect_name(name: Any) -> str:
     a ``HeadraceError`` naming it. Called when a step or a pipeline is defined."""
     text = name.strip().lower() if isinstance(name, str) else name
     if text not in DIALECTS:
-        raise HeadraceError(f"SQL dialect {name!r} is not one headrace knows; use 'spark' (the default) or 'duckdb'")
+        raise HeadraceError(
+            f"SQL dialect {name!r} is not one headrace knows; use 'spark' (the default) or 'duckdb'"
+        )
     return str(text)
 
 
-class sql_dialect:  # noqa: N801  (used like a function: hr.sql_dialect("duckdb"))
+class sql_dialect:
     """Choose the dialect of the SQL in the frames defined from now on: ``"spark"`` (the
     default) or ``"duckdb"``. ``hr.sql_dialect("duckdb")`` sets it for the process; as a
     context manager (``with hr.sql_dialect("duckdb"): ...``) it sets it for the block and
@@ -102,7 +118,9 @@ class sql_dialect:  # noqa: N801  (used like a function: hr.sql_dialect("duckdb"
     def __enter__(self) -> sql_dialect:
         return self
 
-    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None
+    ) -> None:
         global _default
         with _lock:
             _default = self.previous
@@ -182,7 +200,9 @@ def _duckdb_functions() -> set[str]:
     if not _DUCKDB_FUNCTIONS:
         from headrace.transforms.expressions import duckdb_connection
 
-        rows = duckdb_connection().sql("SELECT DISTINCT lower(function_name) FROM duckdb_functions()").fetchall()
+        rows = (
+            duckdb_connection().sql("SELECT DISTINCT lower(function_name) FROM duckdb_functions()").fetchall()
+        )
         _DUCKDB_FUNCTIONS.update(r[0] for r in rows)
     return _DUCKDB_FUNCTIONS
 
@@ -210,7 +230,8 @@ def parse_spark(text: str, *, what: str, kind: str = "query") -> Any:
             raise _expression_error(f"{what} must be exactly one SELECT statement; found {len(trees)}")
         if not isinstance(trees[0], exp.Query):
             raise _expression_error(
-                f"{what} must be a SELECT (a query over the table `batch`); it is a {trees[0].key.upper()} statement")
+                f"{what} must be a SELECT (a query over the table `batch`); it is a {trees[0].key.upper()} statement"
+            )
     elif len(trees) != 1:
         raise _expression_error(f"{what} must be one expression")
     tree = trees[0]
@@ -234,11 +255,14 @@ def _check_functions(tree: Any, what: str) -> None:
             raise _expression_error(
                 f"{what}: the function {node.name}() has no translation to DuckDB (it is neither a Spark "
                 f"function headrace translates nor a DuckDB function); rewrite it with other functions, "
-                f"or with DuckDB's dialect (hr.sql_dialect('duckdb')) use a DuckDB function")
+                f"or with DuckDB's dialect (hr.sql_dialect('duckdb')) use a DuckDB function"
+            )
     try:
         out = _rewrite(tree.copy(), None).sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
     except UnsupportedError as e:
-        raise _expression_error(f"{what}: {_first_line(e)} (no translation of this Spark SQL to DuckDB)") from None
+        raise _expression_error(
+            f"{what}: {_first_line(e)} (no translation of this Spark SQL to DuckDB)"
+        ) from None
     import sqlglot
 
     try:
@@ -250,7 +274,8 @@ def _check_functions(tree: Any, what: str) -> None:
         if name not in known and not name.startswith("__hr"):
             raise _expression_error(
                 f"{what}: the Spark function {node.name}() has no translation to DuckDB; rewrite it with "
-                f"other functions")
+                f"other functions"
+            )
 
 
 # Arrow -> the sqlglot type names used to annotate a step's input columns
@@ -310,8 +335,7 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
     if schema is not None:
         _annotate(tree, schema)
     ints = exp.DataType.INTEGER_TYPES
-    _STRINGS = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
-    fractional = ("DOUBLE", "FLOAT", "DECIMAL", "TEXT", "VARCHAR")
+    strings = (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR)
 
     def fix(node: Any) -> Any:
         if isinstance(node, exp.TryCast) and not node.args.get("safe"):
@@ -322,7 +346,7 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
             node.set("to", exp.DataType.build("TIMESTAMPTZ"))
         if isinstance(node, exp.Cast) and node.to.this in ints:
             operand = node.this
-            if isinstance(operand, exp.Literal) and not operand.is_string and "." in operand.name \
+            if (isinstance(operand, exp.Literal) and not operand.is_string and "." in operand.name) \
                     or _is(operand, "DOUBLE", "FLOAT", "DECIMAL"):  # fmt: skip
                 node.set("this", exp.func("trunc", operand))
             elif (isinstance(operand, exp.Literal) and operand.is_string) or _is(operand, "TEXT", "VARCHAR"):
@@ -335,10 +359,18 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
                                        "because it is malformed; use try_cast to get NULL instead")))  # fmt: skip
                 whole = exp.func("regexp_full_match", operand.copy(), exp.Literal.string(_WHOLE_NUMBER))
                 node.set("this", exp.Case(ifs=[exp.If(this=exp.Not(this=whole), true=bad)], default=operand))
-        elif isinstance(node, exp.Cast) and node.to.this in _STRINGS and _is(node.this, "TIMESTAMPTZ", "TIMESTAMPLTZ"):
+        elif (
+            isinstance(node, exp.Cast)
+            and node.to.this in strings
+            and _is(node.this, "TIMESTAMPTZ", "TIMESTAMPLTZ")
+        ):
             # Spark writes a timestamp in the session time zone without an offset
             node.set("this", exp.Cast(this=node.this, to=exp.DataType.build("TIMESTAMPNTZ")))
-        elif isinstance(node, exp.Anonymous) and str(node.name).lower() == "pmod" and len(node.expressions) == 2:
+        elif (
+            isinstance(node, exp.Anonymous)
+            and str(node.name).lower() == "pmod"
+            and len(node.expressions) == 2
+        ):
             a, b = node.expressions
             return exp.Mod(this=exp.Paren(this=exp.Add(this=exp.Paren(this=exp.Mod(this=a, expression=b)),
                                                        expression=b.copy())), expression=b.copy())  # fmt: skip
@@ -371,10 +403,32 @@ def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
             elif _is(arg, "TIMESTAMP", "TIMESTAMPTZ", "TIMESTAMPNTZ", "DATE", "TIMESTAMPLTZ"):
                 inner = exp.func("epoch", arg)
             else:
-                return exp.Cast(this=exp.func("floor", exp.func("epoch", exp.Cast(
-                    this=exp.StrToTime(this=arg, format=node.args.get("format") or exp.Literal.string(
-                        "%Y-%m-%d %H:%M:%S")), to=exp.DataType.build("TIMESTAMPTZ")))), to=exp.DataType.build("BIGINT"))
-            return exp.Cast(this=exp.func("floor", inner), to=exp.DataType.build("BIGINT"))
+                return exp.Cast(
+                    this=exp.func(
+                        "floor",
+                        exp.func(
+                            "epoch",
+                            exp.Cast(
+                                this=exp.StrToTime(
+                                    this=arg,
+                                    format=node.args.get("format") or exp.Literal.string("%Y-%m-%d %H:%M:%S"),
+                                ),
+                                to=exp.DataType.build("TIMESTAMPTZ"),
+                            ),
+                        ),
+                    ),
+                    to=exp.DataType.build("BIGINT"),
+                )
+            # whole seconds toward zero (1969-12-31 23:59:59.5 is 0, as in Spark)
+            return exp.Cast(this=exp.func("trunc", inner), to=exp.DataType.build("BIGINT"))
+        elif isinstance(node, exp.Floor | exp.Ceil) and not node.args.get("decimals") \
+                and _is(node.this, "DOUBLE", "FLOAT") and not isinstance(node.parent, exp.Cast):  # fmt: skip
+            # Spark's floor/ceil of a double is a BIGINT ((long) Math.floor(x): NaN is 0)
+            x = node.this
+            guarded = exp.Case(
+                ifs=[exp.If(this=exp.func("isnan", x.copy()), true=exp.Literal.number(0))], default=node
+            )
+            return exp.Cast(this=guarded, to=exp.DataType.build("BIGINT"))
         elif isinstance(node, exp.StrToTime) and not isinstance(node.parent, exp.Cast):
             return exp.Cast(this=node, to=exp.DataType.build("TIMESTAMPTZ"))
         if type(node).__name__ in _INT_RESULT and not isinstance(node.parent, exp.Cast):
@@ -430,7 +484,7 @@ def to_duckdb(text: str, *, what: str, schema: pa.Schema | None = None, kind: st
     SQL, with the rules that depend on the input columns' types applied when ``schema`` is
     given. Called when a step is defined (no schema) and once per input schema when the query
     starts; cached, so a batch never pays for it."""
-    key = (text, kind, schema)
+    key: tuple[str, str, Any] | None = (text, kind, schema)
     try:
         out = _OUT.get(key)
     except TypeError:  # an unhashable schema
@@ -443,7 +497,9 @@ def to_duckdb(text: str, *, what: str, schema: pa.Schema | None = None, kind: st
     try:
         out = _rewrite(tree, schema).sql(dialect="duckdb", unsupported_level=ErrorLevel.RAISE)
     except SqlglotError as e:
-        raise _expression_error(f"{what}: {_first_line(e)} (no translation of this Spark SQL to DuckDB)") from None
+        raise _expression_error(
+            f"{what}: {_first_line(e)} (no translation of this Spark SQL to DuckDB)"
+        ) from None
     if key is not None:
         if len(_OUT) >= _REMEMBER:
             _OUT.clear()
