@@ -19,6 +19,7 @@ __all__ = [
     "delta_schema_to_arrow",
     "parse_partition_value",
     "physical_names",
+    "schema_mismatch_hint",
 ]
 
 PHYSICAL_NAME = "delta.columnMapping.physicalName"
@@ -145,3 +146,48 @@ def parse_partition_value(text: str | None, t: pa.DataType) -> Any:
             v = v.replace(tzinfo=dt.UTC) if v.tzinfo is None else v.astimezone(dt.UTC)
         return v
     raise ValueError(f"partition column of type {t} is not supported")
+
+
+def schema_mismatch_hint(table: pa.Schema, data: pa.Schema, *, merge_schema: bool) -> str:
+    """What differs between a Delta table's columns and a batch's, and the fix, for the error of
+    a write the table refused (deltalake says only "Cannot cast schema, number of fields does not
+    match: 4 vs 3"). Names compare case-insensitively, as Delta's do. Called when a write fails."""
+    have = {f.name.lower(): f for f in table}
+    got = {f.name.lower(): f for f in data}
+    new = [f"{f.name} ({f.type})" for k, f in got.items() if k not in have]
+    missing = [have[k].name for k in have if k not in got]
+    changed = [f"{f.name} is {f.type} in the batch but {have[k].type} in the table" for k, f in got.items()
+               if k in have and not _same_type(f.type, have[k].type)]  # fmt: skip
+    renamed = [f"{f.name} to {have[k].name}" for k, f in got.items() if k in have and f.name != have[k].name]
+    parts = []
+    if renamed:  # deltalake refuses a second spelling of a column (Spark would take it as the same one)
+        parts.append(f"column(s) spelled differently from the table's: {', '.join(renamed)}")
+    if new:
+        parts.append(f"new column(s) {', '.join(new)}")
+    if missing:
+        parts.append(f"column(s) {', '.join(missing)} missing from the batch")
+    if not parts:  # the same columns: a type deltalake cannot cast (one it can is no mismatch)
+        parts = changed or ["the column types differ"]
+    what = "; ".join(parts)
+    if (new or missing) and not merge_schema:
+        fix = ("set the sink option mergeSchema=true, as Spark's Delta writer asks (.option(\"mergeSchema\", \"true\"); "
+               "in a pipeline file: options = { mergeSchema = true } under [sink]): new columns are added to the "
+               "table and columns missing from a batch are written as null")  # fmt: skip
+    else:
+        fix = ("cast the column(s) to the table's type in the query, or replace the table's schema with "
+               "overwriteSchema=true (output mode 'complete')")  # fmt: skip
+    if renamed:
+        fix = f"rename {', '.join(renamed)} in the query" + (f"; {fix}" if new or missing else "")
+    return f"the batch's columns do not match the table's: {what}. Fix: {fix}"
+
+
+def _same_type(a: pa.DataType, b: pa.DataType) -> bool:
+    """Equal up to the string and binary flavours Delta does not tell apart."""
+    def norm(t: pa.DataType) -> pa.DataType:
+        if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+            return pa.string()
+        if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+            return pa.binary()
+        return t
+
+    return bool(norm(a) == norm(b))

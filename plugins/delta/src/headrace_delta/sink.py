@@ -41,6 +41,7 @@ from headrace_delta._options import (
     TXN_VERSION,
     USER_METADATA,
 )
+from headrace_delta._schema import schema_mismatch_hint
 from headrace_delta._storage import TableLocation
 
 __all__ = ["DeltaSink", "StagedBatch"]
@@ -240,10 +241,29 @@ class DeltaSink(Sink):
             self._last_commit = {"numOutputRows": sum(m.num_rows for m in staged), "numRowsSkipped": 0}
         except Exception as e:
             if type(e).__module__.startswith("deltalake") or "Schema" in type(e).__name__:
-                raise HeadraceError(f"writing batch {batch_id} to Delta table {self.loc.uri} failed: {e}") from e
+                hint = self._mismatch_hint(e, staged)
+                raise HeadraceError(f"writing batch {batch_id} to Delta table {self.loc.uri} failed: "
+                                    + (f"{hint} (deltalake: {e})" if hint else str(e))) from e  # fmt: skip
             raise
         finally:
             self._discard(staged, batch_id)
+
+    def _mismatch_hint(self, error: Exception, staged: Sequence[StagedBatch]) -> str | None:
+        """What differs between the table's columns and the batch's, with the fix (mergeSchema=true
+        for new or missing columns), when ``error`` is deltalake refusing the batch's schema."""
+        if type(error).__name__ != "SchemaMismatchError" and "Cannot cast schema" not in str(error):
+            return None
+        data = _schema_of(staged, self.context.schema)
+        try:
+            from deltalake import DeltaTable
+
+            table = pa.schema(DeltaTable(self.loc.uri, storage_options=self.loc.storage_options).schema().to_arrow())
+        except Exception as e:  # the table cannot be read back: the plain error says what it can
+            log.debug("delta: reading the schema of %s for the error message failed: %s", self.loc.uri, e)
+            return None
+        if data is None:
+            return None
+        return schema_mismatch_hint(table, data, merge_schema=self.merge_schema)
 
     def abort(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
         """Delete what the batch staged. Called at most once per failed batch; best effort."""
