@@ -18,6 +18,9 @@ from tests.conformance.generator import generate
 from tests.conformance.harness import Outcome, run_many
 
 SEED = 1
+# the module's fixture runs the whole catalogue on both engines (a few minutes on 2 cores, more
+# under load); it counts towards the first test's timeout
+pytestmark = pytest.mark.timeout(1800)
 
 
 class KnownDifference(AssertionError):
