@@ -377,3 +377,37 @@ def test_other_type_change_stops_with_steps_that_work(postgres_logical: Postgres
     mirror_to_delta(cdc_options, path, chk, {"available_now": True}).await_termination()
     src, got = typed_rows(lsql, cdc_name, path)
     assert got == src and any(v == "changed" for _, v, *_ in got)
+
+
+def test_widened_column_into_postgresql_after_the_documented_alter(postgres_logical: Postgres,
+                                                                   cdc_options: dict[str, Any], cdc_name: str,
+                                                                   lsql: Sql, tmp_path: Path) -> None:  # fmt: skip
+    """PostgreSQL -> PostgreSQL (the lakebase sink): after a widening ALTER of the source, the
+    message's step (ALTER the mirror's column the same way) and a restart end with an exact mirror."""
+    from headrace.testing import wait_for
+
+    mirror = f"m_{cdc_name}"
+    lsql(f"CREATE TABLE {cdc_name} (id int PRIMARY KEY, v int)")
+    lsql(f"INSERT INTO {cdc_name} SELECT g, g FROM generate_series(1, 10) g")
+    sink = {"url": postgres_logical.dsn, "dbtable": f"public.{mirror}", **PG_CDC}
+
+    def start(trigger: dict[str, Any]) -> Any:
+        return (hr.read_stream.format("postgresql").options(cdc_options).load()
+                .write_stream.format("postgresql").options(sink)
+                .option("checkpointLocation", str(tmp_path / "chk")).trigger(**trigger).start())  # fmt: skip
+
+    q = start({"processing_time": "50 milliseconds"})
+    try:
+        wait_for(lambda: bool(lsql("SELECT to_regclass(%s)", (mirror,))[0][0])
+                 and lsql(f"SELECT count(*) FROM {mirror}")[0][0] == 10, timeout=60)  # fmt: skip
+        lsql(f"UPDATE {cdc_name} SET v = v + 100 WHERE id <= 3")
+        lsql(f"ALTER TABLE {cdc_name} ALTER COLUMN v TYPE bigint")
+        lsql(f"UPDATE {cdc_name} SET v = 1099511627776 WHERE id = 5")
+        wait_for(lambda: q.exception() is not None, timeout=60)
+        message = str(q.exception())
+        assert "ALTER COLUMN v TYPE bigint" in message, message
+    finally:
+        q.stop()
+    lsql(f"ALTER TABLE {mirror} ALTER COLUMN v TYPE bigint")  # the step the message gives
+    start({"available_now": True}).await_termination()
+    assert sorted(lsql(f"SELECT id, v FROM {mirror}")) == sorted(lsql(f"SELECT id, v FROM {cdc_name}"))
