@@ -33,12 +33,12 @@ def field_type(table: DeltaTable) -> str:
     ("expr", "delta_type", "reader_version"),
     [
         pytest.param("timestamp AS ts", "timestamp", 1, id="utc-column-stays-timestamp"),
-        pytest.param("CAST(timestamp AS TIMESTAMP) AS ts", "timestamp_ntz", 3, id="cast-to-naive-writes-ntz"),
+        pytest.param("CAST(timestamp AS TIMESTAMP_NTZ) AS ts", "timestamp_ntz", 3, id="cast-to-ntz-writes-ntz"),
         pytest.param(
-            "CAST(CAST(timestamp AS TIMESTAMP) AS TIMESTAMPTZ) AS ts",
+            "CAST(CAST(timestamp AS TIMESTAMP_NTZ) AS TIMESTAMP) AS ts",
             "timestamp",
             1,
-            id="cast-to-timestamptz-fixes-it",
+            id="spark-cast-to-timestamp-fixes-it",
         ),
     ],
 )
