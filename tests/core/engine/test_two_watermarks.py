@@ -143,3 +143,22 @@ def test_a_bad_late_watermark_is_refused_naming_the_entry(tmp_path: Path) -> Non
     path.write_text(json.dumps(doc))
     with pytest.raises(CheckpointError, match=r"offsets.1.*batchWatermarkForLateEventsMs.*at most"):
         Checkpoint(str(tmp_path / "chk")).read_offsets(1)
+
+
+@pytest.mark.parametrize("within", [False, True], ids=["drop_duplicates", "within_watermark"])
+def test_dedup_keeps_a_null_event_time_once(tmp_path: Path, within: bool) -> None:
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, rows in enumerate([[(100, "a"), (None, "n")], [(None, "n"), (200, "b")], [(None, "n")]]):
+        ts = [None if s is None else T0 + dt.timedelta(seconds=s) for s, _ in rows]
+        pq.write_table(pa.table({"ts": ts, "k": [k for _, k in rows]}, schema=SCHEMA), folder / f"b-{i}.parquet")
+    out: dict[int, list[Any]] = {}
+    frame = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "parquet").option("maxFilesPerTrigger", 1)
+             .schema("ts TIMESTAMP, k STRING").load(str(folder)).with_watermark("ts", "5 seconds"))  # fmt: skip
+    frame = frame.drop_duplicates_within_watermark("k") if within else frame.drop_duplicates("k", "ts")
+    q = (frame.write_stream.foreach_batch(lambda t, b: out.__setitem__(b, t.column("k").to_pylist()))
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start())  # fmt: skip
+    assert q.await_termination(120) and q.exception() is None, q.exception()
+    # the NULL-time row is emitted once and never late nor evicted (Spark's predicates are NULL)
+    assert sorted(k for ks in out.values() for k in ks) == ["a", "b", "n"]
+    assert [p["stateOperators"][0]["numRowsDroppedByWatermark"] for p in q.recent_progress] == [0] * len(out)

@@ -153,9 +153,11 @@ class DropDuplicatesOperator(StatefulOperator):
         ts: np.ndarray | None = None
         if self.watermark_column is not None and (self._event_key or self.within_watermark):
             ts, valid = event_time_micros(table.column(self.watermark_column))
-            keep = np.ones(len(ts), np.bool_) if valid is None else valid.copy()
+            if valid is not None:  # a NULL event time is never late nor evicted (Spark's predicates are NULL)
+                ts = np.where(valid, ts, np.iinfo(np.int64).max - (self.delay_us or 0))
+            keep = np.ones(len(ts), np.bool_)
             if wm_us is not None:
-                late = keep & (ts <= wm_us)
+                late = ts <= wm_us
                 self._dropped += int(late.sum())
                 keep &= ~late
             if not keep.all():

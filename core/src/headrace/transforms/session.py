@@ -6,13 +6,14 @@ State: one row per group key whose value is the list of that key's open sessions
 end, partial aggregates), ordered by the earliest session end so eviction by watermark costs
 the keys it closes. Per batch:
 
-1. DuckDB splits the batch into sessions per key (``lag`` over event time: a gap of at least
-   ``gap`` starts a new session) with their partial aggregates - vectorised;
+1. DuckDB splits the batch into sessions per key (``lag`` over event time: a gap longer than
+   ``gap`` starts a new session; sessions that touch, ``end == start``, are one, as in Spark)
+   with their partial aggregates - vectorised;
 2. rows whose own session ``[ts, ts + gap)`` ended at or before the watermark for late events
    (the previous batch's, as in Spark since 3.4) are dropped as late and counted, in every
    output mode (one per distinct key and event time, as Spark's partial aggregate counts);
 3. for each key the batch touches, its stored sessions and the batch's are merged where they
-   overlap (a late row may bridge two sessions into one) - Python per touched session, which
+   overlap or touch (a late row may bridge two sessions into one) - Python per touched session, which
    is the part that is not vectorised;
 4. append mode emits the sessions this batch's watermark has passed (end <= watermark) and
    removes them; complete mode emits every session (and runs no batch without data).
@@ -143,7 +144,7 @@ class SessionWindowAggregateOperator(AggregateOperator):
 
         def build(exprs: list[str]) -> str:
             return (
-                f"WITH l AS (SELECT *, CASE WHEN __t - lag(__t) OVER ({part}ORDER BY __t) < {gap} THEN 0 ELSE 1 END "
+                f"WITH l AS (SELECT *, CASE WHEN __t - lag(__t) OVER ({part}ORDER BY __t) <= {gap} THEN 0 ELSE 1 END "
                 f"AS __new FROM batch), g AS (SELECT *, sum(__new) OVER ({part}ORDER BY __t ROWS UNBOUNDED PRECEDING) "
                 f"AS __sid FROM l) SELECT {select_keys}min(__t) AS __start, max(__t) + {gap} AS __end, "
                 f"count(*) AS __rows, {', '.join(exprs)} FROM g GROUP BY {group}"
@@ -294,7 +295,7 @@ class SessionWindowAggregateOperator(AggregateOperator):
                               key=lambda s: s["start"])  # fmt: skip
             out: list[dict[str, Any]] = []
             for s in sessions:
-                if out and s["start"] < out[-1]["end"]:
+                if out and s["start"] <= out[-1]["end"]:  # touching sessions merge, as in Spark
                     cur = out[-1]
                     cur["end"] = max(cur["end"], s["end"])
                     for n, kind in zip(names, kinds, strict=True):
