@@ -32,7 +32,9 @@ problems at once, no I/O); ``headrace run FILE`` runs it and prints one progress
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Callable
@@ -79,6 +81,9 @@ class Pipeline:
     checkpoint: str | None = None
     transform: str | None = None
     trigger: dict[str, Any] = field(default_factory=lambda: {"available_now": True})
+    #: problems of the file's structure found while loading it (``validate`` reports them
+    #: with the rest; ``load_pipeline`` raises when there are any)
+    load_problems: list[str] = field(default_factory=list)
 
     def transform_function(self) -> Callable[..., Any] | None:
         if not self.transform:
@@ -100,19 +105,45 @@ class Pipeline:
         return fn
 
     def validate(self) -> None:
-        """Check everything ``start`` checks before any I/O: every option of source and sink,
-        the output mode, the checkpoint, and that the pair supports the trigger. Raises one
-        OptionsError with all option problems, or a HeadraceError for the rest."""
-        self._validate_options()
-        self._validate_query()
-
-    def _validate_query(self) -> None:
-        from headrace.api import _NO_CHECKPOINT_NEEDED, make_trigger
+        """Check everything ``start`` checks before any I/O: the file's structure, every option
+        of source and sink, the output mode, the checkpoint, and that the pair supports the
+        trigger. Raises once with every problem: an OptionsError when all are option problems,
+        else a HeadraceError listing them all. Called once, before ``start``, on the caller's thread."""
+        from headrace.errors import PluginError
         from headrace.plugins import registry
 
+        problems: list[str] = list(self.load_problems)
+        option_problems: list[OptionProblem] = []
         reg = registry()
-        src, snk = reg.get(self.source_format), reg.get(self.sink_format)
-        trigger = make_trigger(**self.trigger)
+        names: list[str] = []
+        try:
+            src = reg.get(self.source_format)
+            names.append(src.name)
+        except PluginError as e:
+            problems.append(f"[source] format: {e}")
+            src = None
+        try:
+            snk = reg.get(self.sink_format)
+            names.append(snk.name)
+        except PluginError as e:
+            problems.append(f"[sink] format: {e}")
+            snk = None
+        option_problems = self._option_problems(src, snk)
+        if src is not None and snk is not None:
+            problems += self._query_problems(src, snk)
+        commands = " and ".join(f"`headrace describe {n}`" for n in names)
+        hint = f"Run {commands} to list {'their' if len(names) > 1 else 'its'} options." if names else None
+        if option_problems and not problems:
+            raise OptionsError(os.path.basename(self.file), "pipeline", option_problems, hint=hint)
+        problems += [str(p) for p in option_problems]
+        if problems:
+            n = len(problems)
+            lines = [f"pipeline file {self.file} ({n} problem{'s' if n != 1 else ''}):", *(f"  - {p}" for p in problems)]
+            raise HeadraceError("\n".join(lines + ([hint] if option_problems and hint else [])))
+
+    def _query_problems(self, src: Any, snk: Any) -> list[str]:
+        from headrace.api import _NO_CHECKPOINT_NEEDED, make_trigger
+
         problems: list[str] = []
         has_checkpoint = self.checkpoint or any(k.lower() == "checkpointlocation" for k in self.sink_options)
         if not has_checkpoint and snk.name not in _NO_CHECKPOINT_NEEDED:
@@ -121,55 +152,48 @@ class Pipeline:
             problems.append(f"connector '{snk.name}' cannot be written to (it is a source only)")
         if src.source is None:
             problems.append(f"connector '{src.name}' cannot be read from (it is a sink only)")
-        if problems:
-            raise HeadraceError(f"pipeline file {self.file}: " + "; ".join(problems))
+        if snk.sink is None or src.source is None:
+            return problems
         # importing the classes imports their client libraries (no I/O): their declarations decide
         sink_class = snk.load_sink()
         modes = getattr(sink_class, "output_modes", ("append",))
         if self.output_mode not in modes:
             problems.append(f"sink '{snk.name}' does not support output_mode = {self.output_mode!r}; it supports: "
                             + ", ".join(modes))  # fmt: skip
-        if trigger.kind == "real_time":
+        if make_trigger(**self.trigger).kind == "real_time":
             source_class = src.load_source()
             if not getattr(source_class, "supports_real_time", False):
                 problems.append(f"source '{src.name}' does not support the real-time trigger")
             if not getattr(sink_class, "supports_real_time", False):
                 problems.append(f"sink '{snk.name}' does not support the real-time trigger")
-        if problems:
-            raise HeadraceError(f"pipeline file {self.file}: " + "; ".join(problems))
+        return problems
 
-    def _validate_options(self) -> None:
+    def _option_problems(self, src: Any, snk: Any) -> list[OptionProblem]:
         from headrace.api import ENGINE_WRITER_OPTIONS
         from headrace.api.writer import parse_engine_options
-        from headrace.plugins import registry
 
         problems: list[OptionProblem] = []
-        reg = registry()
-        src = reg.get(self.source_format)
-        raw = dict(self.source_options)
-        if self.source_path is not None:
-            raw["path"] = self.source_path
-        try:
-            src.source_options.parse(raw, connector=src.name, role="source")
-        except OptionsError as e:
-            problems += [OptionProblem(f"source.{p.option}", p.message) for p in e.problems]
-        snk = reg.get(self.sink_format)
+        if src is not None:
+            raw = dict(self.source_options)
+            if self.source_path is not None:
+                raw["path"] = self.source_path
+            try:
+                src.source_options.parse(raw, connector=src.name, role="source")
+            except OptionsError as e:
+                problems += [OptionProblem(f"source.{p.option}", p.message) for p in e.problems]
         problems += [OptionProblem(f"sink.{p.option}", p.message) for p in parse_engine_options(self.sink_options)[1]]
-        engine = {o.lower() for o in ENGINE_WRITER_OPTIONS}
-        raw = {k: v for k, v in self.sink_options.items() if k.lower() not in engine}
-        if self.sink_path is not None:
-            raw["path"] = self.sink_path
-        if snk.name == "memory":
-            raw["queryName"] = self.name
-        try:
-            snk.sink_options.parse(raw, connector=snk.name, role="sink")
-        except OptionsError as e:
-            problems += [OptionProblem(f"sink.{p.option}", p.message) for p in e.problems]
-        if problems:
-            raise OptionsError(
-                os.path.basename(self.file), "pipeline", problems,
-                hint=f"Run `headrace describe {src.name}` and `headrace describe {snk.name}` to list their options.",
-            )
+        if snk is not None:
+            engine = {o.lower() for o in ENGINE_WRITER_OPTIONS}
+            raw = {k: v for k, v in self.sink_options.items() if k.lower() not in engine}
+            if self.sink_path is not None:
+                raw["path"] = self.sink_path
+            if snk.name == "memory":
+                raw["queryName"] = self.name
+            try:
+                snk.sink_options.parse(raw, connector=snk.name, role="sink")
+            except OptionsError as e:
+                problems += [OptionProblem(f"sink.{p.option}", p.message) for p in e.problems]
+        return problems
 
     def start(self, on_progress: Callable[..., None] | None = None) -> Any:
         """Start the pipeline's query (validating every option first); returns the StreamingQuery."""
@@ -208,17 +232,56 @@ def _read_toml(path: str) -> dict[str, Any]:
                             "a pipeline file has a few levels") from None  # fmt: skip
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _toml_key(key: str) -> str:
+    """``key`` as TOML writes it: bare when it can be, else quoted (a dot inside a bare key
+    would make a nested table)."""
+    return key if _BARE_KEY.fullmatch(key) else json.dumps(key, ensure_ascii=False)
+
+
+def _toml_value(value: Any) -> str:
+    """``value`` as a TOML inline value (what was read from the file, written back)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    return str(value)  # dates and times: TOML's own literal forms
+
+
+def _flatten(key: str, value: Any) -> dict[str, Any]:
+    """A key TOML read as a nested table (``cloudFiles.format = "json"`` unquoted) back to the
+    dotted option names the user meant."""
+    if not isinstance(value, dict) or not value:
+        return {key: value}
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        out.update(_flatten(f"{key}.{k}", v))
+    return out
+
+
 def _check_section(where: str, value: dict[str, Any], allowed: dict[str, type], problems: list[str]) -> None:
     from headrace.options import suggest
 
+    misplaced: dict[str, Any] = {}
     for k, v in value.items():
         kind = allowed.get(k)
         if kind is None:
             hint = suggest(k, allowed)
             if hint:
                 fix = f"did you mean {hint!r}?"
+            elif where != "top level" and k in ("name", "checkpoint"):
+                fix = "it belongs at the top level, before [source]"
             elif where in ("[source]", "[sink]"):
-                fix = f"connector options go in the options table: options = {{ {k} = ... }} under {where}"
+                misplaced.update(_flatten(k, v))
+                continue
             elif where == "top level" and k in ("format", "path", "options", "output_mode"):
                 fix = "it belongs in [source] or [sink]"
             else:
@@ -226,13 +289,20 @@ def _check_section(where: str, value: dict[str, Any], allowed: dict[str, type], 
             problems.append(f"unknown key {k!r} in {where} ({fix})")
         elif not isinstance(v, kind):
             problems.append(f"{k!r} in {where} must be {_TOML_TYPES[kind]}, not {type(v).__name__} {v!r}")
+    if misplaced:
+        # the whole options table to write, the ones already there first, with TOML's quoting
+        given = value.get("options")
+        options: dict[str, Any] = given if isinstance(given, dict) else {}
+        table = _toml_value({**options, **misplaced})
+        keys = ", ".join(repr(k) for k in misplaced)
+        problems.append(f"unknown key(s) {keys} in {where}: connector options go in its options table; "
+                        f"fix: write them as options = {table} under {where}")  # fmt: skip
 
 
 def load_pipeline(path: str) -> Pipeline:
-    """Read and check the structure of a pipeline TOML file (options are checked by validate).
-
-    No I/O beyond reading the file; every structural problem is reported at once.
-    """
+    """Read a pipeline TOML file and check its structure; when it has problems, raise once with
+    every one of them and every problem ``Pipeline.validate`` finds in what could be read
+    (options, trigger, output mode, checkpoint). No I/O beyond reading the file."""
     from headrace.api import make_trigger
 
     doc = _read_toml(path)
@@ -253,25 +323,37 @@ def load_pipeline(path: str) -> Pipeline:
             kind = make_trigger(**trigger)
         except HeadraceError as e:
             problems.append(f"[trigger]: {e}")
+            trigger = {"available_now": True}
         except TypeError:
             problems.append("[trigger] keys must be names such as processing_time")
+            trigger = {"available_now": True}
         else:
             trigger = {kind.kind: next(iter(trigger.values()))}
-    if problems:
+    else:
+        trigger = {"available_now": True}
+    if not (isinstance(src, dict) and isinstance(snk, dict)
+            and isinstance(src.get("format"), str) and isinstance(snk.get("format"), str)):  # fmt: skip
         raise HeadraceError(f"pipeline file {path}: " + "; ".join(problems))
-    assert isinstance(src, dict) and isinstance(snk, dict)
-    transform = doc.get("transform", {})
-    return Pipeline(
+
+    def get(section: Any, key: str, kind: type, default: Any) -> Any:
+        value = section.get(key, default) if isinstance(section, dict) else default
+        return value if isinstance(value, kind) else default  # a wrong type is in problems already
+
+    p = Pipeline(
         file=os.path.abspath(path),
-        name=str(doc.get("name", "")),
-        source_format=str(src["format"]),
-        source_options=_resolve_options(base, dict(src.get("options", {}))),
-        source_path=_resolve(base, src.get("path")),
-        sink_format=str(snk["format"]),
-        sink_options=_resolve_options(base, dict(snk.get("options", {}))),
-        sink_path=_resolve(base, snk.get("path")),
-        output_mode=str(snk.get("output_mode", "append")),
-        checkpoint=_resolve(base, doc.get("checkpoint")),
-        transform=transform.get("function") if isinstance(transform, dict) else None,
+        name=get(doc, "name", str, ""),
+        source_format=src["format"],
+        source_options=_resolve_options(base, dict(get(src, "options", dict, {}))),
+        source_path=_resolve(base, get(src, "path", str, None)),
+        sink_format=snk["format"],
+        sink_options=_resolve_options(base, dict(get(snk, "options", dict, {}))),
+        sink_path=_resolve(base, get(snk, "path", str, None)),
+        output_mode=get(snk, "output_mode", str, "append"),
+        checkpoint=_resolve(base, get(doc, "checkpoint", str, None)),
+        transform=get(doc.get("transform"), "function", str, None),
         trigger=trigger,
+        load_problems=problems,
     )
+    if problems:
+        p.validate()  # raises with these problems and every other one
+    return p

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace._words import counted
+
 __all__ = ["QueryProgress", "SinkProgress", "SourceProgress", "latency_summary", "percentile"]
 
 
@@ -183,12 +185,12 @@ class QueryProgress:
             f"{k}={v}" for k, v in self.backlog().items() if isinstance(v, int | float) and not isinstance(v, bool)
         )
         text = (
-            f"[{self.name or self.id[:8]}] batch {self.batch_id}: {self.num_input_rows:,} rows in "
+            f"[{self.name or self.id[:8]}] batch {self.batch_id}: {counted(self.num_input_rows, 'row')} in "
             f"{self.batch_duration_ms} ms ({_human(self.processed_rows_per_second)} rows/s)"
         )
         skipped = self.sink.metrics.get("numRowsSkipped")
         if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
-            text += f"; {skipped:,} rows skipped by the sink (batch already committed)"
+            text += f"; {counted(skipped, 'row')} skipped by the sink (batch already committed)"
         if backlog:
             text += f"; backlog {backlog}"
         if self.latencies:

@@ -12,7 +12,10 @@ with ``set_defaults(fn=handler)``; ``handler(args) -> int`` is the exit code. Ad
 ``_GROUPS`` to add a group.
 
 No traceback ever reaches the user: an error prints one line ``headrace: error: ...`` and the
-command exits non-zero (``--debug`` shows the traceback). A closed stdout (``| head``) ends the
+command exits non-zero (``--debug`` shows the traceback). That holds for failures inside queries
+and pipeline flows too: without ``--debug`` log records are printed without their tracebacks, and
+a query's own failure record (which the command reports as its error line) is not printed at all;
+an exception escaping a thread is logged the same way. A closed stdout (``| head``) ends the
 command quietly.
 """
 
@@ -24,6 +27,7 @@ import importlib
 import logging
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 
@@ -85,14 +89,45 @@ def _error(message: str) -> None:
         print(f"headrace: error: {redact(message)}", file=sys.stderr, flush=True)
 
 
+class _NoTracebacks(logging.Filter):
+    """Without ``--debug``: log records lose their tracebacks, and a query's failure record
+    (marked ``query_failure``; the command prints that failure as its one error line) is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "query_failure", False):
+            return False
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    """An exception escaping a thread: one log record (its traceback only with ``--debug``)."""
+    if args.exc_type is SystemExit:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    exc = (args.exc_type, args.exc_value, args.exc_traceback) if args.exc_value is not None else None
+    log.error("thread %s failed: %s: %s", name, args.exc_type.__name__, args.exc_value, exc_info=exc)
+
+
+def _configure_logging(debug: bool, verbose: bool, fmt: str) -> None:
+    from headrace.logs import configure_logging
+
+    configure_logging(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING, fmt)
+    if not debug:
+        for h in logging.getLogger().handlers:
+            if getattr(h, "_headrace", False):
+                h.addFilter(_NoTracebacks())
+    threading.excepthook = _thread_failed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = logging.DEBUG if args.debug else logging.INFO if args.verbose else logging.WARNING
-    from headrace.logs import configure_logging
 
     global _json_logs
     _json_logs = args.log_format == "json"
-    configure_logging(level, args.log_format)
+    _configure_logging(args.debug, args.verbose, args.log_format)
     try:
         code = int(args.fn(args))
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit

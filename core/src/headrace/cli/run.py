@@ -10,6 +10,7 @@ import sys
 import threading
 from typing import Any
 
+from headrace._words import counted
 from headrace.cli import say
 from headrace.errors import HeadraceError
 
@@ -95,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
             q.stop(timeout=0)
     if ui is not None:
         ui.close()
-    summary = f"query '{q.name or q.id}' finished: {totals.batches:,} batches, {totals.input_rows:,} rows"
+    summary = f"query '{q.name or q.id}' finished: {counted(totals.batches, 'batch')}, {counted(totals.input_rows, 'row')}"
     if totals.skipped_rows:
         summary += f" ({totals.skipped_rows:,} skipped by the sink as already committed)"
     say(summary)

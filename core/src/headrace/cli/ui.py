@@ -11,6 +11,7 @@ import signal
 import threading
 from typing import Any
 
+from headrace._words import counted
 from headrace.cli import say
 from headrace.errors import HeadraceError
 
@@ -37,7 +38,7 @@ def _ui(args: argparse.Namespace) -> int:
                   allow_insecure_bind=args.allow_insecure_bind, allowed_hosts=args.allow_host)  # fmt: skip
     found = len(ui.catalog.checkpoints())
     access = "; access token required (open it with ?token=...)" if token else ""
-    say(f"dashboard on {ui.url} ({found} checkpoint{'s' if found != 1 else ''} found{access}; Ctrl-C to stop)")
+    say(f"dashboard on {ui.url} ({counted(found, 'checkpoint')} found{access}; Ctrl-C to stop)")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

@@ -301,12 +301,13 @@ class StreamingQuery:
             e = scrub_exception(e)  # no secret in q.exception(), its traceback or the log line
             self._exception = StreamingQueryException(self.name or self.id, self._current_batch, e)
             self._exception.__cause__ = e
-            log.error("query '%s' failed: %s", self.name, e, exc_info=e)
+            # query_failure: the headrace command reports this failure itself and drops the record
+            log.error("query '%s' failed: %s", self.name, e, exc_info=e, extra={"query_failure": True})
         finally:
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
             if self._history is not None:
                 with contextlib.suppress(Exception):
-                    self._history.finish(run_id=self.run_id, exception=str(self._exception) if self._exception else None,
+                    self._history.finish(run_id=self.run_id, exception=self._exception,
                                          batch_id=self._current_batch)  # fmt: skip
             self._close_all()
             if "headrace.transforms.expressions" in sys.modules:  # DuckDB was used on this thread

@@ -13,6 +13,8 @@ import signal
 import sys
 from typing import Any
 
+from headrace._words import counted
+
 __all__ = ["register"]
 
 
@@ -51,7 +53,7 @@ def _dry_run(args: argparse.Namespace) -> int:
                 print(f"  - {problem}", file=sys.stderr)
             return 1
     print(render_text(p.graph, stats=False))
-    print(f"pipeline {p.spec.name!r}: ok ({len(p.graph.datasets)} datasets, {len(p.graph.flows)} flows; "
+    print(f"pipeline {p.spec.name!r}: ok ({counted(len(p.graph.datasets), 'dataset')}, {counted(len(p.graph.flows), 'flow')}; "
           "every definition loaded, options and expectations checked, no data read)")  # fmt: skip
     return 0
 
@@ -83,7 +85,7 @@ def _run(args: argparse.Namespace) -> int:
 
     counts = Counter(s.lower() for s in result.flows.values())
     summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-    print(f"pipeline {p.spec.name!r}: {result.state.lower()} ({len(result.flows)} flows: {summary}"
+    print(f"pipeline {p.spec.name!r}: {result.state.lower()} ({counted(len(result.flows), 'flow')}: {summary}"
           + (f"; failed: {', '.join(result.errors)}" if result.errors else "") + ")", file=sys.stderr)  # fmt: skip
     return 0 if result.ok else 1
 

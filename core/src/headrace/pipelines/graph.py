@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from headrace._words import counted
 from headrace.errors import HeadraceError, OptionsError
 from headrace.options import Duration
 from headrace.pipelines.elements import (
@@ -42,7 +43,7 @@ class GraphError(HeadraceError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__(f"{len(problems)} problem(s) in the pipeline:\n" + "\n".join(f"  - {p}" for p in problems))
+        super().__init__(f"{counted(len(problems), 'problem')} in the pipeline:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 @dataclass

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from typing import Any
 
+from headrace._words import counted
 from headrace.pipelines.elements import SINK
 from headrace.pipelines.graph import DataflowGraph
 from headrace.pipelines.resolver import STREAM
@@ -61,7 +62,7 @@ def render_text(graph: DataflowGraph, *, stats: bool = True) -> str:
             head += f", format {ds.format}"
         s = st.get(name)
         if s:
-            rows = f"{s['rows']:,} rows" if s.get("rows") is not None else "rows unknown"
+            rows = counted(s["rows"], "row") if s.get("rows") is not None else "rows unknown"
             head += f", {rows}, version {s['version']}, updated {s['last_update']}"
         elif ds.persisted:
             head += ", not materialized yet"
@@ -87,7 +88,7 @@ def render_dot(graph: DataflowGraph, *, stats: bool = True) -> str:
         s = st.get(ds.name)
         if s:
             if s.get("rows") is not None:
-                label.append(f"{s['rows']:,} rows")
+                label.append(counted(s["rows"], "row"))
             label.append(f"updated {s['last_update']}")
         shape = ", shape=note" if kind == SINK else (", style=\"rounded,dashed\"" if kind == "temporary_view" else "")
         out.append(f"  {_q(ds.name)} [label={_q(chr(10).join(label))}, fillcolor={_q(_COLORS.get(kind, '#ffffff'))}{shape}];")

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace._words import counted
 from headrace.errors import HeadraceError
 from headrace.pipelines.elements import MATERIALIZED_VIEW, SINK, STREAMING_TABLE, Flow
 from headrace.pipelines.events import EventLog
@@ -104,7 +105,7 @@ class PipelineRun:
         backlog = progress.backlog() if hasattr(progress, "backlog") else {}
         if backlog:
             metrics["backlog"] = backlog
-        self._flow_event(flow, RUNNING, f"batch {d.get('batchId')}: {d.get('numInputRows', 0)} rows",
+        self._flow_event(flow, RUNNING, f"batch {d.get('batchId')}: {counted(d.get('numInputRows', 0), 'row')}",
                          metrics=metrics, data_quality=dq)  # fmt: skip
         line = progress.line()
         if dq["expectations"]:
@@ -155,7 +156,7 @@ class PipelineRun:
             flows = self.graph.flows_into(name)
             for f in flows:
                 self.storage.reset_flow(name, f.name)
-            self.events.emit("full_refresh", f"{name}: truncated and {len(flows)} flow checkpoint(s) reset", dataset=name,
+            self.events.emit("full_refresh", f"{name}: truncated and {counted(len(flows), 'flow checkpoint')} reset", dataset=name,
                              details={"truncated": truncated, "flows": [f.name for f in flows]})  # fmt: skip
             self.say(f"{name}: full refresh (table truncated, checkpoints of {', '.join(f.name for f in flows)} reset)")
             readers = sorted({f.target for f in self.graph.flows if name in self.graph.stream_reads(f)} - names)
@@ -232,9 +233,9 @@ class PipelineRun:
             try:
                 if self._is_mv(flow):
                     m = compute_materialized_view(self.graph, flow)
-                    self._flow_event(flow, COMPLETED, f"recomputed: {m['num_output_rows']} rows",
+                    self._flow_event(flow, COMPLETED, f"recomputed: {counted(m['num_output_rows'], 'row')}",
                                      metrics={"num_output_rows": m["num_output_rows"]}, data_quality=m["data_quality"])  # fmt: skip
-                    self.say(f"{flow.name}: materialized view recomputed, {m['num_output_rows']:,} rows in "
+                    self.say(f"{flow.name}: materialized view recomputed, {counted(m['num_output_rows'], 'row')} in "
                              f"{(time.monotonic() - t0) * 1000:.0f} ms")  # fmt: skip
                     continue
                 setup = setup_stream_flow(self.graph, flow, continuous=False, on_batch=self._on_batch)
@@ -244,7 +245,7 @@ class PipelineRun:
                 if flow.once:
                     self.storage.mark_once_done(flow.name)
                 rows = sum(p.get("numInputRows", 0) for p in q.recent_progress)
-                self._flow_event(flow, COMPLETED, f"completed: {len(q.recent_progress)} batch(es), {rows} rows",
+                self._flow_event(flow, COMPLETED, f"completed: {counted(len(q.recent_progress), 'batch')}, {counted(rows, 'row')}",
                                  metrics={"num_batches": len(q.recent_progress), "num_input_rows": rows})  # fmt: skip
                 if not q.recent_progress:
                     self.say(f"{flow.name}: up to date (no new data)")
@@ -331,6 +332,6 @@ class PipelineRun:
             self._fail(flow, e)
             return
         seen[flow.name] = inputs
-        self._flow_event(flow, RUNNING, f"recomputed: {m['num_output_rows']} rows",
+        self._flow_event(flow, RUNNING, f"recomputed: {counted(m['num_output_rows'], 'row')}",
                          metrics={"num_output_rows": m["num_output_rows"]}, data_quality=m["data_quality"])  # fmt: skip
-        self.say(f"{flow.name}: materialized view recomputed, {m['num_output_rows']:,} rows")
+        self.say(f"{flow.name}: materialized view recomputed, {counted(m['num_output_rows'], 'row')}")
