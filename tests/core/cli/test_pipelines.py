@@ -3,6 +3,7 @@ a second Ctrl-C (issue 12, item 15)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import time
@@ -126,3 +127,42 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
     assert "stopped at once" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("misplaced", "options"),
+    [
+        ('cloudFiles.format = "json"\n', ""),  # unquoted: TOML reads a nested table
+        ('"cloudFiles.format" = "json"\n', ""),
+        ('"cloudFiles.format" = "json"\n', 'options = { "cloudFiles.inferColumnTypes" = true }\n'),
+    ],
+    ids=["dotted-bare-key", "quoted-key", "beside-an-options-table"],
+)
+def test_the_options_table_hint_works_when_applied(tmp_path: Path, misplaced: str, options: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    source = f'[source]\nformat = "cloudFiles"\npath = "in"\n{options}{misplaced}'
+    rest = 'checkpoint = "c"\n{source}[sink]\nformat = "noop"\n'
+    p = write(tmp_path, rest.format(source=source))
+    assert main(["validate", p]) == 1
+    err = capsys.readouterr().err
+    m = re.search(r"fix: write them as (options = \{.*?\}) under \[source\]", err)
+    assert m, err
+    assert '"cloudFiles.format" = "json"' in m.group(1), "the key is quoted, the value kept"
+    fixed = f'[source]\nformat = "cloudFiles"\npath = "in"\n{m.group(1)}\n'
+    Path(p).write_text(rest.format(source=fixed).replace('"json"', '"text"'))  # text needs no schema location
+    assert main(["validate", p]) == 0, capsys.readouterr().err
+
+
+def test_validate_reports_structure_options_and_trigger_problems_at_once(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    p = write(tmp_path, 'checkpoint = "c"\n[source]\nformat = "rate-micro-batch"\noptions = { rowsPerBatc = 10 }\n'
+                        '[sink]\nformat = "files"\npath = "o"\noutput_mode = "complete"\n'
+                        'options = { format = "csv", stateSnapshotInterval = 0 }\n[trigger]\nprocessing_time = "soon"\n')  # fmt: skip
+    for command in ("validate", "run"):
+        assert main([command, p]) == 1
+        err = capsys.readouterr().err
+        for fragment in ("is not a duration", "source.rowsPerBatc: unknown option", "sink.format: 'csv' is not one of",
+                         "sink.stateSnapshotInterval: 0 is less than the minimum 1", "does not support output_mode",
+                         "(6 problems)", "headrace describe rate-micro-batch"):  # fmt: skip
+            assert fragment in err, err
+    assert not (tmp_path / "c").exists()
