@@ -114,9 +114,9 @@ def test_secrets_never_reach_the_history() -> None:
 def test_checkpoint_show_prints_the_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     q = _run(tmp_path, "shown", 20)
     assert q.await_termination(30)
-    assert main(["checkpoint", "show", str(tmp_path)]) == 0
+    assert main(["checkpoint", "show", "--json", str(tmp_path)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert [p["batchId"] for p in shown["recentProgress"]] == [0, 1]
     assert shown["lastRun"]["status"] == "finished"
-    assert main(["checkpoint", "show", str(tmp_path), "--progress", "1"]) == 0
+    assert main(["checkpoint", "show", "--json", str(tmp_path), "--progress", "1"]) == 0
     assert [p["batchId"] for p in json.loads(capsys.readouterr().out)["recentProgress"]] == [1]

@@ -90,7 +90,7 @@ def test_show_lists_the_batches_a_reset_will_replay(tmp_path: Path, capsys: pyte
     q.await_termination(30)
     assert main(["checkpoint", "reset", chk, "--to-batch", "1"]) == 0
     capsys.readouterr()
-    assert main(["checkpoint", "show", chk]) == 0
+    assert main(["checkpoint", "show", "--json", chk]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["batchesToReplay"] == [2, 3] and shown["pendingReplay"] and shown["lastCommitted"] == 1
     import os

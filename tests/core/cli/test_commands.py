@@ -87,7 +87,7 @@ def test_checkpoint_show_and_reset(pipeline: Path, capsys: pytest.CaptureFixture
     main(["run", str(pipeline)])
     capsys.readouterr()
     chk = str(pipeline.parent / "chk")
-    assert main(["checkpoint", "show", chk]) == 0
+    assert main(["checkpoint", "show", "--json", chk]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["lastBatch"] == 2 and shown["lastCommitted"] == 2 and not shown["pendingReplay"]
     assert shown["metadata"]["name"] == "cli"

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from headrace.errors import HeadraceError, redact
 
-__all__ = ["build_parser", "main", "say"]
+__all__ = ["FIXED_WIDTH", "build_parser", "main", "say", "terminal_width", "wrap"]
 
 _GROUPS = (
     "headrace.cli.connectors",
@@ -58,6 +58,33 @@ def say(message: str, level: int = logging.INFO) -> None:
         print(JsonFormatter().format(record), file=sys.stderr, flush=True)
     else:
         print(redact(message), file=sys.stderr, flush=True)
+
+
+#: the width of output lines when stdout is not a terminal (files, pipes, tests)
+FIXED_WIDTH = 100
+
+
+def terminal_width() -> int:
+    """Columns to wrap output to: the terminal's width when stdout is one (at least 40), else
+    ``FIXED_WIDTH``."""
+    import shutil
+
+    try:
+        tty = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return max(40, shutil.get_terminal_size((FIXED_WIDTH, 24)).columns) if tty else FIXED_WIDTH
+
+
+def wrap(text: str, *, indent: str = "", hang: str | None = None, width: int | None = None) -> list[str]:
+    """``text`` wrapped to the terminal (``terminal_width``): the first line after ``indent``,
+    the next ones after ``hang`` (default: ``indent``). Words longer than a line (paths, URLs)
+    are kept whole."""
+    import textwrap
+
+    return textwrap.wrap(text, width or terminal_width(), initial_indent=indent,
+                         subsequent_indent=indent if hang is None else hang,
+                         break_long_words=False, break_on_hyphens=False) or [indent]  # fmt: skip
 
 
 def _version() -> str:

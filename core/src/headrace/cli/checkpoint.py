@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 from typing import Any
@@ -57,6 +58,110 @@ def _damaged(d: str, e: OSError) -> CheckpointError:
     return CheckpointError(f"checkpoint {d} is damaged: {e.filename or d} {what}; {_LAYOUT_FIX}")
 
 
+_SHORT = 100  # characters of an offset shown in the summary
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return text if len(text) <= _SHORT else text[: _SHORT - 3] + "..."
+
+
+def _bytes(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} GiB"
+
+
+def _folder_bytes(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_size
+    return total
+
+
+def _when(ms: Any) -> str:
+    import datetime as dt
+
+    if not isinstance(ms, int | float) or isinstance(ms, bool):
+        return "?"
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _summary(d: str, shown: dict[str, Any]) -> str:
+    """``checkpoint show`` for people: query, batches, last run, sources with their offsets in
+    short, state operators and their sizes, sink. ``--json`` prints everything behind it."""
+    from headrace._words import counted
+    from headrace.cli import wrap
+
+    meta = shown.get("metadata") or {}
+    lines = [f"checkpoint {shown.get('location', d)}"]
+    name = meta.get("name")
+    lines.append(f"  query:          {name + ' ' if name else ''}(id {meta.get('id', '?')})")
+    n = int(shown.get("batches") or 0)
+    if n:
+        batches = f"{counted(n, 'batch')} ({shown.get('firstBatch')}..{shown.get('lastBatch')})"
+        committed = shown.get("lastCommitted")
+        batches += f"; last committed {committed}" if committed is not None else "; none committed"
+        replay = shown.get("batchesToReplay") or []
+        if replay:
+            batches += f"; {_batch_ids(replay)} replayed on the next run"
+    else:
+        batches = "none yet"
+    lines.append(f"  batches:        {batches}")
+    run = shown.get("lastRun") or {}
+    if run:
+        status = str(run.get("status", "?"))
+        text = f"{status}, started {_when(run.get('startedAt'))}"
+        if run.get("endedAt"):
+            text += f", ended {_when(run.get('endedAt'))}"
+        lines.append(f"  last run:       {text}")
+        if run.get("exception"):
+            lines += wrap(f"error: {str(run['exception']).splitlines()[0]}", indent="    ", hang="      ")
+    progress = (shown.get("recentProgress") or [{}])[-1] or {}
+    offsets = shown.get("lastOffsets") or []
+    sources = meta.get("sources") or []
+    lines.append("  sources:")
+    for i, src in enumerate(sources or [{}] * len(offsets)):
+        where = f" {src['path']}" if isinstance(src, dict) and src.get("path") else ""
+        lines.append(f"    {i}: {src.get('connector', '?') if isinstance(src, dict) else '?'}{where}")
+        if i < len(offsets):
+            lines.append(f"       last batch {_short(offsets[i].get('start'))} -> {_short(offsets[i].get('end'))}")
+    operators = progress.get("stateOperators") or []
+    state_root = os.path.join(d, "state")
+    on_disk = sorted(os.listdir(state_root)) if os.path.isdir(state_root) else []
+    if operators or on_disk:
+        lines.append("  state:")
+        for i, op in enumerate(operators):
+            parts = [str(op.get("operatorName", f"operator {i}"))]
+            if isinstance(op.get("numRowsTotal"), int):
+                parts.append(counted(op["numRowsTotal"], "row"))
+            if isinstance(op.get("memoryUsedBytes"), int | float):
+                parts.append(f"{_bytes(op['memoryUsedBytes'])} in memory")
+            lines.append(f"    {i}: " + ", ".join(parts))
+        folders = [f for f in on_disk if os.path.isdir(os.path.join(state_root, f))]
+        if folders:
+            sizes = ", ".join(f"state/{f} {_bytes(_folder_bytes(os.path.join(state_root, f)))}" for f in folders)
+            lines.append(f"    on disk: {sizes}")
+    sink = meta.get("sink") or {}
+    if sink:
+        lines.append(f"  sink:           {sink.get('connector', '?')}" + (f" {sink['path']}" if sink.get("path") else ""))
+    lines.append("(--json: everything, with the last progress records)")
+    return "\n".join(lines)
+
+
+def _batch_ids(ids: list[int]) -> str:
+    """``batch 3`` or ``batches 3..5`` (or a list when they are not consecutive)."""
+    if len(ids) == 1:
+        return f"batch {ids[0]}"
+    if ids == list(range(ids[0], ids[-1] + 1)):
+        return f"batches {ids[0]}..{ids[-1]}"
+    return "batches " + ", ".join(map(str, ids))
+
+
 def _checkpoint(args: argparse.Namespace) -> int:
     from headrace.checkpoint import Checkpoint
 
@@ -73,8 +178,8 @@ def _checkpoint(args: argparse.Namespace) -> int:
 
             shown = cp.describe()
             shown["lastRun"] = query_state(args.dir)
-            shown["recentProgress"] = read_history(args.dir, limit=args.progress)
-            print(json.dumps(shown, indent=2, default=str))
+            shown["recentProgress"] = read_history(args.dir, limit=args.progress if args.json else max(1, args.progress))
+            print(json.dumps(shown, indent=2, default=str) if args.json else _summary(args.dir, shown))
             return 0
         _check_log_folders(args.dir)
         removed = cp.reset_to(args.to_batch, force=args.force)
@@ -96,8 +201,10 @@ def register(sub: Any) -> None:
     csub = c.add_subparsers(dest="action", required=True)
     s = csub.add_parser("show", help="summary of a checkpoint folder")
     s.add_argument("dir")
+    s.add_argument("--json", action="store_true",
+                   help="print everything as JSON, with the last progress records (default: a summary)")
     s.add_argument("--progress", type=int, default=20, metavar="N",
-                   help="include the last N progress records kept with the checkpoint (default 20)")
+                   help="with --json, include the last N progress records kept with the checkpoint (default 20)")
     rs = csub.add_parser("reset", help="roll back to batch N: later batches are replayed with their recorded ranges")
     rs.add_argument("dir")
     rs.add_argument("--to-batch", type=int, required=True, help="the last batch to keep (-1: back to the start)")

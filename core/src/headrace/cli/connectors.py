@@ -34,18 +34,36 @@ def _connectors(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from headrace.cli import wrap
     from headrace.plugins import registry
 
     spec = registry().get(args.name)
-    print(f"{spec.name} — {spec.description}" if spec.description else spec.name)
+    print("\n".join(wrap(f"{spec.name} — {spec.description}" if spec.description else spec.name, hang="  ")))
     print(f"distribution: {spec.distribution}" + (f"; aliases: {', '.join(spec.aliases)}" if spec.aliases else ""))
-    if spec.source:
-        print()
-        print(spec.source_options.render("source options:"))
-    if spec.sink:
-        print()
-        print(spec.sink_options.render("sink options:"))
+    for role, present, options in (("source", spec.source, spec.source_options), ("sink", spec.sink, spec.sink_options)):
+        if present:
+            print()
+            print(_render_options(f"{role} options:", options))
     return 0
+
+
+def _render_options(title: str, options: Any) -> str:
+    """An option set for ``describe``, wrapped to the terminal: per option its name with type,
+    default and whether it is required, then its doc indented below."""
+    from headrace.cli import wrap
+
+    rows = options.rows()
+    lines = [title]
+    if not rows:
+        lines.append("  (no options)")
+    for r in rows:
+        facts = [r["type"]] + (["required"] if r["required"] else []) + ([f"default {r['default']}"] if r["default"] else [])
+        lines += wrap(f"{r['name']}  ({'; '.join(facts)})", indent="  ", hang="      ")
+        if r["doc"]:
+            lines += wrap(r["doc"], indent="      ")
+    if options.rules:
+        lines += wrap("rules: " + "; ".join(rule.doc for rule in options.rules), indent="  ", hang="    ")
+    return "\n".join(lines)
 
 
 def register(sub: Any) -> None:
