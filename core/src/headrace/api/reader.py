@@ -71,6 +71,7 @@ class DataStreamReader:
             source_class=type,  # resolved at start(): importing the class imports its client library
             user_schema=self._schema,
             path=str(raw.get("path")) if raw.get("path") is not None else None,
+            raw_options=raw,
         )
         return StreamFrame((plan,), (), self._schema)
 

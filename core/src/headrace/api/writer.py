@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 import pyarrow as pa
 
@@ -177,9 +177,23 @@ class DataStreamWriter:
         Spark DataFrame) and the batch id."""
         return self.foreach_batch(func)
 
-    def start(self, path: str | None = None) -> StreamingQuery:
+    @overload
+    def start(self, path: str | None = None, *, engine: None = None) -> StreamingQuery: ...
+    @overload
+    def start(self, path: str | None = None, *, engine: Any) -> Any: ...
+    def start(self, path: str | None = None, *, engine: Any = None) -> Any:
         """Validate every option (source and sink, all problems at once), then open the
-        checkpoint, build source and sink, and start the query in a background thread."""
+        checkpoint, build source and sink, and start the query in a background thread: a
+        headrace ``StreamingQuery``.
+
+        ``engine``: a ``SparkSession`` (or ``headrace.spark.engine.SparkEngine``) runs the same
+        definition on Spark instead: the plan is translated into a PySpark streaming DataFrame
+        (steps Spark cannot run are refused first, naming the step) and Spark's
+        ``StreamingQuery`` is returned; its checkpoint is Spark's own (docs/spark.md)."""
+        if engine is not None:
+            from headrace.spark.engine import start_on_spark
+
+            return start_on_spark(self, path, engine)
         query = self._build(path)
         return query.start()
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 
@@ -41,6 +42,8 @@ class SourcePlan:
     source_class: type
     user_schema: pa.Schema | None = None
     path: str | None = None
+    #: the options as given (path included), for an engine that parses them itself (Spark)
+    raw_options: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def describe(self) -> str:
         from headrace.errors import redact_url

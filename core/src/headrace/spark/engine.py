@@ -1,0 +1,384 @@
+"""Run a headrace query definition on Apache Spark: the frame's plan translated into a PySpark
+streaming DataFrame, started with Spark's own ``writeStream``.
+
+::
+
+    query = (stream.where("amount > 0").with_watermark("ts", "10 seconds")
+               .group_by(hr.window("ts", "1 minute")).count()
+               .write_stream.format("files").option("format", "parquet")
+               .option("checkpointLocation", "/chk/q").trigger(available_now=True)
+               .start("/out", engine=spark))          # the one change: engine=spark
+
+``engine`` is a ``SparkSession`` or a :class:`SparkEngine` (a session and the connectors to
+run as Spark's own format of the same name, e.g. ``SparkEngine(spark, native={"delta"})``).
+The translation runs once, on the calling thread, before the query starts: every step is
+checked, and one that cannot run on Spark raises :class:`~headrace.errors.UnsupportedError`
+naming the step and why. Nothing is read or written before that.
+
+Steps and their Spark forms (docs/spark.md, "Moving a query to Spark"):
+
+- sources: ``spark.readStream.format("headrace.<name>")`` with the options as given (or the
+  native format for names in ``SparkEngine.native``); ``union``: ``unionByName``;
+- ``sql``/``select_expr``/``where``: Spark SQL over a temporary view of the step's input
+  (headrace's SQL is Spark SQL; steps written in the DuckDB dialect are transpiled by sqlglot);
+  ``with_column``: ``withColumn(name, expr(...))``; ``select``, ``drop``,
+  ``with_column_renamed``: the same DataFrame methods;
+- ``with_watermark``: ``withWatermark``; ``group_by(...).agg``: ``groupBy(...).agg`` with
+  ``window``/``session_window``; ``drop_duplicates[_within_watermark]``: ``dropDuplicates[WithinWatermark]``;
+- ``join`` with a static frame: a static Spark DataFrame (``spark.read`` of a native format,
+  else the headrace read on the driver handed to ``createDataFrame``);
+- ``map_batches``/``filter(fn)``/``mapInArrow``: ``mapInArrow`` (the output schema must be given);
+- ``foreach_batch(fn)``: ``foreachBatch`` with ``fn(pyarrow.Table, batch_id)`` (``toArrow``);
+  sinks ``memory``/``console``/``noop``: Spark's own; others ``headrace.<name>``.
+
+The checkpoint is Spark's: a query started on Spark cannot resume a headrace checkpoint, nor
+the reverse (``headrace checkpoint`` commands refuse a Spark checkpoint).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from headrace.errors import HeadraceError, UnsupportedError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery as SparkStreamingQuery
+
+    from headrace.api.frame import StreamFrame
+    from headrace.api.writer import DataStreamWriter
+    from headrace.engine.trigger import SourcePlan
+    from headrace.transforms.operator import Operator
+
+__all__ = [
+    "SparkEngine",
+    "as_engine",
+    "check_plan",
+    "refusal",
+    "start_on_spark",
+    "static_to_spark",
+    "to_spark",
+]
+
+log = logging.getLogger(__name__)
+
+#: sinks that are Spark's own formats of the same name
+_SPARK_SINKS = frozenset({"memory", "console", "noop"})
+#: writer options that are headrace's engine's own; on Spark they are Spark session settings
+_ENGINE_ONLY = {
+    "statestore": "spark.sql.streaming.stateStore.providerClass (a Spark session setting)",
+    "statesnapshotinterval": "spark.sql.streaming.stateStore.minDeltasForSnapshot (a Spark session setting)",
+}
+_views = itertools.count()
+
+
+@dataclass(frozen=True)
+class SparkEngine:
+    """Where a translated query runs: ``session`` (a ``SparkSession``) and the connector names
+    to run as Spark's own format of the same name with the same options (``native``, e.g.
+    ``{"delta", "kafka"}`` where the cluster has those packages) instead of the adapter's
+    ``headrace.<name>``. Built by the user once; used on the thread calling ``start()``."""
+
+    session: Any
+    native: frozenset[str] = field(default_factory=frozenset)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "native", frozenset(n.lower() for n in self.native))
+
+    def format_of(self, connector: str) -> str:
+        """The Spark format name for a headrace connector."""
+        return connector if connector.lower() in self.native else f"headrace.{connector}"
+
+
+def as_engine(engine: Any) -> SparkEngine:
+    """``engine`` (a ``SparkSession`` or a :class:`SparkEngine`) as a :class:`SparkEngine`;
+    raises naming what was given otherwise. Called by ``start(engine=...)``."""
+    if isinstance(engine, SparkEngine):
+        return engine
+    if type(engine).__name__ == "SparkSession" and hasattr(engine, "readStream"):
+        return SparkEngine(engine)
+    raise HeadraceError(
+        f"start(engine={type(engine).__name__}): engine is a SparkSession or headrace.spark.engine.SparkEngine; "
+        "leave it out to run on headrace's own engine"
+    )
+
+
+def _refuse(op: Operator, why: str) -> UnsupportedError:
+    return UnsupportedError(f"step {op.name} cannot run on Spark: {why}")
+
+
+def _spark_sql(op: Any, text: str, kind: str) -> str:
+    """The step's SQL in Spark's dialect: as written (headrace's SQL is Spark SQL) or, for a
+    step defined in the DuckDB dialect, transpiled by sqlglot (refused naming the step when
+    sqlglot cannot)."""
+    if getattr(op, "dialect", "spark") != "duckdb":
+        return text
+    import sqlglot
+
+    try:
+        out = sqlglot.transpile(
+            text, read="duckdb", write="spark", unsupported_level=sqlglot.ErrorLevel.RAISE
+        )
+    except Exception as e:
+        raise _refuse(op, f"its DuckDB-dialect {kind} {text!r} does not transpile to Spark SQL ({e}); "
+                          "write it in Spark SQL (hr.sql_dialect('spark'), the default)") from None  # fmt: skip
+    return out[0]
+
+
+def _rename_batch(query: str, view: str) -> str:
+    """``query`` (Spark SQL over the table ``batch``) reading the view ``view`` instead."""
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(query, read="spark")
+    ctes = {c.alias_or_name.lower() for c in tree.find_all(exp.CTE)}
+    for t in tree.find_all(exp.Table):
+        if t.name.lower() == "batch" and not t.args.get("db") and "batch" not in ctes:
+            alias = t.alias
+            t.set("this", exp.to_identifier(view))
+            t.set("alias", exp.TableAlias(this=exp.to_identifier(alias or "batch")))
+    return str(tree.sql(dialect="spark"))
+
+
+def _micros(us: int) -> str:
+    return f"{int(us)} microseconds"
+
+
+def _map_in_arrow(df: DataFrame, fn: Callable[[pa.Table], pa.Table | None], schema: pa.Schema) -> DataFrame:
+    from headrace.spark.types import arrow_to_spark_schema
+
+    def each(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for b in batches:
+            out = fn(pa.Table.from_batches([b]))
+            if out is not None and out.num_rows:
+                yield from out.cast(schema).to_batches()
+
+    return df.mapInArrow(each, arrow_to_spark_schema(schema))
+
+
+def _input_schema(df: DataFrame) -> pa.Schema:
+    from headrace.spark.types import spark_to_arrow_schema
+
+    return spark_to_arrow_schema(df.schema)
+
+
+def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
+    """One headrace operator as Spark DataFrame calls (raising for one Spark cannot run)."""
+    from pyspark.sql import functions as F
+
+    from headrace.transforms.aggregate import AggregateOperator
+    from headrace.transforms.dedup import DropDuplicatesOperator
+    from headrace.transforms.join import StreamStaticJoinOperator
+    from headrace.transforms.stateless import (
+        DropColumnsOperator,
+        FilterFunctionOperator,
+        MapBatchesOperator,
+        RenameColumnOperator,
+        SelectColumnsOperator,
+        SqlOperator,
+        WithColumnOperator,
+    )
+    from headrace.transforms.watermark import WatermarkOperator
+    from headrace.transforms.window import SessionWindowSpec, WindowSpec
+
+    spark = engine.session
+    if isinstance(op, WithColumnOperator):
+        return df.withColumn(op.column, F.expr(_spark_sql(op, op.expr, "expression")))
+    if isinstance(op, SqlOperator):
+        view = f"headrace_step_{next(_views)}"
+        query = _rename_batch(_spark_sql(op, op.source, "query"), view)
+        df.createOrReplaceTempView(view)
+        return spark.sql(query)
+    if isinstance(op, SelectColumnsOperator):
+        return df.select(*(F.col(f"`{c}`") for c in op.columns))
+    if isinstance(op, RenameColumnOperator):
+        return df.withColumnRenamed(op.old, op.new)
+    if isinstance(op, DropColumnsOperator):
+        return df.drop(*op.columns)
+    if isinstance(op, MapBatchesOperator) and op.schema is not None:
+        return _map_in_arrow(df, op.fn, op.schema)
+    if isinstance(op, FilterFunctionOperator):
+        pred = op.predicate
+        return _map_in_arrow(df, lambda t: t.filter(pred(t)), _input_schema(df))
+    if isinstance(op, WatermarkOperator):
+        return df.withWatermark(op.column, f"{op.delay_ms} milliseconds")
+    if isinstance(op, AggregateOperator):
+        keys: list[Any] = []
+        for k in op.keys:
+            if isinstance(k, WindowSpec):
+                w = F.window(k.column, _micros(k.duration_us), _micros(k.slide_us), _micros(k.start_us))
+                keys.append(w.alias(k.name) if k.name != "window" else w)
+            elif isinstance(k, SessionWindowSpec):
+                keys.append(F.session_window(k.column, _micros(k.gap_us)))
+            else:
+                keys.append(F.col(f"`{k}`"))
+        aggs = [F.expr(_spark_sql(op, a.text, "aggregate")) for a in op.aggs]
+        return df.groupBy(*keys).agg(*aggs)
+    if isinstance(op, DropDuplicatesOperator):
+        cols = op.columns or None
+        return df.dropDuplicatesWithinWatermark(cols) if op.within_watermark else df.dropDuplicates(cols)
+    if isinstance(op, StreamStaticJoinOperator):
+        static = static_to_spark(op.static, engine)
+        if op.keys is not None:
+            return df.join(static, on=op.keys, how=op.how)
+        cond = _spark_sql(op, op.condition or "", "join condition")
+        return df.alias("batch").join(static.alias("static"), F.expr(cond), how=op.how)
+    raise _refuse(op, refusal(op) or f"{type(op).__name__} has no Spark form")
+
+
+def static_to_spark(static: Any, engine: SparkEngine) -> DataFrame:
+    """A static frame (or ``pyarrow.Table``) as a static Spark DataFrame: ``spark.read`` of a
+    native format, else headrace reads it on the driver (once, when the query is translated)
+    and hands the table to ``createDataFrame``; its steps translated as a stream's."""
+    spark = engine.session
+    if isinstance(static, pa.Table):
+        return spark.createDataFrame(static)
+    base = static._base
+    if isinstance(base, pa.Table):
+        df = spark.createDataFrame(base)
+    elif base.connector.lower() in engine.native:
+        reader = spark.read.format(base.connector).options(**_strs(base.raw_options))
+        if base.user_schema is not None:
+            from headrace.spark.types import arrow_to_spark_schema
+
+            reader = reader.schema(arrow_to_spark_schema(base.user_schema))
+        df = reader.load()
+    else:
+        from headrace.transforms.static import StaticFrame
+
+        df = spark.createDataFrame(StaticFrame(base, (), static._schema).to_arrow())
+    for op in static._steps:
+        df = _step(df, op, engine)
+    return df
+
+
+def _strs(options: Mapping[str, Any]) -> dict[str, str]:
+    out = {}
+    for k, v in options.items():
+        out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+    return out
+
+
+def _source(plan: SourcePlan, engine: SparkEngine) -> DataFrame:
+    reader = engine.session.readStream.format(engine.format_of(plan.connector))
+    if plan.user_schema is not None:
+        from headrace.spark.types import arrow_to_spark_schema
+
+        reader = reader.schema(arrow_to_spark_schema(plan.user_schema))
+    return reader.options(**_strs(plan.raw_options)).load()
+
+
+def to_spark(frame: StreamFrame, engine: Any) -> DataFrame:
+    """The streaming Spark DataFrame of ``frame``'s plan (sources unioned by name, then every
+    step). Called once per ``start(engine=...)`` on the calling thread; raises
+    :class:`UnsupportedError` naming the first step that cannot run on Spark."""
+    eng = as_engine(engine)
+    frames = [_source(p, eng) for p in frame._sources]
+    df = frames[0]
+    for other in frames[1:]:
+        df = df.unionByName(other)
+    for op in frame._steps:
+        df = _step(df, op, eng)
+    return df
+
+
+def refusal(op: Operator) -> str | None:
+    """Why ``op`` cannot run on Spark, or None when it translates. Pure, no Spark call."""
+    from headrace.transforms.aggregate import AggregateOperator
+    from headrace.transforms.dedup import DropDuplicatesOperator
+    from headrace.transforms.join import StreamStaticJoinOperator
+    from headrace.transforms.stateless import (
+        DropColumnsOperator,
+        FilterFunctionOperator,
+        MapBatchesOperator,
+        RenameColumnOperator,
+        SelectColumnsOperator,
+        SqlOperator,
+    )
+    from headrace.transforms.watermark import WatermarkOperator
+
+    if isinstance(op, MapBatchesOperator) and op.schema is None:
+        return ("Spark's mapInArrow needs the schema the function returns; "
+                "give it: map_batches(fn, schema=pyarrow.schema([...]))")  # fmt: skip
+    if type(op).__name__ == "TransformWithStateOperator":
+        return ("a headrace StatefulProcessor (Arrow tables, headrace's state variables) is not a pyspark "
+                "StatefulProcessor; write it with pyspark.sql.streaming.StatefulProcessor and "
+                "transformWithStateInPandas, or run this query on headrace")  # fmt: skip
+    known = (SqlOperator, SelectColumnsOperator, RenameColumnOperator, DropColumnsOperator, MapBatchesOperator,
+             FilterFunctionOperator, WatermarkOperator, AggregateOperator, DropDuplicatesOperator,
+             StreamStaticJoinOperator)  # fmt: skip
+    if not isinstance(op, known):
+        return (f"{type(op).__name__} (a custom operator from apply_operator) has no Spark form; "
+                "run this query on headrace, or express the step with map_batches(fn, schema=...)")  # fmt: skip
+    return None
+
+
+def check_plan(frame: StreamFrame) -> None:
+    """Refuse, before any Spark call, the first step the translation cannot take (naming the
+    step and why). Called by :func:`start_on_spark`; pure."""
+    for op in frame._steps:
+        why = refusal(op)
+        if why is not None:
+            raise _refuse(op, why)
+        static = getattr(op, "static", None)
+        for sop in getattr(static, "_steps", ()):
+            why = refusal(sop)
+            if why is not None:
+                raise _refuse(sop, f"(in the static side of {op.name}) {why}")
+
+
+def start_on_spark(writer: DataStreamWriter, path: str | None, engine: Any) -> SparkStreamingQuery:
+    """Translate ``writer``'s frame and sink and start the query on Spark, returning Spark's
+    ``StreamingQuery``. Called by ``DataStreamWriter.start(path, engine=...)`` on the calling
+    thread; every refusal is raised before the query starts."""
+    eng = as_engine(engine)
+    fmt = writer._format
+    if not fmt:
+        raise HeadraceError("write_stream needs a format: .format('delta') (or foreach_batch(fn))")
+    raw = dict(writer._options)
+    for key in list(raw):
+        if key.lower() in _ENGINE_ONLY:
+            raise UnsupportedError(
+                f"writer option {key}={raw[key]!r} is headrace's engine's own; on Spark set "
+                f"{_ENGINE_ONLY[key.lower()]} and leave the option out"
+            )
+        if key.lower() == "checkpointfsync":
+            raw.pop(key)  # Spark's checkpoint manager decides how it writes
+    trigger = writer._trigger
+    if trigger.kind == "real_time" and writer._foreach_batch is not None:
+        raise UnsupportedError("trigger(real_time=...) with foreach_batch cannot run on Spark: Spark's real-time "
+                               "mode has no foreachBatch; use another trigger")  # fmt: skip
+    check_plan(writer._frame)
+    df = to_spark(writer._frame, eng)
+    w = df.writeStream.outputMode(writer._output_mode)
+    name = writer._name or next((str(v) for k, v in raw.items() if k.lower() == "queryname"), None)
+    if name:
+        w = w.queryName(name)
+    if trigger.kind == "processing_time":
+        w = w.trigger(processingTime=f"{trigger.interval:g} seconds")
+    elif trigger.kind == "once":
+        w = w.trigger(once=True)
+    elif trigger.kind == "available_now":
+        w = w.trigger(availableNow=True)
+    elif trigger.kind == "real_time":
+        w = w.trigger(realTime=f"{trigger.interval:g} seconds")  # type: ignore[call-overload]
+    if writer._partition_by:
+        w = w.partitionBy(*writer._partition_by)
+    if writer._foreach_batch is not None:
+        fn = writer._foreach_batch
+
+        def each(batch: DataFrame, batch_id: int) -> None:
+            fn(batch.toArrow(), batch_id)
+
+        w = w.foreachBatch(each)
+    else:
+        w = w.format(fmt if fmt.lower() in _SPARK_SINKS else eng.format_of(fmt))
+    w = w.options(**_strs({k: v for k, v in raw.items() if k.lower() != "queryname"}))
+    log.info("query '%s' starts on Spark (%s)", name or "", fmt)
+    return w.start(path) if path is not None else w.start()
