@@ -28,6 +28,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
@@ -226,9 +227,22 @@ class _Variable:
         if len(todo) != len(keys):
             key_table = key_table.take(pa.array(todo))
         values, found = self.store.get(key_table)
+        for i, entry in zip(todo, self._decode_many(values, found), strict=True):
+            self._cache[keys[i]] = entry
+
+    def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
+        """The cached entries of stored rows (``found[i]`` false: no row)."""
         rows = values.to_pylist()
-        for j, i in enumerate(todo):
-            self._cache[keys[i]] = self._decode(rows[j]) if found[j] else self._empty()
+        return [self._decode(r) if f else self._empty() for r, f in zip(rows, found, strict=True)]
+
+    def _encode_many(self, entries: list[Any]) -> tuple[pa.Table, pa.Array]:
+        """The stored rows of non-empty ``entries`` and their orders."""
+        rows, orders = [], []
+        for e in entries:
+            row, order = self._encode(e)
+            rows.append(row)
+            orders.append(order)
+        return pa.Table.from_pylist(rows, schema=self.value_schema()), pa.array(orders, pa.int64())
 
     def _entry(self) -> Any:
         key = self._handle._current_key()
@@ -254,20 +268,19 @@ class _Variable:
         assert self.store is not None
         if not self._dirty:
             return
-        put_keys, put_rows, put_order, gone = [], [], [], []
+        put_keys, put_entries, gone = [], [], []
         for key in self._dirty:
-            row, order = self._encode(self._cache[key])
-            if row is None:
+            entry = self._cache[key]
+            if not entry:  # None, [] or {}: no row
                 gone.append(key)
             else:
                 put_keys.append(key)
-                put_rows.append(row)
-                put_order.append(order)
+                put_entries.append(entry)
         if gone:
             self.store.remove(self._handle._key_table(gone))
         if put_keys:
-            values = pa.Table.from_pylist(put_rows, schema=self.value_schema())
-            self.store.put(self._handle._key_table(put_keys), values, pa.array(put_order, pa.int64()))
+            values, order = self._encode_many(put_entries)
+            self.store.put(self._handle._key_table(put_keys), values, order)
         self._dirty.clear()
 
     def expire(self, now: int) -> None:
@@ -323,6 +336,21 @@ class ValueState(_Variable):
 
     def _empty(self) -> Any:
         return None
+
+    def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
+        # column by column: a to_pylist per field instead of a dict per row
+        struct = values.column("__value").combine_chunks()
+        valid = struct.is_valid().to_numpy(zero_copy_only=False) & np.asarray(found, np.bool_)
+        tuples = list(zip(*(f.to_pylist() for f in struct.flatten()), strict=True))
+        expires = values.column("__expires").to_pylist()
+        return [(tuples[i], expires[i]) if valid[i] else None for i in range(len(expires))]
+
+    def _encode_many(self, entries: list[Any]) -> tuple[pa.Table, pa.Array]:
+        cols = list(zip(*(v for v, _ in entries), strict=True))
+        arrays = [pa.array(list(c), f.type) for c, f in zip(cols, self.schema, strict=True)]
+        struct = pa.StructArray.from_arrays(arrays, fields=list(self.schema))
+        expires = pa.array([e for _, e in entries], pa.int64())
+        return pa.Table.from_arrays([struct, expires], schema=self.value_schema()), expires
 
     def _unexpired(self, entry: Any, now: int) -> Any:
         if entry is None or (entry[1] is not None and entry[1] <= now):
@@ -516,6 +544,16 @@ class Timers(_Variable):
         if not entry:
             return None, None
         return {"__timers": list(entry)}, entry[0]
+
+    def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
+        lists = values.column("__timers").to_pylist()
+        return [list(t or []) if f else [] for t, f in zip(lists, found, strict=True)]
+
+    def _encode_many(self, entries: list[Any]) -> tuple[pa.Table, pa.Array]:
+        lists = pa.array(entries, pa.list_(pa.int64()))
+        return pa.Table.from_arrays([lists], schema=self.value_schema()), pa.array(
+            [e[0] for e in entries], pa.int64()
+        )
 
     def _empty(self) -> Any:
         return []
