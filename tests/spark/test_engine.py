@@ -158,3 +158,22 @@ def test_engine_must_be_a_spark_session(tmp_path: Path) -> None:
     w = _stream(_input(tmp_path)).write_stream.format("noop")
     with pytest.raises(HeadraceError, match=r"start\(engine=str\): engine is a SparkSession"):
         w.start(engine="spark")
+
+
+@pytest.mark.parametrize("action", [["show"], ["reset", "--to-batch", "0"]], ids=["show", "reset"])
+def test_checkpoint_cli_refuses_a_spark_checkpoint(spark: Any, tmp_path: Path, capsys: Any, action: list[str]) -> None:
+    """A translated query leaves Spark's checkpoint; headrace's checkpoint commands say so and
+    leave it untouched."""
+    from headrace.cli import main
+
+    chk = tmp_path / "chk"
+    q = (_stream(_input(tmp_path)).select("user").write_stream.format("noop").option("checkpointLocation", str(chk))
+         .trigger(available_now=True).start(engine=spark))  # fmt: skip
+    assert q.awaitTermination(120) and q.exception() is None
+    before = sorted(p.name for p in (chk / "offsets").iterdir())
+    assert before, "Spark wrote no offsets: nothing to refuse"
+    assert main(["checkpoint", action[0], str(chk), *action[1:]]) == 1
+    err = capsys.readouterr().err
+    assert f"checkpoint {chk} is Apache Spark's, not headrace's" in err
+    assert "start(..., engine=spark)" in err and "Traceback" not in err
+    assert sorted(p.name for p in (chk / "offsets").iterdir()) == before

@@ -32,6 +32,34 @@ def _check_folder(d: str) -> None:
         raise HeadraceError(f"{d} is not a headrace checkpoint (no metadata file); give the checkpointLocation folder")
     if not os.path.isfile(meta):
         raise CheckpointError(f"checkpoint {d} is damaged: {meta} is not a file; {_LAYOUT_FIX}")
+    spark = _spark_layout(d)
+    if spark is not None:
+        raise CheckpointError(
+            f"checkpoint {d} is Apache Spark's, not headrace's ({spark}): a query started on Spark "
+            "(start(..., engine=spark)) keeps Spark's own checkpoint, which headrace cannot read or roll back; "
+            "inspect it with Spark (spark.streams, the query's lastProgress), or give a headrace checkpointLocation"
+        )
+
+
+def _spark_layout(d: str) -> str | None:
+    """What shows ``d`` is a Spark checkpoint (Spark's ``metadata`` holds only ``{"id": ...}``,
+    headrace's also ``version`` and ``sources``; Spark's offsets entries start with a ``v1``
+    line, headrace's are one JSON document), or None. Reads at most two small files."""
+    try:
+        with open(os.path.join(d, "metadata"), "rb") as f:
+            meta = json.loads(f.read(1 << 16) or b"null")
+    except (OSError, ValueError):
+        meta = None
+    if isinstance(meta, dict) and "id" in meta and "version" not in meta and "sources" not in meta:
+        return 'its metadata file holds only {"id": ...}'
+    offsets = os.path.join(d, "offsets")
+    with contextlib.suppress(OSError):
+        first = min((n for n in os.listdir(offsets) if n.isdigit()), key=int, default=None)
+        if first is not None:
+            with open(os.path.join(offsets, first), "rb") as f:
+                if f.readline().strip() == b"v1":
+                    return f"{os.path.join(offsets, first)} starts with Spark's 'v1' line"
+    return None
 
 
 def _check_log_folders(d: str) -> None:

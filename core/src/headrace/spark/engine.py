@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
+from headrace.spark._common import STATE_PATH_OPTION
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -265,21 +267,40 @@ def _strs(options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def _source(plan: SourcePlan, engine: SparkEngine) -> DataFrame:
+def _source(plan: SourcePlan, engine: SparkEngine, state_path: str | None) -> DataFrame:
     reader = engine.session.readStream.format(engine.format_of(plan.connector))
     if plan.user_schema is not None:
         from headrace.spark.types import arrow_to_spark_schema
 
         reader = reader.schema(arrow_to_spark_schema(plan.user_schema))
-    return reader.options(**_strs(plan.raw_options)).load()
+    options = dict(plan.raw_options)
+    if (
+        state_path is not None
+        and plan.connector.lower() not in engine.native
+        and not _has_state_option(options)
+    ):
+        from headrace.plugins import registry
+
+        cls = registry().get(plan.connector).load_source()
+        derive = getattr(cls, "default_state_path", None)
+        if getattr(cls, "needs_state_path", False) and not (callable(derive) and derive(plan.options)):
+            options[STATE_PATH_OPTION] = state_path  # the adapter's state, kept with Spark's checkpoint
+    return reader.options(**_strs(options)).load()
 
 
-def to_spark(frame: StreamFrame, engine: Any) -> DataFrame:
+def _has_state_option(options: Mapping[str, Any]) -> bool:
+    return any(k.lower() == STATE_PATH_OPTION.lower() for k in options)
+
+
+def to_spark(frame: StreamFrame, engine: Any, checkpoint: str | None = None) -> DataFrame:
     """The streaming Spark DataFrame of ``frame``'s plan (sources unioned by name, then every
     step). Called once per ``start(engine=...)`` on the calling thread; raises
-    :class:`UnsupportedError` naming the first step that cannot run on Spark."""
+    :class:`UnsupportedError` naming the first step that cannot run on Spark. A source that
+    keeps state of its own under Spark (``headraceStatePath``, see the adapter) and was given
+    no folder for it gets ``<checkpoint>/sources/<i>/headrace``."""
     eng = as_engine(engine)
-    frames = [_source(p, eng) for p in frame._sources]
+    frames = [_source(p, eng, os.path.join(checkpoint, "sources", str(i), "headrace") if checkpoint else None)
+              for i, p in enumerate(frame._sources)]  # fmt: skip
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
@@ -355,7 +376,8 @@ def start_on_spark(writer: DataStreamWriter, path: str | None, engine: Any) -> S
         raise UnsupportedError("trigger(real_time=...) with foreach_batch cannot run on Spark: Spark's real-time "
                                "mode has no foreachBatch; use another trigger")  # fmt: skip
     check_plan(writer._frame)
-    df = to_spark(writer._frame, eng)
+    checkpoint = next((str(v) for k, v in raw.items() if k.lower() == "checkpointlocation"), None)
+    df = to_spark(writer._frame, eng, os.path.abspath(checkpoint) if checkpoint else None)
     w = df.writeStream.outputMode(writer._output_mode)
     name = writer._name or next((str(v) for k, v in raw.items() if k.lower() == "queryname"), None)
     if name:
