@@ -316,3 +316,46 @@ def test_a_flow_name_that_cannot_be_a_folder_is_refused(make_project) -> None:
         """)
     (problem,) = [x for x in _problems(p) if "flow name" in x]
     assert "'../escape' contains '/'" in problem and "bad_flow.py" in problem
+
+
+def test_the_dry_run_shows_what_exists_and_what_the_run_would_do(make_project, capsys, monkeypatch) -> None:
+    p = make_project()
+    p.add_files(1)
+    monkeypatch.chdir(p.root)
+    assert main(["pipelines", "dry-run"]) == 0
+    before = capsys.readouterr().out
+    assert "silver  (streaming table, not materialized yet)\n  run: create it" in before
+    assert "gold  (materialized view, not materialized yet)\n  run: create it" in before
+    p.run()
+    assert main(["pipelines", "dry-run"]) == 0
+    after = capsys.readouterr().out
+    assert "not materialized yet" not in after
+    assert "silver  (streaming table, " in after and "version 0" in after
+    lines = after.splitlines()
+    assert lines[lines.index(next(x for x in lines if x.startswith("silver  ("))) + 1] == "  run: append new data"
+    assert lines[lines.index(next(x for x in lines if x.startswith("gold  ("))) + 1] == "  run: full recompute"
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ({"stateSnapshotInterval": 0}, "stateSnapshotInterval: 0 is less than the minimum 1"),
+        ({"checkpointFsync": "sometimes"}, "checkpointFsync"),
+        ({"stateStore": "floppy"}, "stateStore"),
+    ],
+    ids=["snapshot-interval-0", "bad-fsync", "bad-state-store"],
+)
+def test_the_dry_run_checks_engine_options_of_sinks(make_project, options: dict, fragment: str) -> None:
+    p = make_project()
+    p.write("transformations/sink.py", f"""
+        import headrace as hr
+        import headrace.pipelines as dp
+
+        dp.create_sink("out", "delta", {{"path": "out_table", **{options!r}}})
+
+        @dp.append_flow(target="out")
+        def to_out():
+            return hr.read_stream.table("bronze")
+        """)
+    problems = _problems(p)
+    assert any("sink 'out'" in x and fragment in x for x in problems), problems

@@ -52,7 +52,7 @@ def _dry_run(args: argparse.Namespace) -> int:
             for problem in e.problems:
                 print(f"  - {problem}", file=sys.stderr)
             return 1
-    print(render_text(p.graph, stats=False))
+    print(render_text(p.graph, stats=True, plan=True))
     print(f"pipeline {p.spec.name!r}: ok ({counted(len(p.graph.datasets), 'dataset')}, {counted(len(p.graph.flows), 'flow')}; "
           "every definition loaded, options and expectations checked, no data read)")  # fmt: skip
     return 0

@@ -279,14 +279,18 @@ class DataflowGraph:
             return [f"{ds.location}: sink {ds.name!r}: {e}"]
         if spec.sink is None:
             return [f"{ds.location}: sink {ds.name!r}: connector {spec.name!r} cannot be written to"]
-        raw = {k: v for k, v in ds.options.items() if k not in ENGINE_WRITER_OPTIONS}
+        from headrace.api.writer import parse_engine_options
+
+        out = [f"{ds.location}: sink {ds.name!r}: option {p}" for p in parse_engine_options(dict(ds.options))[1]]
+        engine = {o.lower() for o in ENGINE_WRITER_OPTIONS}
+        raw = {k: v for k, v in ds.options.items() if k.lower() not in engine}
         if spec.name == "memory":
             raw["queryName"] = ds.name  # the engine names the table after the flow's query
         try:
             spec.sink_options.parse(raw, connector=spec.name, role="sink")
         except OptionsError as e:
-            return [f"{ds.location}: sink {ds.name!r}: {e}"]
-        return []
+            out.append(f"{ds.location}: sink {ds.name!r}: {e}")
+        return out
 
     # ------------------------------------------------------------------ edges and order
     def upstream(self, flow: Flow) -> set[str]:

@@ -13,7 +13,7 @@ import subprocess
 from typing import Any
 
 from headrace._words import counted
-from headrace.pipelines.elements import SINK
+from headrace.pipelines.elements import MATERIALIZED_VIEW, SINK
 from headrace.pipelines.graph import DataflowGraph
 from headrace.pipelines.resolver import STREAM
 
@@ -43,9 +43,28 @@ def _reads(graph: DataflowGraph) -> dict[str, dict[str, set[str]]]:
     return out
 
 
-def render_text(graph: DataflowGraph, *, stats: bool = True) -> str:
-    """One block per dataset, in dependency order: kind, flows, inputs, rows and last update."""
-    st = _stats(graph) if stats else {}
+def _plan(graph: DataflowGraph, ds: Any, kind: str, exists: bool, pending: set[str]) -> str:
+    """What ``pipelines run`` (without refresh options) would do to the dataset."""
+    if kind == SINK:
+        return f"append new data to the {ds.format} sink"
+    if not ds.persisted:
+        return "nothing stored (a view, computed where it is read)"
+    if ds.name in pending:
+        return "full recompute (finishing an interrupted full refresh)"
+    if not exists:
+        return "create it"
+    if kind == MATERIALIZED_VIEW:
+        return "full recompute"
+    return "append new data"
+
+
+def render_text(graph: DataflowGraph, *, stats: bool = True, plan: bool = False) -> str:
+    """One block per dataset, in dependency order: kind, flows, inputs, rows and last update
+    (``stats``: read from the Delta logs, no data read; a persisted dataset without a table
+    is "not materialized yet"); ``plan``: also what a run would do to it (create it, append,
+    full recompute)."""
+    st = _stats(graph) if stats or plan else {}
+    pending = graph.storage.pending_full_refreshes() if plan else set()
     reads = _reads(graph)
     order: list[str] = []
     for f in graph.order():
@@ -64,9 +83,11 @@ def render_text(graph: DataflowGraph, *, stats: bool = True) -> str:
         if s:
             rows = counted(s["rows"], "row") if s.get("rows") is not None else "rows unknown"
             head += f", {rows}, version {s['version']}, updated {s['last_update']}"
-        elif ds.persisted:
+        elif ds.persisted and (stats or plan):
             head += ", not materialized yet"
         lines.append(head + ")")
+        if plan:
+            lines.append(f"  run: {_plan(graph, ds, kind, bool(s), pending)}")
         for src, how in sorted(reads.get(name, {}).items()):
             lines.append(f"  <- {src} ({'stream' if STREAM in how else 'batch'})")
         flows = [f.name for f in graph.flows_into(name) if f.name != name]
