@@ -11,7 +11,7 @@ import pytest
 
 import headrace as hr
 from headrace.cli import main
-from headrace.errors import StreamingQueryException
+from headrace.errors import StreamingQueryException, register_secret
 from headrace.history import ProgressHistory, query_state, read_history, redact
 
 
@@ -88,6 +88,25 @@ def test_failed_query_records_the_error_and_its_batch(tmp_path: Path) -> None:
     assert state["status"] == "failed" and state["batchId"] == 2
     assert "bad row in batch" in state["exception"]
     assert [r["batchId"] for r in read_history(str(tmp_path))] == [0, 1]
+    tb = state["traceback"]  # the dashboard shows it under the error
+    assert tb.startswith("Traceback (most recent call last)") and ", in boom" in tb
+    assert "ValueError: bad row in batch" in tb and "StreamingQueryException" in tb
+
+
+def test_a_failures_traceback_is_redacted(tmp_path: Path) -> None:
+    secret = "Zq7-history-tb-S3cret"
+    register_secret(secret)
+
+    def leak(t: pa.Table) -> pa.Table:
+        raise ConnectionError(f"login refused for s3://user:{secret}@bucket/x with password={secret}")
+
+    q = _run(tmp_path, "leaky", 20, fn=leak)
+    with pytest.raises(StreamingQueryException):
+        q.await_termination(30)
+    state = query_state(str(tmp_path))
+    assert "ConnectionError: login refused" in state["traceback"] and ", in leak" in state["traceback"]
+    on_disk = (tmp_path / "progress" / "terminated.json").read_text()
+    assert secret not in on_disk and "***" in on_disk
 
 
 def test_a_killed_run_is_neither_running_nor_finished(tmp_path: Path) -> None:

@@ -7,7 +7,8 @@ Layout::
                           object per line, secrets redacted; a new segment per run and every
                           ``keep`` records
       run.json            the current (or last) run: id, runId, name, pid, startedAt
-      terminated.json     how the last run ended: runId, exception, batchId, timestamp
+      terminated.json     how the last run ended: runId, exception and its traceback
+                          (redacted), batchId, timestamp
 
 Records are appended by a background thread (never on the batch's critical path), at most
 every 50 ms and in one ``write`` per flush, without fsync: the history is for people and
@@ -34,11 +35,13 @@ import os
 import re
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from headrace.checkpoint import atomic_write
+from headrace.errors import redact as redact_text
 from headrace.options import PassThrough
 
 __all__ = ["HISTORY_DIR", "ProgressHistory", "query_state", "read_history", "redact"]
@@ -137,9 +140,10 @@ class ProgressHistory:
             if self._waiting:  # wake the writer only when it waits for records, not while it paces itself
                 self._cond.notify()
 
-    def finish(self, *, run_id: str, exception: str | None, batch_id: int | None) -> None:
+    def finish(self, *, run_id: str, exception: str | BaseException | None, batch_id: int | None) -> None:
         """Write the pending records and ``terminated.json`` (``batchId``: the batch that failed,
-        or the last one run); stop the writer. Idempotent."""
+        or the last one run; for an exception, its text and its traceback, both redacted); stop
+        the writer. Called once when the query's thread ends. Idempotent."""
         with self._cond:
             if self._closed:
                 return
@@ -154,7 +158,8 @@ class ProgressHistory:
         if not os.path.isdir(self.folder):
             _active_runs.discard(self._run_id)
             return
-        doc = {"runId": run_id, "exception": exception, "batchId": batch_id,
+        doc = {"runId": run_id, "exception": None if exception is None else redact_text(exception),
+               "traceback": _traceback(exception), "batchId": batch_id,
                "timestamp": int(time.time() * 1000)}  # fmt: skip
         with contextlib.suppress(OSError):
             self._write("terminated.json", doc)
@@ -220,6 +225,14 @@ class ProgressHistory:
 
     def _write(self, name: str, doc: Mapping[str, Any]) -> None:
         atomic_write(os.path.join(self.folder, name), json.dumps(doc, default=str).encode(), durable=False)
+
+
+def _traceback(exception: str | BaseException | None) -> str | None:
+    """The traceback of a failure (of its cause chain), redacted as errors are."""
+    if not isinstance(exception, BaseException):
+        return None
+    text = "".join(traceback.format_exception(exception)).rstrip()
+    return redact_text(text) or None
 
 
 def _segments(folder: str) -> list[int]:
@@ -294,7 +307,8 @@ def _alive(pid: Any) -> bool:
 def query_state(checkpoint_location: str) -> dict[str, Any]:
     """What the history says about a checkpoint's query: ``id``, ``name``, ``runId``,
     ``status`` (``running`` / ``finished`` / ``failed`` / ``killed`` / ``unknown``),
-    ``exception`` and ``batchId`` (the failed batch, or the last one) of the last run."""
+    ``exception``, its ``traceback`` and ``batchId`` (the failed batch, or the last one) of the
+    last run."""
     folder = os.path.join(checkpoint_location, HISTORY_DIR)
     meta = _load(os.path.join(checkpoint_location, "metadata")) or {}
     run = _load(os.path.join(folder, "run.json")) or {}
@@ -306,6 +320,7 @@ def query_state(checkpoint_location: str) -> dict[str, Any]:
         "checkpoint": os.path.abspath(checkpoint_location),
         "startedAt": run.get("startedAt"),
         "exception": None,
+        "traceback": None,
         "batchId": None,
     }
     if not run:
@@ -313,6 +328,7 @@ def query_state(checkpoint_location: str) -> dict[str, Any]:
     elif end.get("runId") == run.get("runId"):
         state["status"] = "failed" if end.get("exception") else "finished"
         state["exception"] = end.get("exception")
+        state["traceback"] = end.get("traceback")
         state["batchId"] = end.get("batchId")
         state["endedAt"] = end.get("timestamp")
     elif (_alive(run.get("pid")) and run.get("pid") != os.getpid()) or _in_process(run.get("runId")):

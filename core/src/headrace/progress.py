@@ -109,7 +109,10 @@ class QueryProgress:
         """Assemble a report from the raw numbers the engine measured (seconds). Called once
         per batch on the query's thread: kept to plain arithmetic and a few allocations."""
         total = durations.get("triggerExecution", 0.0)
-        since_last = (started - previous_trigger) if previous_trigger else total
+        # Spark's inputRowsPerSecond: rows / time since the previous trigger's start; a run's
+        # first batch has no previous trigger, so its input rate is 0 (as Spark reports it),
+        # not its processing rate (which would be a spike that dwarfs every later input rate)
+        since_last = (started - previous_trigger) if previous_trigger else math.inf
         rows = 0
         srcs = []
         for desc, start, end, latest, n, metrics in sources:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,3 +149,112 @@ def test_the_page_works_with_an_access_token(browser: Any, tmp_path: Path) -> No
     finally:
         q.stop()
         server.close()
+
+
+def _stateful(chk: Path) -> hr.StreamingQuery:
+    """rate-micro-batch -> watermark -> windowed count: one stateful operator, a watermark."""
+    return (hr.read_stream.format("rate-micro-batch")
+            .options(rowsPerBatch=2000, totalRows=400_000, advanceMillisPerBatch=1000).load()
+            .with_watermark("timestamp", "2 seconds").with_column("k", "value % 5")
+            .group_by(hr.window("timestamp", "5 seconds"), "k").count()
+            .write_stream.format("noop").output_mode("append").option("checkpointLocation", str(chk))
+            .query_name("orders_by_window").trigger(processing_time="500 milliseconds").start())  # fmt: skip
+
+
+def _points(driver: Any, css: str) -> list[tuple[float, float]]:
+    raw = _attr(driver, css, "points")
+    return [(float(x), float(y)) for x, y in (p.split(",") for p in raw.split())] if raw else []
+
+
+def test_stateful_query_state_watermark_batches_and_rates(browser: Any, ui: UIServer, tmp_path: Path) -> None:
+    """State per operator and the watermark over time; the recent batches table, a click
+    opening a batch's whole record; no latency panel outside real-time mode; the input rate
+    (8k rows/s) not flattened to the bottom by a processing rate 100 times higher."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    q = _stateful(tmp_path / "windows")
+    try:
+        wait_for(lambda: len(q.recent_progress) >= 4, what="4 batches")
+        browser.get(ui.url)
+        wait_for(lambda: int(_attr(browser, "#chart-state-rows-0", "data-points") or 0) >= 4, what="the state chart")
+        assert _fresh(lambda: browser.find_element(By.ID, "state").is_displayed())
+        for chart in ("state-memory-0", "state-dropped-0", "watermark"):
+            assert int(_attr(browser, f"#chart-{chart}", "data-points") or 0) >= 4, chart
+            assert browser.find_elements(By.CSS_SELECTOR, f"#chart-{chart} polyline"), chart
+        assert "rows in state" in _text(browser, "card-state-rows-0")
+        assert "rows dropped by the watermark" in _text(browser, "card-state-dropped-0")
+        # the latency panel exists for real-time queries only
+        assert not _fresh(lambda: browser.find_element(By.ID, "card-latency").is_displayed())
+
+        # the rates are Spark's: input = rows / time since the previous trigger's start,
+        # processed = rows / the batch's duration
+        recs = q.recent_progress
+        for prev, r in itertools.pairwise(recs):
+            gap = (dt.datetime.fromisoformat(r["timestamp"]) - dt.datetime.fromisoformat(prev["timestamp"])).total_seconds()
+            assert r["inputRowsPerSecond"] == pytest.approx(r["numInputRows"] / gap, rel=0.05), (prev, r)
+            assert r["processedRowsPerSecond"] == pytest.approx(
+                r["numInputRows"] / (r["durationMs"]["triggerExecution"] / 1000), rel=0.1, abs=1000), r
+        # on a log axis: 2,000 rows every 500 ms is 4k rows/s in, while a batch takes some
+        # 50 ms (40k rows/s processed; 1M for a noop sink, and more in a first batch): a
+        # linear axis would draw the input at input / max rate of the height, near the bottom
+        assert _attr(browser, "#chart-rates", "data-scale") == "log"
+        inputs = sorted(r["inputRowsPerSecond"] for r in recs)
+        linear = inputs[len(inputs) // 2] / max(r["processedRowsPerSecond"] for r in recs)
+        assert linear < 0.15, linear  # the case at hand: processing much faster than input
+        top, bottom = 8, 180 - 22  # the plot area (charts.js: T, H - B)
+        ys = sorted(y for _, y in _points(browser, "#chart-rates polyline:nth-of-type(1)"))
+        height = (bottom - ys[len(ys) // 2]) / (bottom - top)
+        assert height > max(0.12, 1.5 * linear), (ys, linear)
+
+        # recent batches, newest first; a click shows that batch's full progress record
+        rows_css = "table.batches tbody tr"
+        wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, rows_css)) >= 4, what="the batches table")
+        ids = _fresh(lambda: [int(r.get_attribute("data-batch")) for r in browser.find_elements(By.CSS_SELECTOR, rows_css)])
+        assert ids == sorted(ids, reverse=True)
+        pick = ids[1]  # a recent one: it stays in the table for the next 19 batches
+        cells = _fresh(lambda: browser.find_element(By.CSS_SELECTOR, f'{rows_css}[data-batch="{pick}"]').text)
+        assert "2000" in cells and "addBatch" in cells
+        wait_for(lambda: _click(browser, f'{rows_css}[data-batch="{pick}"]'), what="a click on a batch")
+        wait_for(lambda: browser.find_elements(By.ID, "batch-json"), what="the batch's record")
+        record = json.loads(_text(browser, "batch-json"))
+        assert record["batchId"] == pick and record["numInputRows"] == 2000
+        assert record["stateOperators"][0]["numRowsTotal"] >= 0 and "watermark" in record["eventTime"]
+        # the record stays open while the page keeps polling
+        batch = int(_attr(browser, "#latest", "data-batch"))
+        wait_for(lambda: int(_attr(browser, "#latest", "data-batch") or 0) >= batch + 2, what="the page to advance")
+        assert json.loads(_text(browser, "batch-json"))["batchId"] == pick
+        if os.environ.get("HEADRACE_UI_SCREENSHOT"):  # docs/img/dashboard.png is made this way
+            wait_for(lambda: _click(browser, "#batch-close"), what="closing the record")
+            wait_for(lambda: int(_attr(browser, "#latest", "data-batch") or 0) >= 30, timeout=60, what="30 batches")
+            browser.execute_script("document.body.style.zoom = '0.8'")
+            Path(os.environ["HEADRACE_UI_SCREENSHOT"]).write_bytes(browser.get_screenshot_as_png())
+    finally:
+        q.stop()
+
+
+def test_failed_query_shows_its_traceback_redacted(browser: Any, ui: UIServer, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    from headrace.errors import register_secret
+
+    secret = "Xk9-tr4ceback-S3cret-value"
+    register_secret(secret)
+
+    def leaky(t: pa.Table) -> pa.Table:
+        raise ConnectionError(f"broker refused the login with password {secret}")
+
+    q = (hr.read_stream.format("rate-micro-batch").options(rowsPerBatch=10, totalRows=100).load().map_batches(leaky)
+         .write_stream.format("noop").option("checkpointLocation", str(tmp_path / "leaky")).query_name("leaky")
+         .trigger(available_now=True).start())  # fmt: skip
+    with pytest.raises(StreamingQueryException):
+        q.await_termination(30)
+    browser.get(ui.url)
+    wait_for(lambda: browser.find_elements(By.ID, "traceback"), what="the traceback")
+    tb = _text(browser, "traceback")
+    assert "Traceback (most recent call last)" in tb
+    assert "in leaky" in tb and "ConnectionError: broker refused the login" in tb
+    assert "StreamingQueryException" in tb
+    assert secret not in tb and secret not in browser.page_source
+    assert "broker refused" in _text(browser, "error")

@@ -307,7 +307,7 @@ class StreamingQuery:
             self._status = {"message": "Stopped", "isDataAvailable": False, "isTriggerActive": False}
             if self._history is not None:
                 with contextlib.suppress(Exception):
-                    self._history.finish(run_id=self.run_id, exception=str(self._exception) if self._exception else None,
+                    self._history.finish(run_id=self.run_id, exception=self._exception,
                                          batch_id=self._current_batch)  # fmt: skip
             self._close_all()
             if "headrace.transforms.expressions" in sys.modules:  # DuckDB was used on this thread

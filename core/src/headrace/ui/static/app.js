@@ -3,7 +3,8 @@
 (() => {
   const MAX_RECORDS = 300;
   const PHASES = ["latestOffset", "walCommit", "addBatch", "commitOffsets"];
-  const state = { refreshMs: 1000, queries: [], selected: null, records: [], lastBatch: null, runIds: null };
+  const TABLE_ROWS = 20;
+  const state = { refreshMs: 1000, queries: [], selected: null, records: [], lastBatch: null, runIds: null, openBatch: null, nOps: null, busy: false };
   const $ = (id) => document.getElementById(id);
 
   function esc(s) { const d = document.createElement("div"); d.textContent = s == null ? "" : String(s); return d.innerHTML; }
@@ -28,7 +29,7 @@
 
   function select(key) {
     if (state.selected === key) return;
-    state.selected = key; state.records = []; state.lastBatch = null;
+    state.selected = key; state.records = []; state.lastBatch = null; state.openBatch = null; state.nOps = null;
     history.replaceState(null, "", "#" + key);
     renderList();
     $("detail").innerHTML = '<p class="empty">loading…</p>';
@@ -54,7 +55,83 @@
   }
 
   function card(id, title, wide) {
-    return `<div class="card${wide ? " wide" : ""}"><h3>${esc(title)}</h3><div class="chart" id="${id}"></div></div>`;
+    return `<div class="card${wide ? " wide" : ""}" id="card-${id.replace(/^chart-/, "")}"><h3>${esc(title)}</h3><div class="chart" id="${id}"></div></div>`;
+  }
+  const num = (v) => (typeof v === "number" && isFinite(v) ? v : null);
+  const msOf = (iso) => { const t = iso ? Date.parse(iso) : NaN; return isNaN(t) ? null : t; };
+  function clock(ms) { return new Date(ms).toISOString().slice(11, 19); }
+  function bytes(v) {
+    const a = Math.abs(v);
+    if (a >= 1 << 30) return (v / (1 << 30)).toFixed(1) + " GiB";
+    if (a >= 1 << 20) return (v / (1 << 20)).toFixed(1) + " MiB";
+    if (a >= 1 << 10) return (v / (1 << 10)).toFixed(1) + " KiB";
+    return Math.round(v) + " B";
+  }
+
+  /** One card per chart of each stateful operator (Spark's stateOperators), and the watermark. */
+  function renderState(recs, labels) {
+    const nOps = Math.max(0, ...recs.map((r) => (r.stateOperators || []).length));
+    const hasWm = recs.some((r) => r.eventTime && r.eventTime.watermark);
+    const section = $("state");
+    section.hidden = !nOps && !hasWm;
+    if (`${nOps}:${hasWm}` !== state.nOps) {
+      state.nOps = `${nOps}:${hasWm}`;
+      const names = Array.from({ length: nOps }, (_, i) => {
+        const r = recs.slice().reverse().find((x) => (x.stateOperators || [])[i]);
+        return `${i}: ${(r && r.stateOperators[i].operatorName) || "stateful operator"}`;
+      });
+      $("state-grid").innerHTML = (hasWm ? card("chart-watermark", "Watermark (event time, UTC)") : "") +
+        names.map((n, i) => card(`chart-state-rows-${i}`, `${n} · rows in state`) +
+          card(`chart-state-memory-${i}`, `${n} · state memory`) +
+          card(`chart-state-dropped-${i}`, `${n} · rows dropped by the watermark`)).join("");
+    }
+    if (hasWm) Charts.line($("chart-watermark"), labels, [
+      { name: "watermark", values: recs.map((r) => msOf((r.eventTime || {}).watermark)) },
+      { name: "max event time", values: recs.map((r) => msOf((r.eventTime || {}).max)) },
+    ], { from: "min", fmt: clock, empty: "no watermark" });
+    for (let i = 0; i < nOps; i++) {
+      const op = (r) => (r.stateOperators || [])[i] || {};
+      Charts.line($(`chart-state-rows-${i}`), labels, [
+        { name: "rows in state", values: recs.map((r) => num(op(r).numRowsTotal)) },
+        { name: "updated", values: recs.map((r) => num(op(r).numRowsUpdated)) },
+        { name: "removed", values: recs.map((r) => num(op(r).numRowsRemoved)) },
+      ]);
+      Charts.line($(`chart-state-memory-${i}`), labels, [
+        { name: "memory used", values: recs.map((r) => num(op(r).memoryUsedBytes)) },
+      ], { fmt: bytes });
+      Charts.line($(`chart-state-dropped-${i}`), labels, [
+        { name: "rows dropped by the watermark", values: recs.map((r) => num(op(r).numRowsDroppedByWatermark)), color: "#d1242f" },
+      ], { empty: "this operator reports no late rows" });
+    }
+  }
+
+  /** The last batches, newest first; a click opens the batch's whole progress record. */
+  function renderBatches(recs) {
+    const rows = recs.slice(-TABLE_ROWS).reverse().map((r) => {
+      const d = r.durationMs || {};
+      const phases = Object.entries(d).filter(([k, v]) => k !== "triggerExecution" && v > 0)
+        .map(([k, v]) => `${k} ${v}`).join(" · ");
+      const wm = (r.eventTime || {}).watermark;
+      return `<tr data-batch="${esc(r.batchId)}"${state.openBatch === r.batchId ? ' class="open"' : ""}>` +
+        `<td>${esc(r.batchId)}</td><td>${esc(timeLabel(r))}</td><td>${esc(r.numInputRows)}</td>` +
+        `<td>${esc((r.sink || {}).numOutputRows)}</td><td>${esc(d.triggerExecution)}</td><td class="phases">${esc(phases)}</td>` +
+        `<td>${esc(Charts.fmt(r.inputRowsPerSecond || 0))}</td><td>${esc(Charts.fmt(r.processedRowsPerSecond || 0))}</td>` +
+        `<td>${esc(wm ? wm.replace("T", " ").replace(/\.\d+Z$|Z$/, "") : "")}</td></tr>`;
+    });
+    $("batches").innerHTML = rows.length ? `<table class="batches"><thead><tr><th>batch</th><th>time</th><th>input rows</th>` +
+      `<th>output rows</th><th>duration ms</th><th>by phase (ms)</th><th>input rows/s</th><th>processed rows/s</th>` +
+      `<th>watermark</th></tr></thead><tbody>${rows.join("")}</tbody></table>` : '<p class="empty">no batch yet</p>';
+    const open = state.openBatch == null ? null : recs.find((r) => r.batchId === state.openBatch);
+    const box = $("batch-record");
+    if (!open) { box.hidden = true; box.dataset.batch = ""; return; }
+    if (box.dataset.batch !== String(open.batchId)) {
+      box.innerHTML = `<h3>Batch ${esc(open.batchId)}: progress record <button type="button" id="batch-close">close</button></h3>` +
+        `<pre id="batch-json"></pre>`;
+      $("batch-json").textContent = JSON.stringify(open, null, 2);
+      $("batch-close").onclick = () => { state.openBatch = null; renderBatches(state.records); };
+      box.dataset.batch = String(open.batchId);
+    }
+    box.hidden = false;
   }
 
   function renderDetail(st) {
@@ -68,13 +145,24 @@
           ${card("chart-backlog", "Source backlog")}
           ${card("chart-latency", "Real-time latency percentiles (e2e, ms)")}
           <div class="card"><h3>Latest progress</h3><div id="latest"></div></div>
-        </div>`;
+        </div>
+        <section id="state" hidden><h3 class="section">State</h3><div class="grid" id="state-grid"></div></section>
+        <section><h3 class="section">Recent batches</h3><div class="card wide"><div id="batches"></div>
+          <div id="batch-record" hidden></div></div></section>`;
+      $("batches").addEventListener("click", (ev) => {
+        const tr = ev.target.closest("tr[data-batch]");
+        if (!tr) return;
+        const id = Number(tr.dataset.batch);
+        state.openBatch = state.openBatch === id ? null : id;
+        renderBatches(state.records);
+      });
     }
     $("qtitle").innerHTML = `${esc(st.name || "(unnamed query)")} <span class="badge ${esc(st.status)}">${esc(st.status)}</span>`;
     $("qids").textContent = `id ${st.id || "?"} · run ${st.runId || "?"} · checkpoint ${st.checkpoint}`;
     let status = "";
     if (st.status === "failed") {
-      status = `<div class="error" id="error"><b>Batch ${esc(st.batchId)} failed</b>\n${esc(st.exception)}</div>`;
+      status = `<div class="error" id="error"><b>Batch ${esc(st.batchId)} failed</b>\n${esc(st.exception)}</div>` +
+        (st.traceback ? `<details class="traceback" open><summary>Traceback</summary><pre id="traceback">${esc(st.traceback)}</pre></details>` : "");
     } else if (st.status === "killed") {
       status = `<div class="note" id="note">The last run (${esc(st.runId)}) ended without a clean stop (killed or crashed); the next start replays its last uncommitted batch.</div>`;
     }
@@ -82,10 +170,12 @@
 
     const recs = state.records;
     const labels = recs.map(timeLabel);
+    // log scale: input and processing rates often differ by orders of magnitude (a batch of
+    // 2,000 rows every 250 ms is 8k rows/s in, and 1M rows/s processed when it takes 2 ms)
     Charts.line($("chart-rates"), labels, [
       { name: "input rows/s", values: recs.map((r) => r.inputRowsPerSecond) },
       { name: "processed rows/s", values: recs.map((r) => r.processedRowsPerSecond) },
-    ]);
+    ], { log: true });
     const phases = PHASES.concat(Array.from(new Set(recs.flatMap((r) => Object.keys(r.durationMs || {})))).filter(
       (p) => !PHASES.includes(p) && p !== "triggerExecution"));
     Charts.bars($("chart-phases"), labels, phases.filter((p) => recs.some((r) => (r.durationMs || {})[p] > 0))
@@ -113,9 +203,13 @@
     Charts.line($("chart-backlog"), labels, backlogKeys.map((b) => ({
       name: b.name, values: recs.map((r) => { const m = ((r.sources || [])[b.i] || {}).metrics || {}; return typeof m[b.k] === "number" ? m[b.k] : null; }),
     })), { empty: "the sources report no backlog metric" });
-    Charts.line($("chart-latency"), labels, ["P50", "P90", "P99"].map((p) => ({
+    const realTime = recs.some((r) => r.latencies && r.latencies.e2eLatencyMs);
+    $("card-latency").hidden = !realTime;  // latencies exist in real-time mode only
+    if (realTime) Charts.line($("chart-latency"), labels, ["P50", "P90", "P99"].map((p) => ({
       name: p, values: recs.map((r) => (r.latencies && r.latencies.e2eLatencyMs ? r.latencies.e2eLatencyMs[p] : null)),
-    })), { unit: "ms", empty: "no real-time batch (latencies exist in real-time mode)" });
+    })), { unit: "ms" });
+    renderState(recs, labels);
+    renderBatches(recs);
     const last = recs[recs.length - 1];
     $("latest").innerHTML = last
       ? `<table class="kv">${flatten(last, "", []).map(([k, v]) => `<tr><td>${esc(k)}</td><td>${esc(v)}</td></tr>`).join("")}</table>`
@@ -131,12 +225,13 @@
     if (key !== state.selected) return;
     if (!res.ok) { $("detail").innerHTML = '<p class="empty">this query is gone</p>'; return; }
     const body = await res.json();
-    if (body.progress.length && state.lastBatch != null && body.progress[0].batchId <= state.lastBatch) state.records = [];
-    merge(body.progress);
+    merge(body.progress);  // replaces what a replayed batch id supersedes
     renderDetail(body.state);
   }
 
   async function refresh() {
+    if (state.busy) return;  // a slow poll is not overlapped by the next one
+    state.busy = true;
     try {
       state.queries = await (await fetch("/api/queries")).json();
       if (!state.selected || !state.queries.some((q) => q.key === state.selected)) {
@@ -149,6 +244,8 @@
       $("updated").textContent = "updated " + new Date().toLocaleTimeString([], { hour12: false });
     } catch (e) {
       $("updated").textContent = "server unreachable (" + e.message + ")";
+    } finally {
+      state.busy = false;
     }
   }
 

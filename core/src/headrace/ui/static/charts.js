@@ -24,15 +24,43 @@ const Charts = (() => {
     if (a >= 1e3) return (v / 1e3).toFixed(1) + "k";
     return a >= 10 || v === 0 ? String(Math.round(v)) : v.toFixed(2);
   }
-  function frame(container, labels, max, unit) {
+  /** The y scale: linear from 0 (or from ``lo`` for a value axis such as time), or log10
+   * between two powers of ten (rates that differ by orders of magnitude stay readable). */
+  function scale(values, opts) {
+    const vals = values.filter((v) => v != null && isFinite(v));
+    if (opts.log) {
+      const pos = vals.filter((v) => v > 0);
+      const lo = pos.length ? Math.pow(10, Math.floor(Math.log10(Math.min(...pos)))) : 1;
+      let hi = pos.length ? Math.pow(10, Math.ceil(Math.log10(Math.max(...pos)))) : 10;
+      if (hi <= lo) hi = lo * 10;
+      const span = Math.log10(hi) - Math.log10(lo);
+      const step = Math.max(1, Math.ceil(span / 4));
+      const ticks = [];
+      for (let e = Math.log10(lo); e <= Math.log10(hi) + 1e-9; e += step) ticks.push(Math.pow(10, e));
+      // a zero (or negative) value is drawn on the bottom line: below every positive rate
+      return { kind: "log", ticks, at: (v) => 1 - (Math.log10(Math.max(v, lo)) - Math.log10(lo)) / span };
+    }
+    if (opts.from === "min" && vals.length) {
+      let lo = Math.min(...vals), hi = Math.max(...vals);
+      if (hi <= lo) { lo -= 1; hi += 1; }
+      const pad = (hi - lo) * 0.05;
+      lo -= pad; hi += pad;
+      return { kind: "linear", ticks: [0, 1, 2, 3, 4].map((i) => lo + ((hi - lo) * i) / 4), at: (v) => 1 - (v - lo) / (hi - lo) };
+    }
+    const max = niceMax(Math.max(0, ...vals));
+    return { kind: "linear", ticks: [0, 1, 2, 3, 4].map((i) => (max * i) / 4), at: (v) => 1 - v / max };
+  }
+  function frame(container, labels, sc, opts) {
+    const unit = opts.unit, f = opts.fmt || fmt;
     container.innerHTML = "";
     const svg = el("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" }, container);
     const g = el("g", { class: "grid" }, svg);
-    for (let i = 0; i <= 4; i++) {
-      const y = T + (H - T - B) * (1 - i / 4);
+    sc.ticks.forEach((t, i) => {
+      const y = T + (H - T - B) * sc.at(t);
       el("line", { x1: L, x2: W - R, y1: y, y2: y }, g);
-      el("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, svg).textContent = fmt((max * i) / 4) + (i === 4 && unit ? " " + unit : "");
-    }
+      el("text", { x: L - 4, y: y + 3, "text-anchor": "end" }, svg).textContent = f(t) + (i === sc.ticks.length - 1 && unit ? " " + unit : "");
+    });
+    container.dataset.scale = sc.kind;
     const n = labels.length;
     const picks = n <= 1 ? [0] : [0, Math.floor((n - 1) / 2), n - 1];
     for (const i of new Set(picks)) {
@@ -43,7 +71,7 @@ const Charts = (() => {
     return svg;
   }
   function xAt(i, n) { return n <= 1 ? (L + W - R) / 2 : L + ((W - R - L) * i) / (n - 1); }
-  function yAt(v, max) { return T + (H - T - B) * (1 - v / max); }
+  function yAt(v, sc) { return T + (H - T - B) * sc.at(v); }
   function legend(container, series) {
     const div = document.createElement("div");
     div.className = "legend";
@@ -60,16 +88,18 @@ const Charts = (() => {
     container.firstChild.textContent = text || "no data yet";
     container.dataset.points = "0";
   }
-  /** series: [{name, values: [number|null]}]; labels: x labels (one per point). */
+  /** series: [{name, values: [number|null]}]; labels: x labels (one per point); opts: unit,
+   * empty (the text without data), log (log10 y axis), from: "min" (axis from the lowest
+   * value, not 0), fmt (tick label of a value). */
   function line(container, labels, series, opts) {
     opts = opts || {};
     series = series.filter((s) => s.values.some((v) => v != null));
     if (!labels.length || !series.length) return noData(container, opts.empty);
-    const max = niceMax(Math.max(...series.flatMap((s) => s.values.filter((v) => v != null))));
-    const svg = frame(container, labels, max, opts.unit);
+    const sc = scale(series.flatMap((s) => s.values), opts);
+    const svg = frame(container, labels, sc, opts);
     series.forEach((s, k) => {
       s.color = s.color || PALETTE[k % PALETTE.length];
-      const pts = s.values.map((v, i) => (v == null ? null : `${xAt(i, labels.length).toFixed(1)},${yAt(v, max).toFixed(1)}`)).filter(Boolean);
+      const pts = s.values.map((v, i) => (v == null ? null : `${xAt(i, labels.length).toFixed(1)},${yAt(v, sc).toFixed(1)}`)).filter(Boolean);
       el("polyline", { points: pts.join(" "), fill: "none", stroke: s.color, "stroke-width": 2, "vector-effect": "non-scaling-stroke" }, svg);
       if (pts.length === 1) { const [x, y] = pts[0].split(","); el("circle", { cx: x, cy: y, r: 3, fill: s.color }, svg); }
     });
@@ -81,8 +111,8 @@ const Charts = (() => {
     opts = opts || {};
     if (!labels.length || !stacks.length) return noData(container, opts.empty);
     const totals = labels.map((_, i) => stacks.reduce((a, s) => a + (s.values[i] || 0), 0));
-    const max = niceMax(Math.max(...totals));
-    const svg = frame(container, labels, max, opts.unit);
+    const sc = scale(totals, {});
+    const svg = frame(container, labels, sc, opts);
     const n = labels.length;
     const bw = Math.max(1, Math.min(24, ((W - R - L) / Math.max(n, 1)) * 0.7));
     stacks.forEach((s, k) => (s.color = s.color || PALETTE[k % PALETTE.length]));
@@ -92,7 +122,7 @@ const Charts = (() => {
       for (const s of stacks) {
         const v = s.values[i] || 0;
         if (v <= 0) continue;
-        const y0 = yAt(base, max), y1 = yAt(base + v, max);
+        const y0 = yAt(base, sc), y1 = yAt(base + v, sc);
         const r = el("rect", { x: (cx - bw / 2).toFixed(1), y: y1.toFixed(1), width: bw.toFixed(1), height: Math.max(0.5, y0 - y1).toFixed(1), fill: s.color }, svg);
         el("title", {}, r).textContent = `${labels[i]} ${s.name}: ${fmt(v)}${opts.unit ? " " + opts.unit : ""}`;
         base += v;
