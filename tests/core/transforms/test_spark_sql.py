@@ -168,3 +168,17 @@ def test_with_column_translates_the_expression_with_the_input_types() -> None:
 def test_the_translation_of_a_text_is_cached() -> None:
     first = to_duckdb("SELECT length(name) FROM batch", what="x", schema=T.schema)
     assert to_duckdb("SELECT length(name) FROM batch", what="x", schema=T.schema) is first
+
+
+def test_a_join_condition_is_spark_sql() -> None:
+    import headrace as hr
+
+    lookup = pa.table({"code": pa.array([19, 20], pa.int64()), "label": ["truncated", "rounded"]})
+    stream = hr.read_stream.format("memory").option("name", "spark_sql_join").load()
+    joined = stream.join(lookup, on="CAST(batch.amount AS BIGINT) = static.code")
+    op = joined._steps[-1]
+    assert op.name == "join(on='CAST(batch.amount AS BIGINT) = static.code', how='inner')"
+    out = op._build_query(["amount"], ["code", "label"])
+    assert "TRY_CAST" not in out and "CAST(batch.amount AS BIGINT)" in out
+    with pytest.raises(ExpressionError, match=r"no_such_fn"):
+        stream.join(lookup, on="no_such_fn(batch.amount) = static.code")

@@ -54,11 +54,16 @@ class StreamStaticJoinOperator(Operator):
             )
         self.how = "left" if _HOW[how.lower()] == "LEFT JOIN" else "inner"
         self.static = static
+        self.on = on
         self.keys: list[str] | None
         self.condition: str | None
         if isinstance(on, str) and not is_identifier(on):
+            from headrace.transforms.spark_sql import current_sql_dialect, to_duckdb
+
             self.keys, self.condition = None, on
-            check_syntax(f"SELECT * FROM batch JOIN static ON ({on})", what=f"join(on={on!r})")
+            if current_sql_dialect() == "spark":  # the condition is Spark SQL
+                self.condition = to_duckdb(on, what=f"join(on={on!r})", kind="expression")
+            check_syntax(f"SELECT * FROM batch JOIN static ON ({self.condition})", what=f"join(on={on!r})")
         else:
             keys = [on] if isinstance(on, str) else list(on)
             if not keys:
@@ -72,7 +77,7 @@ class StreamStaticJoinOperator(Operator):
 
     @property
     def name(self) -> str:
-        on = self.condition if self.condition is not None else self.keys
+        on = self.on if isinstance(self.on, str) and self.keys is None else self.keys
         return f"join(on={on!r}, how={self.how!r})"
 
     def _static_schema(self) -> pa.Schema:
