@@ -71,10 +71,11 @@ def test_an_interrupted_long_batch_is_replayed_from_the_previous_state_version(t
     assert total == before + replayed["numInputRows"]
 
 
-def test_drop_duplicates_within_watermark_and_append_aggregations_are_refused() -> None:
+def test_drop_duplicates_within_watermark_and_append_aggregations_are_refused(tmp_path: Path) -> None:
     class WithinWatermark(RunningCount):
         within_watermark = True
 
     frame = hr.read_stream.format("rate").load().apply_operator(WithinWatermark())
     with pytest.raises(UnsupportedError, match="not supported in real-time mode"):
-        start(frame, Path("/nonexistent/never"), "rt-refused", mode="update")
+        start(frame, tmp_path / "chk", "rt-refused", mode="update")
+    assert not (tmp_path / "chk").exists(), "a refused query creates no checkpoint"

@@ -54,6 +54,18 @@ def is_aggregation(op: Operator) -> bool:
     return bool(cls is not None and isinstance(op, cls)) or bool(getattr(op, "aggregation", False))
 
 
+def real_time_problems(operators: Sequence[Operator], mode: str) -> list[str]:
+    """The reasons these operators cannot run in real-time mode (empty when they can). Needs
+    no schema: the query checks it before its checkpoint is created, and the plan again."""
+    problems = []
+    for op in operators:
+        if not getattr(op, "supports_real_time", True) or getattr(op, "within_watermark", False):
+            problems.append(f"{op.name} is not supported in real-time mode")
+        elif is_aggregation(op) and mode != "update":
+            problems.append(f"aggregations ({op.name}) run in real-time mode only with output_mode('update')")
+    return problems
+
+
 @dataclass
 class _Step:
     index: int
@@ -132,13 +144,7 @@ class PlanRunner:
 
     def check_real_time(self, mode: str) -> list[str]:
         """The reasons this plan cannot run in real-time mode (empty when it can)."""
-        problems = []
-        for op in self.operators:
-            if not getattr(op, "supports_real_time", True) or getattr(op, "within_watermark", False):
-                problems.append(f"{op.name} is not supported in real-time mode")
-            elif is_aggregation(op) and mode != "update":
-                problems.append(f"aggregations ({op.name}) run in real-time mode only with output_mode('update')")
-        return problems
+        return real_time_problems(self.operators, mode)
 
     # ------------------------------------------------------------------ life cycle
     def operator_options(self, index: int) -> dict[str, object]:

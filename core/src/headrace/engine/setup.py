@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from headrace.checkpoint import Checkpoint
 from headrace.engine.deadletters import open_dead_letter_sinks
-from headrace.engine.plan import PlanRunner
+from headrace.engine.plan import PlanRunner, real_time_problems
 from headrace.engine.watermark import EventTimeTracker
 from headrace.errors import UnsupportedError, redact_url
 from headrace.protocols import SinkContext, SourceContext
@@ -29,13 +29,16 @@ def resolve_plan(q: StreamingQuery, schema: pa.Schema) -> PlanRunner:
     runner = PlanRunner(q._operators, schema)
     runner.check_output_mode(q.output_mode)
     if q.trigger.kind == "real_time":
-        problems = runner.check_real_time(q.output_mode)
-        if problems:
-            raise UnsupportedError(
-                "this plan cannot run with the real-time trigger: " + "; ".join(problems)
-                + ". Use trigger(processing_time=...) instead"
-            )
+        _refuse_real_time(runner.check_real_time(q.output_mode))
     return runner
+
+
+def _refuse_real_time(problems: list[str]) -> None:
+    if problems:
+        raise UnsupportedError(
+            "this plan cannot run with the real-time trigger: " + "; ".join(problems)
+            + ". Use trigger(processing_time=...) instead"
+        )
 
 
 def setup_query(q: StreamingQuery) -> None:
@@ -44,6 +47,8 @@ def setup_query(q: StreamingQuery) -> None:
     raises configuration errors before any data is read (closing what was opened)."""
     if q.trigger.kind == "real_time":
         check_real_time(q)
+        # the operators' own refusals need no schema: before the checkpoint is created
+        _refuse_real_time(real_time_problems(q._operators, q.output_mode))
     if q.output_mode not in getattr(q._sink_class, "output_modes", ("append",)):
         raise UnsupportedError(
             f"sink '{q._sink_connector}' does not support output mode '{q.output_mode}'; "
