@@ -15,6 +15,12 @@ files per trigger, trigger availableNow, in ONE local Spark session (``local[2]`
    is the most a Python data source can reach on this workload: what the adapter loses to it
    is headrace's, the rest is Spark's.
 
+5. A translated query (``--no-query`` skips it): parquet files -> watermark -> windowed count
+   -> parquet files, defined with headrace's API and started with ``start(..., engine=spark)``
+   (translated once into a PySpark streaming DataFrame), against the same query written
+   directly in PySpark (the same adapter formats, ``withWatermark``, ``groupBy(window)``). Both
+   run on Spark's engine, so the goal is a ratio >= 0.95; both outputs are checked equal.
+
 Each round runs them once, interleaved (the machine may be shared); after one warm-up round
 (not counted) ``--rounds`` rounds (default 3) follow and the medians are printed as rows/s
 (rows / wall time from ``readStream`` to the end of ``awaitTermination()``) with the ratios to
@@ -31,7 +37,7 @@ same for all runs. Where the interpreter writes no bytecode (``PYTHONDONTWRITEBY
 headrace's sources are compiled first, as pip does for an installed wheel (``--no-compile``
 skips it; see ``compile_bytecode``). ``--verbose`` prints Spark's per-batch durations. The load
 average is printed at the start and the end. bench/spark_start.py splits a Python data source's
-query start into its steps. Measures; asserts only the outputs.
+query start into its steps. Measures; asserts only the outputs. On a loaded machine the figures are indicative only.
 """
 
 from __future__ import annotations
@@ -282,6 +288,49 @@ def run_headrace(src: Path, out: Path, chk: Path, per_trigger: int) -> Run:
     return Run(time.perf_counter() - t0)
 
 
+QUERY_WATERMARK, QUERY_WINDOW = "1 second", "10 seconds"
+
+
+def _query_source_options(chk: Path, per_trigger: int) -> dict[str, str]:
+    return {"cloudFiles.format": "parquet", "cloudFiles.schemaLocation": str(chk / "schema"),
+            "cloudFiles.maxFilesPerTrigger": str(per_trigger)}  # fmt: skip
+
+
+def run_translated(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> Run:
+    """The windowed count defined with headrace's API, started on Spark (translated once)."""
+    schema = pq.read_schema(next(src.glob("*.parquet")))
+    t0 = time.perf_counter()
+    q = (hr.read_stream.format("cloudFiles").schema(schema).options(_query_source_options(chk, per_trigger))
+         .load(str(src)).with_watermark("ts", QUERY_WATERMARK).group_by(hr.window("ts", QUERY_WINDOW)).count()
+         .write_stream.format("files").option("checkpointLocation", str(chk)).trigger(available_now=True)
+         .start(str(out), engine=spark))  # fmt: skip
+    q.awaitTermination()
+    return _done(q, t0, "translated", verbose)
+
+
+def run_direct(spark: Any, src: Path, out: Path, chk: Path, per_trigger: int, verbose: bool) -> Run:
+    """The same windowed count written directly in PySpark (the same adapter formats)."""
+    from pyspark.sql import functions as F
+
+    schema = spark.read.parquet(str(src)).schema
+    t0 = time.perf_counter()
+    df = (spark.readStream.format("headrace.cloudFiles").schema(schema).options(**_query_source_options(chk, per_trigger))
+          .load(str(src)).withWatermark("ts", QUERY_WATERMARK).groupBy(F.window("ts", QUERY_WINDOW)).count())  # fmt: skip
+    q = (df.writeStream.format("headrace.files").option("path", str(out)).option("checkpointLocation", str(chk))
+         .trigger(availableNow=True).start())  # fmt: skip
+    q.awaitTermination()
+    return _done(q, t0, "direct", verbose)
+
+
+def window_counts(out: Path) -> list[tuple[Any, int]]:
+    """The windowed count's output rows (window start, count), sorted; raises when empty."""
+    t = ds.dataset(str(out), format="parquet").to_table()
+    rows = sorted((r["window"]["start"], r["count"]) for r in t.to_pylist())
+    if not rows:
+        raise AssertionError(f"the windowed count wrote no rows to {out}")
+    return rows
+
+
 def compile_bytecode() -> str:
     """Compile headrace's and the cloudFiles plugin's sources to bytecode (``__pycache__``) when
     this interpreter does not write it (``PYTHONDONTWRITEBYTECODE``, as on the machine the
@@ -326,14 +375,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds after the warm-up (default 3)")
     ap.add_argument("--no-floor", action="store_true", help="skip the minimal Python data source (the floor)")
     ap.add_argument("--verbose", action="store_true", help="print Spark's per-batch durations")
+    ap.add_argument("--no-query", action="store_true", help="skip the translated query against direct PySpark")
     ap.add_argument("--no-compile", action="store_true",
                     help="do not compile headrace's sources to bytecode first (see compile_bytecode)")  # fmt: skip
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="headrace-bench-spark-"))
     kinds = ["native", "adapter", "headrace"] + ([] if args.no_floor else ["floor"])
+    kinds += [] if args.no_query else ["translated", "direct"]
     label = {"native": "Spark native parquet -> parquet", "adapter": "Spark + headrace.spark adapter",
-             "floor": "Spark + minimal Python data source", "headrace": "headrace alone (no Spark)"}  # fmt: skip
+             "floor": "Spark + minimal Python data source", "headrace": "headrace alone (no Spark)",
+             "translated": "query: headrace API on Spark", "direct": "query: written in PySpark"}  # fmt: skip
     try:
         total = write_files(work / "in", args.files, args.rows)
         id_sum = total * (total - 1) // 2
@@ -356,10 +408,17 @@ def main() -> None:
                 if kind == "headrace":
                     run = run_headrace(work / "in", out, chk, args.files_per_trigger)
                 else:
-                    fn = {"native": run_native, "adapter": run_adapter, "floor": run_floor}[kind]
+                    fn = {"native": run_native, "adapter": run_adapter, "floor": run_floor,
+                          "translated": run_translated, "direct": run_direct}[kind]  # fmt: skip
                     run = fn(spark, work / "in", out, chk, args.files_per_trigger, verbose)
                 run.cpu = tree_cpu() - c0
-                check(out, total, id_sum)
+                if kind == "translated":
+                    translated_rows = window_counts(out)
+                elif kind == "direct":
+                    if window_counts(out) != translated_rows:
+                        raise AssertionError("the translated query and the PySpark one wrote different counts")
+                else:
+                    check(out, total, id_sum)
                 shutil.rmtree(out, ignore_errors=True)
                 got[kind] = run
             if r == 0:
@@ -385,7 +444,12 @@ def main() -> None:
         if "floor" in runs:
             print(f"  ratio minimal Python source / native {n / med('floor', 'wall'):.2f}   (the ceiling of any "
                   "Python data source)")  # fmt: skip
+            print(f"  ratio adapter / minimal Python source {med('floor', 'wall') / med('adapter', 'wall'):.2f}   "
+                  "(goal >= 0.95: within 5% of the ceiling)")  # fmt: skip
         print(f"  ratio headrace alone / Spark native  {n / med('headrace', 'wall'):.2f}")
+        if "translated" in runs:
+            print(f"  ratio translated / direct PySpark     {med('direct', 'wall') / med('translated', 'wall'):.2f}   "
+                  f"(goal >= 0.95; parquet -> watermark -> {QUERY_WINDOW} windowed count -> parquet)")  # fmt: skip
         cn = med("native", "cpu")
         print(f"  CPU seconds adapter / native         {med('adapter', 'cpu') / cn:.2f}   (JVM + Python workers; "
               "less load-sensitive)")  # fmt: skip
