@@ -485,3 +485,49 @@ def test_group_by_a_window_is_refused() -> None:
     s = hr.read_stream.format("rate-micro-batch").option("rowsPerBatch", 10).load()
     with pytest.raises(HeadraceError, match="groups by columns only"):
         s.group_by(hr.window("timestamp", "1 minute")).transform_with_state(Counting(), "n BIGINT")
+
+
+class Reminder(hr.StatefulProcessor):
+    """A processing-time timer 300 ms after each key's first row; it emits once."""
+
+    def init(self, handle: hr.StatefulProcessorHandle) -> None:
+        self.armed = handle.get_value_state("armed", "at BIGINT")
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Iterator[Any]:
+        if not self.armed.exists():
+            self.armed.update((tv.current_processing_time_ms + 300,))
+            self.handle.register_timer(tv.current_processing_time_ms + 300)
+        return iter(())
+
+    def handle_expired_timer(
+        self, key: tuple[Any, ...], tv: hr.TimerValues, info: hr.ExpiredTimerInfo
+    ) -> Iterator[Any]:
+        yield (key[0], info.expiry_time_ms)
+
+
+def test_a_processing_time_timer_fires_in_a_batch_without_data(tmp_path: Path) -> None:
+    """The engine runs a batch with no new data once a processing-time timer is due."""
+    import time
+
+    name = f"tws-{uuid.uuid4().hex[:6]}"
+    schema = pa.schema([("user", pa.string()), ("v", pa.int64())])
+    stream = memory_stream(name, schema)
+    frame = (
+        hr.read_stream.format("memory").option("name", name).load()
+        .group_by("user").transform_with_state(Reminder(), "user STRING, at BIGINT", "update", "processing_time")
+    )  # fmt: skip
+    q = (
+        frame.write_stream.format("memory").query_name(name + "-out").output_mode("update")
+        .option("checkpointLocation", str(tmp_path / "chk")).trigger(processing_time="20 milliseconds").start()
+    )  # fmt: skip
+    try:
+        stream.add(pa.table({"user": ["a", "b"], "v": [1, 2]}, schema=schema))
+        q.process_all_available(30)
+        deadline = time.monotonic() + 30
+        while hr.memory_table(name + "-out").num_rows < 2 and time.monotonic() < deadline:
+            q.await_termination(0.05)  # the timers are due 300 ms after the batch: no data arrives
+        rows = hr.memory_table(name + "-out").to_pylist()
+        assert sorted(r["user"] for r in rows) == ["a", "b"]
+        assert q.last_progress is not None and q.last_progress["numInputRows"] == 0
+    finally:
+        q.stop()
