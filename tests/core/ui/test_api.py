@@ -315,3 +315,48 @@ def test_run_with_ui_beyond_loopback_needs_the_token(tmp_path: Path) -> None:
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "headrace: error: the dashboard would serve 0.0.0.0:0" in out.stderr and "HEADRACE_UI_TOKEN" in out.stderr
     assert not (tmp_path / "chk").exists()  # refused before the query started
+
+
+def test_pipelines_api_summarises_the_event_log_and_draws_the_graph(tmp_path: Path) -> None:
+    import shutil
+
+    from headrace.pipelines.events import EventLog
+
+    storage = tmp_path / "pipe" / "storage"
+    old = EventLog(str(storage / "event_log" / "events.jsonl"), "sales", "u1")
+    old.emit("create_update", "run started")
+    old.emit("flow_progress", "batch 0", flow="silver", dataset="silver", details={"status": "FAILED", "error": "boom"})
+    log = EventLog(str(storage / "event_log" / "events.jsonl"), "sales", "u2")
+    log.emit("create_update", "run started")
+    log.emit("update_progress", "running", details={"state": "RUNNING", "graph_dot": 'digraph pipeline { "a" -> "b"; }'})
+    for n in (0, 1):
+        log.emit("flow_progress", f"batch {n}", flow="silver", dataset="silver", details={
+            "status": "RUNNING", "metrics": {"batch_id": n, "num_output_rows": 8},
+            "data_quality": {"dropped_records": 2, "expectations": [
+                {"name": "positive", "dataset": "silver", "passed_records": 8, "failed_records": 2}]}})  # fmt: skip
+    log.emit("flow_progress", "done", flow="silver", dataset="silver", details={"status": "COMPLETED"})
+    log.emit("update_progress", "completed", details={"state": "COMPLETED"})
+    ui = start_ui([str(tmp_path)], port=0)
+    try:
+        [p] = _get(ui.url + "api/pipelines")
+        svg = _fetch(ui.url + f"api/pipelines/{p['key']}/graph.svg")
+        missing = _fetch(ui.url + "api/pipelines/nope/graph.svg")
+    finally:
+        ui.close()
+    assert p["name"] == "sales" and p["updateId"] == "u2" and p["state"] == "COMPLETED" and p["hasGraph"]
+    [f] = p["flows"]  # the last run's: the failure of u1 is history
+    assert f["status"] == "COMPLETED" and f["error"] is None and f["batches"] == 2 and f["outputRows"] == 16
+    assert f["expectations"] == [{"name": "positive", "passed": 16, "failed": 4}] and f["droppedRecords"] == 4
+    if shutil.which("dot"):
+        assert svg[0] == 200 and svg[1].startswith("image/svg+xml") and b"<svg" in svg[2]
+    else:
+        assert svg[0] == 503 and b"graphviz" in svg[2]
+    assert missing[0] == 404
+
+
+def _fetch(url: str) -> tuple[int, str, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.headers.get("content-type", ""), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("content-type", ""), e.read()

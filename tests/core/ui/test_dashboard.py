@@ -258,3 +258,47 @@ def test_failed_query_shows_its_traceback_redacted(browser: Any, ui: UIServer, t
     assert "StreamingQueryException" in tb
     assert secret not in tb and secret not in browser.page_source
     assert "broker refused" in _text(browser, "error")
+
+
+def _pipeline_project(root: Path) -> Any:
+    """The three-level pipeline of the pipelines tests (expectations on silver), run once."""
+    import json as _json
+
+    from tests.core.pipelines.conftest import DIMS, PYTHON, SPEC, Project
+
+    p = Project(str(root))
+    os.makedirs(p.path("landing"))
+    p.write("pipeline.yml", SPEC.format(name="orders_pipeline"))
+    p.write("transformations/defs.py", PYTHON)
+    with open(p.path("dims.json"), "w") as f:
+        f.write("\n".join(_json.dumps(d) for d in DIMS) + "\n")
+    rows = p.add_files(3)
+    assert p.run().state == "COMPLETED"
+    return p, rows
+
+
+def test_pipeline_flows_grouped_with_graph_status_and_expectations(browser: Any, ui: UIServer, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    _, rows = _pipeline_project(tmp_path / "proj")
+    browser.get(ui.url)
+    css = 'li.pipeline[data-name="orders_pipeline"]'
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, css), what="the pipeline in the list")
+    flows = _fresh(lambda: [e.get_attribute("data-flow") for e in browser.find_elements(By.CSS_SELECTOR, f"{css} li.flow")])
+    assert sorted(flows) == ["bronze", "dims", "gold", "silver"]
+    wait_for(lambda: _click(browser, f"{css} .qname"), what="a click on the pipeline")
+    wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, '#pipeline-flows tr[data-flow="silver"]'), what="the flows")
+    assert "orders_pipeline" in _text(browser, "ptitle") and "completed" in _text(browser, "ptitle")
+    silver = _fresh(lambda: browser.find_element(By.CSS_SELECTOR, '#pipeline-flows tr[data-flow="silver"]').text)
+    bad = sum(1 for r in rows if r["amount"] <= 0)
+    big = sum(1 for r in rows if not r["amount"] < 1000)
+    assert f"positive: {len(rows) - bad} passed, {bad} failed" in silver, silver
+    assert f"small: {len(rows) - big} passed, {big} failed" in silver, silver
+    assert "completed" in silver
+    # the flow graph `headrace pipelines graph` draws, as an image the browser loaded
+    wait_for(lambda: browser.execute_script(
+        "const i = document.getElementById('pipeline-svg'); return i && i.complete && i.naturalWidth > 0"),
+        what="the flow graph drawn")  # fmt: skip
+    # a flow with a query links to it
+    wait_for(lambda: _click(browser, '#pipeline-flows tr[data-flow="silver"] a'), what="a click on the silver flow")
+    wait_for(lambda: browser.find_elements(By.ID, "qtitle") and "silver" in _text(browser, "qtitle"), what="its query")

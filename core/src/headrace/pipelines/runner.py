@@ -191,7 +191,7 @@ class PipelineRun:
         except (GraphError, HeadraceError) as e:
             self.events.emit("update_progress", f"run failed: {e}", level="ERROR", details={"state": FAILED, "error": str(e)})
             raise
-        self.events.emit("update_progress", "running", details={"state": RUNNING})
+        self.events.emit("update_progress", "running", details={"state": RUNNING, "graph_dot": self._graph_dot()})
         try:
             if self.continuous:
                 self._run_continuous(order)
@@ -212,6 +212,16 @@ class PipelineRun:
         msg = f"run {state.lower()}" + (f"; failed flows: {', '.join(failed)}" if failed else "")
         self.events.emit("update_progress", msg, level="ERROR" if failed else "INFO", details={"state": state})
         return RunResult(self.update_id, state, dict(self.status), dict(self.errors))
+
+    def _graph_dot(self) -> str | None:
+        """The flow graph as graphviz DOT (what ``pipelines graph`` draws), for the dashboard."""
+        from headrace.pipelines.render import render_dot
+
+        try:
+            return render_dot(self.graph, stats=False)
+        except Exception as e:  # a picture never fails a run
+            log.warning("pipeline %s: no flow graph in the event log: %s", self.pipeline.spec.name, e)
+            return None
 
     def _is_mv(self, flow: Flow) -> bool:
         t = self.graph.lookup(flow.target)

@@ -5,16 +5,20 @@ dashboard starts (``headrace[ui]``)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
 import json
 import os
+import shutil
+import subprocess
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
@@ -186,9 +190,26 @@ async def _plain(send: Callable[[Any], Awaitable[None]], status: int, text: str,
     await send({"type": "http.response.body", "body": body})
 
 
+@functools.lru_cache(maxsize=32)
+def _svg(dot: str) -> tuple[bytes | None, str]:
+    """A flow graph's DOT drawn as SVG by graphviz's ``dot`` (as ``headrace pipelines graph``
+    draws it), or None and why not. Cached per graph: a pipeline's graph seldom changes."""
+    exe = shutil.which("dot")
+    if exe is None:
+        return None, "graphviz's `dot` is not installed on the dashboard's machine (e.g. apt-get install graphviz)"
+    try:
+        res = subprocess.run([exe, "-Tsvg"], input=dot.encode(), capture_output=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"graphviz's dot failed: {e}"
+    if res.returncode != 0:
+        return None, f"graphviz's dot failed: {res.stderr.decode(errors='replace').strip()[:300]}"
+    return res.stdout, ""
+
+
 def create_app(catalog: Catalog, *, refresh_ms: int = 1000) -> Starlette:
-    """The ASGI app: ``/`` (the page), ``/static/*``, ``/api/queries`` and
-    ``/api/queries/{key}/progress?after=N``. Called once per dashboard; ``start_ui`` puts
+    """The ASGI app: ``/`` (the page), ``/static/*``, ``/api/queries``,
+    ``/api/queries/{key}/progress?after=N``, ``/api/pipelines`` and
+    ``/api/pipelines/{key}/graph.svg``. Called once per dashboard; ``start_ui`` puts
     :class:`HostAndTokenGuard` in front of it."""
 
     async def index(request: Request) -> Response:
@@ -211,12 +232,28 @@ def create_app(catalog: Catalog, *, refresh_ms: int = 1000) -> Starlette:
             return _JSON({"error": "no such query"}, status_code=404)
         return _JSON(got)
 
+    async def pipelines(request: Request) -> Response:
+        return _JSON(await run_in_threadpool(catalog.pipelines))
+
+    async def pipeline_graph(request: Request) -> Response:
+        dot = await run_in_threadpool(catalog.pipeline_graph, request.path_params["key"])
+        if dot is None:
+            return _JSON({"error": "no such pipeline, or its event log has no flow graph yet"}, status_code=404)
+        svg, why = await run_in_threadpool(_svg, dot)
+        if svg is None:
+            return _JSON({"error": why}, status_code=503)
+        # shown in an <img>: no script in it can run; nosniff keeps it an image
+        return Response(svg, media_type="image/svg+xml", headers={"Cache-Control": "no-cache",
+                                                                  "X-Content-Type-Options": "nosniff"})  # fmt: skip
+
     return Starlette(
         routes=[
             Route("/", index),
             Route("/api/config", config),
             Route("/api/queries", queries),
             Route("/api/queries/{key}/progress", progress),
+            Route("/api/pipelines", pipelines),
+            Route("/api/pipelines/{key}/graph.svg", pipeline_graph),
             Mount("/static", StaticFiles(directory=STATIC), name="static"),
         ]
     )

@@ -4,7 +4,8 @@
   const MAX_RECORDS = 300;
   const PHASES = ["latestOffset", "walCommit", "addBatch", "commitOffsets"];
   const TABLE_ROWS = 20;
-  const state = { refreshMs: 1000, queries: [], selected: null, records: [], lastBatch: null, runIds: null, openBatch: null, nOps: null, busy: false };
+  const state = { refreshMs: 1000, queries: [], selected: null, records: [], lastBatch: null, runIds: null, openBatch: null, nOps: null, busy: false,
+    pipelines: [], pipeline: null, graphFor: null };
   const $ = (id) => document.getElementById(id);
 
   function esc(s) { const d = document.createElement("div"); d.textContent = s == null ? "" : String(s); return d.innerHTML; }
@@ -27,11 +28,79 @@
     }
   }
 
+  function renderPipelines() {
+    const ul = $("pipelines");
+    if (!state.pipelines.length) { ul.innerHTML = '<li class="empty">no pipeline found</li>'; return; }
+    ul.innerHTML = "";
+    for (const p of state.pipelines) {
+      const li = document.createElement("li");
+      li.className = "pipeline" + (p.key === state.pipeline ? " selected" : "");
+      li.dataset.key = p.key; li.dataset.name = p.name; li.dataset.state = p.state || "";
+      li.innerHTML = `<span class="qname">${esc(p.name || "(unnamed pipeline)")}</span>` +
+        `<span class="badge ${esc(badgeOf(p.state))}">${esc((p.state || "no run").toLowerCase())}</span>` +
+        `<span class="qmeta">${esc(p.flows.length)} flow${p.flows.length === 1 ? "" : "s"}</span>` +
+        `<ul class="flows">${p.flows.map((f) => `<li class="flow" data-flow="${esc(f.name)}"${f.queryKey ? ` data-query="${esc(f.queryKey)}"` : ""}>` +
+          `<span class="badge ${esc(badgeOf(f.status))}">${esc((f.status || "?").toLowerCase())}</span>${esc(f.name)}</li>`).join("")}</ul>`;
+      li.onclick = (ev) => {
+        const fl = ev.target.closest("li.flow[data-query]");
+        if (fl) select(fl.dataset.query); else selectPipeline(p.key);
+      };
+      ul.appendChild(li);
+    }
+  }
+  function badgeOf(s) {
+    return { RUNNING: "running", STARTING: "running", COMPLETED: "finished", FAILED: "failed", CANCELED: "killed",
+             STOPPED: "killed", SKIPPED: "unknown" }[s] || "unknown";
+  }
+
+  function selectPipeline(key) {
+    state.selected = null; state.pipeline = key; state.graphFor = null;
+    history.replaceState(null, "", "#p:" + key);
+    renderList(); renderPipelines(); renderPipeline();
+  }
+
+  function renderPipeline() {
+    const p = state.pipelines.find((x) => x.key === state.pipeline);
+    const main = $("detail");
+    if (!p) { main.innerHTML = '<p class="empty">this pipeline is gone</p>'; return; }
+    if (!main.querySelector("#pipeline-flows") || main.dataset.pipeline !== p.key) {
+      main.dataset.pipeline = p.key;
+      main.innerHTML = `<h2 id="ptitle"></h2><div class="ids" id="pids"></div>
+        <div class="card wide"><h3>Flow graph</h3><div id="pipeline-graph"></div></div>
+        <h3 class="section">Flows</h3><div class="card wide"><div id="pipeline-flows"></div></div>`;
+    }
+    $("ptitle").innerHTML = `${esc(p.name)} <span class="badge ${esc(badgeOf(p.state))}">${esc((p.state || "no run").toLowerCase())}</span>`;
+    $("pids").textContent = `update ${p.updateId || "?"} · ${p.timestamp || ""} · storage ${p.storage}`;
+    const graphKey = `${p.key}:${p.updateId}`;
+    if (state.graphFor !== graphKey) {
+      state.graphFor = graphKey;
+      $("pipeline-graph").innerHTML = p.hasGraph
+        ? `<img id="pipeline-svg" alt="flow graph of ${esc(p.name)}" src="/api/pipelines/${encodeURIComponent(p.key)}/graph.svg?u=${encodeURIComponent(p.updateId || "")}">`
+        : '<p class="empty">no flow graph in the event log yet (a run records it)</p>';
+      const img = $("pipeline-svg");
+      if (img) img.onerror = async () => {
+        let why = "the graph could not be drawn";
+        try { why = (await (await fetch(img.src)).json()).error || why; } catch (e) { /* keep the default */ }
+        $("pipeline-graph").innerHTML = `<p class="empty"></p>`;
+        $("pipeline-graph").firstChild.textContent = why;
+      };
+    }
+    const rows = p.flows.map((f) => `<tr data-flow="${esc(f.name)}"><td>${f.queryKey ? `<a href="#${esc(f.queryKey)}">${esc(f.name)}</a>` : esc(f.name)}</td>` +
+      `<td>${esc(f.dataset)}</td><td><span class="badge ${esc(badgeOf(f.status))}">${esc((f.status || "?").toLowerCase())}</span></td>` +
+      `<td>${esc(f.batches)}</td><td>${esc(f.outputRows)}</td>` +
+      `<td class="expectations">${f.expectations.map((x) => `<span class="exp${x.failed ? " failing" : ""}">${esc(x.name)}: ${esc(x.passed)} passed, ${esc(x.failed)} failed</span>`).join("<br>")}</td>` +
+      `<td>${esc(f.droppedRecords)}</td><td class="flow-error">${esc(f.error || "")}</td></tr>`);
+    $("pipeline-flows").innerHTML = rows.length ? `<table class="batches flows"><thead><tr><th>flow</th><th>dataset</th><th>status</th>` +
+      `<th>batches</th><th>output rows</th><th>expectations</th><th>dropped</th><th>error</th></tr></thead><tbody>${rows.join("")}</tbody></table>`
+      : '<p class="empty">no flow has run yet</p>';
+  }
+
   function select(key) {
     if (state.selected === key) return;
+    state.pipeline = null; delete $("detail").dataset.pipeline;
     state.selected = key; state.records = []; state.lastBatch = null; state.openBatch = null; state.nOps = null;
     history.replaceState(null, "", "#" + key);
-    renderList();
+    renderList(); renderPipelines();
     $("detail").innerHTML = '<p class="empty">loading…</p>';
     refreshDetail();
   }
@@ -233,14 +302,20 @@
     if (state.busy) return;  // a slow poll is not overlapped by the next one
     state.busy = true;
     try {
-      state.queries = await (await fetch("/api/queries")).json();
-      if (!state.selected || !state.queries.some((q) => q.key === state.selected)) {
-        const fromHash = location.hash.slice(1);
+      const [qs, ps] = await Promise.all([fetch("/api/queries"), fetch("/api/pipelines")]);
+      state.queries = await qs.json();
+      state.pipelines = ps.ok ? await ps.json() : [];
+      const fromHash = location.hash.slice(1);
+      if (!state.pipeline && fromHash.startsWith("p:") && state.pipelines.some((p) => p.key === fromHash.slice(2))) {
+        selectPipeline(fromHash.slice(2));
+      }
+      if (!state.pipeline && (!state.selected || !state.queries.some((q) => q.key === state.selected))) {
         const pick = state.queries.find((q) => q.key === fromHash) || state.queries[0];
         if (pick) select(pick.key);
       }
       renderList();
-      await refreshDetail();
+      renderPipelines();
+      if (state.pipeline) renderPipeline(); else await refreshDetail();
       $("updated").textContent = "updated " + new Date().toLocaleTimeString([], { hour12: false });
     } catch (e) {
       $("updated").textContent = "server unreachable (" + e.message + ")";
@@ -252,7 +327,10 @@
   async function start() {
     try { state.refreshMs = (await (await fetch("/api/config")).json()).refreshMs || 1000; } catch (e) { /* default */ }
     state.refreshMs = Math.max(100, Number(state.refreshMs) || 1000);  // never poll without a pause
-    window.addEventListener("hashchange", () => { const k = location.hash.slice(1); if (k) select(k); });
+    window.addEventListener("hashchange", () => {
+      const k = location.hash.slice(1);
+      if (k.startsWith("p:")) selectPipeline(k.slice(2)); else if (k) select(k);
+    });
     await refresh();
     setInterval(refresh, state.refreshMs);
   }
