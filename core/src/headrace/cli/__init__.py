@@ -15,7 +15,8 @@ No traceback ever reaches the user: an error prints one line ``headrace: error: 
 command exits non-zero (``--debug`` shows the traceback). That holds for failures inside queries
 and pipeline flows too: without ``--debug`` log records are printed without their tracebacks, and
 a query's own failure record (which the command reports as its error line) is not printed at all;
-an exception escaping a thread is logged the same way. A closed stdout (``| head``) ends the
+an exception escaping a thread is logged the same way. ``--log-format json`` keeps every record
+and its ``exception`` field (for log collectors, not for reading at a terminal). A closed stdout (``| head``) ends the
 command quietly.
 """
 
@@ -142,7 +143,7 @@ def _configure_logging(debug: bool, verbose: bool, fmt: str) -> None:
     from headrace.logs import configure_logging
 
     configure_logging(logging.DEBUG if debug else logging.INFO if verbose else logging.WARNING, fmt)
-    if not debug:
+    if not debug and fmt == "text":  # JSON lines are for machines: they keep the traceback field
         for h in logging.getLogger().handlers:
             if getattr(h, "_headrace", False):
                 h.addFilter(_NoTracebacks())
