@@ -155,7 +155,8 @@
           card(`chart-state-dropped-${i}`, `${n} · rows dropped by the watermark`)).join("");
     }
     if (hasWm) Charts.line($("chart-watermark"), labels, [
-      { name: "watermark", values: recs.map((r) => msOf((r.eventTime || {}).watermark)) },
+      // 1970-01-01 (0) is Spark's "no watermark yet": not a point on a time axis
+      { name: "watermark", values: recs.map((r) => msOf((r.eventTime || {}).watermark) || null) },
       { name: "max event time", values: recs.map((r) => msOf((r.eventTime || {}).max)) },
     ], { from: "min", fmt: clock, empty: "no watermark" });
     for (let i = 0; i < nOps; i++) {
@@ -213,11 +214,11 @@
           ${card("chart-rows", "Rows per batch")}
           ${card("chart-backlog", "Source backlog")}
           ${card("chart-latency", "Real-time latency percentiles (e2e, ms)")}
-          <div class="card"><h3>Latest progress</h3><div id="latest"></div></div>
         </div>
         <section id="state" hidden><h3 class="section">State</h3><div class="grid" id="state-grid"></div></section>
         <section><h3 class="section">Recent batches</h3><div class="card wide"><div id="batches"></div>
-          <div id="batch-record" hidden></div></div></section>`;
+          <div id="batch-record" hidden></div></div></section>
+        <section><h3 class="section">Latest progress</h3><div class="card wide"><div id="latest"></div></div></section>`;
       $("batches").addEventListener("click", (ev) => {
         const tr = ev.target.closest("tr[data-batch]");
         if (!tr) return;
