@@ -78,6 +78,9 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.python.worker.reuse", "true")
+        # a Python worker connecting back to the JVM waits this long (default 15 s): on a loaded
+        # 2-core machine a Python data source's runner can take longer to start
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
