@@ -268,6 +268,7 @@ def _flatten(key: str, value: Any) -> dict[str, Any]:
 
 
 def _check_section(where: str, value: dict[str, Any], allowed: dict[str, type], problems: list[str]) -> None:
+    from headrace._words import plural
     from headrace.options import suggest
 
     misplaced: dict[str, Any] = {}
@@ -295,7 +296,7 @@ def _check_section(where: str, value: dict[str, Any], allowed: dict[str, type], 
         options: dict[str, Any] = given if isinstance(given, dict) else {}
         table = _toml_value({**options, **misplaced})
         keys = ", ".join(repr(k) for k in misplaced)
-        problems.append(f"unknown key(s) {keys} in {where}: connector options go in its options table; "
+        problems.append(f"unknown {plural(len(misplaced), 'key')} {keys} in {where}: connector options go in its options table; "
                         f"fix: write them as options = {table} under {where}")  # fmt: skip
 
 

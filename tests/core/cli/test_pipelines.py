@@ -40,7 +40,7 @@ def write(tmp_path: Path, text: str) -> str:
         (f'checkpoint = "c"\n{SOURCE}[sink]\nformat = "files"\npath = "out"\n[trigger]\nreal_time = "1 minute"\n',
          "does not support the real-time trigger"),
         ('checkpoint = "c"\n[source]\nformat = "rate-micro-batch"\nrowsPerBatch = 10\n[sink]\nformat = "noop"\n',
-         "unknown key(s) 'rowsPerBatch' in [source]: connector options go in its options table"),
+         "unknown key 'rowsPerBatch' in [source]: connector options go in its options table"),
         (f'checkpoint = "c"\n{SOURCE}[sink]\nformat = "noop"\ncheckpoint = "x"\n', "unknown key 'checkpoint' in [sink] (it belongs at the top level"),
         (f'checkpoint = "c"\n{SOURCE}[sink]\nformat = "noop"\noutputMode = "append"\n', "did you mean 'output_mode'?"),
         (f'checkpoint = "c"\npath = "x"\n{SOURCE}[sink]\nformat = "noop"\n', "it belongs in [source] or [sink]"),

@@ -70,6 +70,6 @@ def test_refresh_selection_errors(make_project, capsys) -> None:
         main(["pipelines", "run", *spec, "--full-refresh", "silver", "--full-refresh-all"])
     assert main(["pipelines", "run", *spec, "--refresh", "silvr"]) == 1
     err = capsys.readouterr().err
-    assert "unknown dataset(s) ['silvr']" in err and "bronze, dims, gold, silver" in err
+    assert "unknown dataset ['silvr']" in err and "bronze, dims, gold, silver" in err
     assert main(["pipelines", "run", *spec, "--full-refresh-all", "--refresh", "gold"]) == 1
     assert "--full-refresh-all refreshes everything" in capsys.readouterr().err

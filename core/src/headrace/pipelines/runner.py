@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from headrace._words import counted
+from headrace._words import counted, plural
 from headrace.errors import HeadraceError
 from headrace.pipelines.elements import MATERIALIZED_VIEW, SINK, STREAMING_TABLE, Flow
 from headrace.pipelines.events import EventLog
@@ -131,7 +131,8 @@ class PipelineRun:
         unknown = sorted(n for n in names if self.graph.lookup(n) is None)
         if unknown:
             known = ", ".join(sorted(ds.name for ds in self.graph.datasets))
-            raise HeadraceError(f"--refresh/--full-refresh name unknown dataset(s) {unknown}; datasets: {known}")
+            raise HeadraceError(f"--refresh/--full-refresh name unknown {plural(len(unknown), 'dataset')} {unknown}; "
+                                f"datasets: {known}")  # fmt: skip
         persisted = {ds.name for ds in self.graph.datasets if self.graph.kind_of(ds) in (STREAMING_TABLE, MATERIALIZED_VIEW)}
         fr = set(persisted) if self.full_refresh_all else {self.graph.lookup(n).name for n in self.full_refresh}  # type: ignore[union-attr]
         pending = {n for n in self.storage.pending_full_refreshes() if n in persisted}
