@@ -110,3 +110,39 @@ def test_timers_to_delta_exactly_once_across_kills(tmp_path: Path, backend: str)
     assert sorted(got) == sorted(want)
     # every alert holds the rows of one burst of its key: 20 rows (half a batch)
     assert {r[2] for r in got} == {PER_BATCH // 2}
+
+
+class Stamp(hr.StatefulProcessor):
+    """Emits, per key and batch, the batch's processing time."""
+
+    def init(self, handle: hr.StatefulProcessorHandle) -> None:
+        self.n = handle.get_value_state("n", "n BIGINT")
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Iterator[Any]:
+        self.n.update(((self.n.get() or (0,))[0] + rows.num_rows,))
+        yield (key[0], tv.current_processing_time_ms)
+
+
+def stamped(stream: Any) -> Any:
+    return (stream.with_column("k", "value % 3").group_by("k")
+            .transform_with_state(Stamp(), "k BIGINT, now BIGINT", "append", "processing_time"))  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_replayed_batch_has_the_processing_time_its_offsets_record(tmp_path: Path) -> None:
+    """A batch killed before its sink committed is replayed with the timestamp its offsets
+    entry recorded, so processing-time timers and TTLs see the same time."""
+    import json
+
+    spec = _spec(tmp_path, "stamped", "memory")
+    spec["frame"] = f"{__name__}:stamped"
+    results = run_until_done(spec, crashes=["before_sink_commit:2", "mid_write:4"], timeout=180)
+    assert sum(r.killed for r in results[:2]) == 2, [r.stderr[-800:] for r in results if not r.killed]
+    recorded = set()
+    for f in (tmp_path / "stamped" / "chk" / "offsets").iterdir():
+        if f.name.isdigit():
+            text = f.read_text()
+            doc = json.loads(text[text.index("{") :].splitlines()[0]) if "{" in text else {}
+            recorded.add(int(doc["timestamp"]))
+    stamps = {r[1] for r in _rows(spec)}
+    assert stamps and stamps <= recorded, sorted(stamps - recorded)
