@@ -338,7 +338,7 @@ class _SparkRun:
     def _collect(self, df: Any, batch_id: int) -> None:
         self.out[int(batch_id)] = df.toArrow()
 
-    def result(self, timeout: float = 300) -> Run:
+    def result(self, timeout: float = 900) -> Run:
         import time
 
         q = self.query
@@ -359,7 +359,7 @@ def start_spark(spark: Any, spec: QuerySpec, paths: Paths, checkpoint: str) -> _
     return _SparkRun(spark, spec, paths, checkpoint)
 
 
-def run_spark(spark: Any, spec: QuerySpec, paths: Paths, checkpoint: str, *, timeout: float = 300) -> Run:
+def run_spark(spark: Any, spec: QuerySpec, paths: Paths, checkpoint: str, *, timeout: float = 900) -> Run:
     """Run ``spec`` on Spark to the end of its input (available-now), collecting each batch."""
     return start_spark(spark, spec, paths, checkpoint).result(timeout)
 

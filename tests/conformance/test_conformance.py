@@ -28,10 +28,13 @@ class KnownDifference(AssertionError):
 
 
 @pytest.fixture(scope="module")
-def outcomes(conformance_spark: Any) -> dict[str, Outcome]:
-    """Every catalogue query over the fixed seed's input, run once for the module."""
+def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str, Outcome]:
+    """The selected catalogue queries (all of them, or those ``-k`` keeps) over the fixed
+    seed's input, run once for the module."""
+    selected = {getattr(item, "callspec", None) and item.callspec.id for item in request.session.items}
+    cases = [c for c in CATALOGUE if c.id in selected] or list(CATALOGUE)
     data = generate(SEED)
-    return {o.spec.id: o for o in run_many(conformance_spark, [c.spec for c in CATALOGUE], data)}
+    return {o.spec.id: o for o in run_many(conformance_spark, [c.spec for c in cases], data)}
 
 
 def _param(case: Case) -> Any:
