@@ -304,3 +304,20 @@ def test_pipeline_flows_grouped_with_graph_status_and_expectations(browser: Any,
     # a flow with a query links to it
     wait_for(lambda: _click(browser, '#pipeline-flows tr[data-flow="silver"] a'), what="a click on the silver flow")
     wait_for(lambda: browser.find_elements(By.ID, "qtitle") and "silver" in _text(browser, "qtitle"), what="its query")
+
+
+def test_real_time_query_shows_its_latency_panel(browser: Any, ui: UIServer, tmp_path: Path) -> None:
+    """The latency panel hidden for micro-batch queries is there for a real-time one."""
+    from selenium.webdriver.common.by import By
+
+    q = (hr.read_stream.format("rate").option("rowsPerSecond", 200).load().write_stream.format("noop")
+         .query_name("rt_live").option("checkpointLocation", str(tmp_path / "rt"))
+         .trigger(real_time="500 milliseconds").start())  # fmt: skip
+    try:
+        wait_for(lambda: len(q.recent_progress) >= 2, what="2 real-time batches")
+        browser.get(ui.url)
+        wait_for(lambda: int(_attr(browser, "#chart-latency", "data-points") or 0) >= 2, what="the latency chart")
+        assert _fresh(lambda: browser.find_element(By.ID, "card-latency").is_displayed())
+        assert browser.find_elements(By.CSS_SELECTOR, "#chart-latency polyline")
+    finally:
+        q.stop()
