@@ -3,7 +3,8 @@
 It reads what every query keeps in its checkpoint (``headrace.history``: the last progress
 records, the current run, how the last run ended), so it shows running queries live, in this
 process or any other, and finished or failed ones from their checkpoints, without any link to
-the queries but the folder.
+the queries but the folder; and the pipelines whose storage it finds there, from their event
+logs (flows, status, expectation counts and the flow graph each run records).
 
 ::
 
