@@ -20,13 +20,13 @@ T = pa.table({
 
 COMPILED = [
     "SELECT id, user FROM batch",
-    "SELECT * FROM batch WHERE amount > 1 AND user IS NOT NULL",
+    "SELECT * FROM batch WHERE id > 1 AND user IS NOT NULL",
     "SELECT * FROM batch WHERE NOT flag OR id = 5",
     "SELECT id + 1 AS a, id * 2 AS b, -id AS c, small + 10 AS d, small - id AS e FROM batch",
     "SELECT upper(user) AS u, lower(user) AS l, user || '-x' AS s FROM batch WHERE user <> 'zz'",
     "SELECT CAST(id AS VARCHAR) AS s, CAST(small AS BIGINT) AS b, CAST(id AS DOUBLE) AS d FROM batch",
     "SELECT coalesce(id, 0) AS c, abs(id) AS a, id IS NULL AS n FROM batch",
-    "SELECT *, amount * 1.1 AS more FROM batch WHERE amount * 1.1 > 1",
+    "SELECT *, amount * 1.1 AS more FROM batch WHERE id * 2 > 1",
     "SELECT * REPLACE (id + 100 AS id) FROM batch",
     "SELECT batch.id, true AS t, 'k' AS k, 7 AS seven FROM batch WHERE id >= 2 AND id <= 5",
     "SELECT ts, id FROM batch WHERE flag",
@@ -44,6 +44,8 @@ DUCKDB_ONLY = [
     "SELECT * FROM batch WHERE ts > '1970-01-01'",
     "WITH x AS (SELECT * FROM batch) SELECT * FROM x",
     "SELECT amount % 2 AS m FROM batch",  # fmod of doubles: left to DuckDB
+    "SELECT * FROM batch WHERE amount > 1",  # NaN is greater than any number: not in Arrow
+    "SELECT *, amount * 1.1 AS more FROM batch WHERE amount * 1.1 > 1",
 ]
 
 
@@ -135,3 +137,18 @@ def test_integer_remainder_by_a_constant_matches_arrows_kernel(values: list[int 
     b = pa.scalar(divisor, divisor_type)
     got, expected = _int_remainder(a, b), pc.remainder_checked(a, b)
     assert got.type == expected.type and got.to_pylist() == expected.to_pylist()
+
+
+@pytest.mark.parametrize(
+    ("condition", "expected"),
+    [pytest.param("x > 1", [2.0, float("nan")], id="nan-is-greatest"), pytest.param("x = x", [0.5, 2.0, float("nan")], id="nan-equals-nan")],
+)
+def test_a_comparison_of_floats_with_nan_gives_spark_and_duckdbs_result(condition: str, expected: list[float]) -> None:
+    from headrace.transforms.operator import BatchInfo
+    from headrace.transforms.stateless import SqlOperator
+
+    t = pa.table({"x": pa.array([0.5, 2.0, float("nan"), None], pa.float64())})
+    op = SqlOperator(f"SELECT * FROM batch WHERE {condition}", what=condition)
+    op.output_schema(t.schema)
+    got = op.process(t, BatchInfo(0)).column("x").to_pylist()
+    assert [repr(v) for v in got] == [repr(v) for v in expected]
