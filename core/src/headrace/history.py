@@ -28,11 +28,9 @@ run that ``terminated.json`` does not and its process is alive.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import os
-import re
 import threading
 import time
 import traceback
@@ -41,50 +39,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from headrace.checkpoint import atomic_write
-from headrace.errors import redact as redact_text
-from headrace.options import PassThrough
+from headrace.redaction import SECRET_MARKERS
+from headrace.redaction import redact as redact_text
+from headrace.redaction import redact_record as redact  # re-exported for one release: use headrace.redaction
 
 __all__ = ["HISTORY_DIR", "ProgressHistory", "query_state", "read_history", "redact"]
 
 log = logging.getLogger(__name__)
 
 HISTORY_DIR = "progress"
-_SECRET_MARKERS = PassThrough("").secret_markers
 _FLUSH_EVERY = 0.05  # seconds between two appends: bounds the writer's share of a core
-
-
-_USERINFO = re.compile(r"(?<=://)[^/@\s:]+:[^/@\s]+@")
-
-
-@functools.lru_cache(maxsize=4096)
-def _secret_key(key: str) -> bool:
-    lower = key.lower()
-    return any(m in lower for m in _SECRET_MARKERS)
-
-
-def redact(value: Any) -> Any:
-    """A copy of a JSON-like value with every value under a credential-looking key
-    (password, secret, token, ...) replaced by ``***``, and the ``user:password@`` of URLs too.
-    Applied to every record written (the verdict per key is cached: a query's records repeat
-    the same keys every batch)."""
-    if isinstance(value, Mapping):
-        out = {}
-        for k, v in value.items():
-            if _secret_key(k if type(k) is str else str(k)) and v not in (None, ""):
-                out[k] = "***"
-            elif type(v) in _PLAIN:
-                out[k] = v
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(value, list | tuple):
-        return [v if type(v) in _PLAIN else redact(v) for v in value]
-    if isinstance(value, str) and "://" in value:
-        return _USERINFO.sub("***@", value)
-    return value
-
-
-_PLAIN = frozenset({int, float, bool, type(None)})
 
 
 def _encode(record: Mapping[str, Any]) -> bytes:
@@ -93,7 +57,7 @@ def _encode(record: Mapping[str, Any]) -> bytes:
     encoded again from :func:`redact`'s copy, so a batch's record costs one C-level encode."""
     text = json.dumps(record, default=str, separators=(",", ":"))
     lower = text.lower()
-    if "://" in text or any(m in lower for m in _SECRET_MARKERS):
+    if "://" in text or any(m in lower for m in SECRET_MARKERS):
         text = json.dumps(redact(record), default=str, separators=(",", ":"))
     return text.encode() + b"\n"
 

@@ -4,8 +4,8 @@
 
 from __future__ import annotations
 
-from headrace.engine.crash import CrashHook, crash_point
 from headrace.engine.query import StreamingQuery
 from headrace.engine.trigger import SourcePlan, Transform, Trigger
+from headrace.helpers.crash import CrashHook, crash_point
 
 __all__ = ["CrashHook", "SourcePlan", "StreamingQuery", "Transform", "Trigger", "crash_point"]

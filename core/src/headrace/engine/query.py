@@ -37,7 +37,6 @@ import pyarrow as pa
 
 from headrace.checkpoint import Checkpoint
 from headrace.engine.commits import SourceCommits
-from headrace.engine.crash import CrashHook
 from headrace.engine.deadletters import close_dead_letter_sinks, settle_bad_records
 from headrace.engine.loop import run_loop
 from headrace.engine.plan import PlanRunner
@@ -54,6 +53,7 @@ from headrace.errors import (
     redact,
     scrub_exception,
 )
+from headrace.helpers.crash import CrashHook
 from headrace.history import ProgressHistory
 from headrace.options import Options
 from headrace.progress import QueryProgress

@@ -23,8 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.engine.crash import CrashHook
 from headrace.errors import HeadraceError
+from headrace.helpers.crash import CrashHook
 from headrace.protocols import Partition, Source
 
 __all__ = ["BatchCounts", "ReadLane", "apply_transform", "empty_batch", "empty_output", "read_partitions"]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic
 
 from headrace.options.types import OptionType, String, T
+from headrace.redaction import SECRET_MARKERS
 
 __all__ = ["Option", "PassThrough"]
 
@@ -58,5 +59,4 @@ class PassThrough:
 
     prefix: str
     doc: str = ""
-    secret_markers: tuple[str, ...] = ("password", "passwd", "secret", "token", "jaas", "ssl.key", "credential",
-                                       "private", "account_key", "accountkey", "api_key", "apikey")
+    secret_markers: tuple[str, ...] = SECRET_MARKERS

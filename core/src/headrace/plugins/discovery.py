@@ -22,7 +22,7 @@ import pluggy
 
 from headrace.errors import ConnectorNotFoundError, PluginError
 from headrace.options import suggest
-from headrace.plugins.hookspecs import PLUGIN_API_VERSION, HeadraceHookSpecs
+from headrace.plugins.hookspecs import PLUGIN_API_VERSION, PLUGINS_ENV, HeadraceHookSpecs
 from headrace.plugins.spec import ConnectorSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "PLUGINS_ENV", "Registry", "register_listener", "registry", "unregister_listener"]
@@ -40,8 +40,7 @@ FIRST_PARTY = {
     "lakebase": "headrace-lakebase",
     "pubsub": "headrace-pubsub",
 }
-PLUGINS_ENV = "HEADRACE_PLUGINS"
-"""Comma-separated plugin modules registered in addition to the entry points (not packaged yet)."""
+# PLUGINS_ENV (comma-separated plugin modules registered besides the entry points) is defined in hookspecs
 
 
 @dataclass

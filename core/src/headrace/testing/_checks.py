@@ -94,7 +94,7 @@ def run_kills(
         measured, _ = measured_run(spec, timeout=timeout, batch=batch)
         points = connector_points(measured, ignore=ignore)
         if not points:
-            pytest.skip("the connector marks no crash points of its own (headrace.engine.crash.crash_point) in the "
+            pytest.skip("the connector marks no crash points of its own (headrace.helpers.crash.crash_point) in the "
                         "traced run; mark one between every two steps of a commit that must happen together")  # fmt: skip
         runs = [measured]
         for k, (point, first) in enumerate(points):

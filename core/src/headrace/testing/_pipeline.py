@@ -100,7 +100,7 @@ def run_pipeline(
     """Run ``spec`` in a fresh Python process.
 
     ``crash="point:batch"`` makes the engine SIGKILL itself at that point (see
-    ``headrace.engine.crash``); ``kill_after`` SIGKILLs it from outside after that many
+    ``headrace.helpers.crash``); ``kill_after`` SIGKILLs it from outside after that many
     seconds. With ``trace`` the result lists every crash point passed, with its time
     (``HEADRACE_TEST_CRASH_TRACE``). Returns the exit status and output; ``result.killed``
     tells whether it died by SIGKILL. ``kill_at=(point, delay)`` makes it SIGKILL itself
@@ -194,7 +194,7 @@ STEP_PREFIX = "kit_commit_step:"
 def _trace_commit_steps(cls: Any, batch: int, kill_after: int | None) -> None:
     """Wrap ``cls.commit`` so that its call for ``batch`` traces (and with ``kill_after`` kills
     after) each call the plugin's code makes into its client."""
-    from headrace.engine.crash import TRACE_ENV
+    from headrace.helpers.crash import TRACE_ENV
 
     own = tuple({c.__module__.rpartition(".")[0] or c.__module__ for c in cls.__mro__
                  if c.__module__ != "builtins" and not c.__module__.startswith("headrace.protocols")})  # fmt: skip

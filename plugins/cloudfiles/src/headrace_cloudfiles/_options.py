@@ -9,8 +9,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from headrace.badrecords import BAD_RECORD_OPTIONS
 from headrace.errors import OptionProblem
+from headrace.helpers.badrecords import BAD_RECORD_OPTIONS
 from headrace.options import (
     Boolean,
     Choice,

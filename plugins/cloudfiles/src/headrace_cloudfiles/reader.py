@@ -14,8 +14,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.badrecords import BadRecord, BadRecords
 from headrace.errors import HeadraceError, SchemaChangedError
+from headrace.helpers.badrecords import BadRecord, BadRecords
 from headrace.protocols import Partition
 from headrace_cloudfiles.conform import MALFORMED_KEY, Conformed, _cast_one, conform_rows, conform_table
 from headrace_cloudfiles.formats import CorruptFileError, ReaderConfig, parse_file

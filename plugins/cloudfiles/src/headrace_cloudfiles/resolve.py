@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from headrace.badrecords import BadRecords
 from headrace.errors import HeadraceError
+from headrace.helpers.badrecords import BadRecords
 from headrace_cloudfiles.formats import ReaderConfig, infer_data_schema, inference_bytes
 from headrace_cloudfiles.reader import ReadPlan, partition_values
 from headrace_cloudfiles.schemas import SchemaStore, apply_hints

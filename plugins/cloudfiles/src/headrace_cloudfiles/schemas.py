@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from headrace.checkpoint import atomic_write
 from headrace.errors import HeadraceError
+from headrace.helpers.durable import atomic_write
 from headrace.types import arrow_to_spark_name, ddl_to_schema
 
 __all__ = ["SchemaStore", "SchemaVersion", "apply_hints"]

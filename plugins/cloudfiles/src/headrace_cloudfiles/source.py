@@ -20,8 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.badrecords import BadRecords
 from headrace.errors import CheckpointError, HeadraceError, OptionProblem, OptionsError
+from headrace.helpers.badrecords import BadRecords
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_cloudfiles._options import (

@@ -1,6 +1,6 @@
 """AUTO CDC into a Delta table: a batch of change events applied in one MERGE, SCD type 1 or 2.
 
-The events were prepared by :func:`headrace.transforms.auto_cdc.prepare` when the batch was
+The events were prepared by :func:`headrace.helpers.auto_cdc.prepare` when the batch was
 staged (``update_preimage`` rows dropped, output columns, sequence and delete flag). The MERGE
 carries the batch's app transaction ``(txnAppId, txnVersion)`` in the same commit, so a
 replayed batch (transaction already in the log) changes nothing.
@@ -29,9 +29,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError
-from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, sort_events
+from headrace.helpers.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, sort_events
+from headrace.helpers.crash import crash_point
 
 __all__ = ["END_AT", "START_AT", "apply_changes", "widened_columns"]
 

@@ -10,6 +10,7 @@ import datetime
 from typing import Any
 
 from headrace.errors import OptionProblem
+from headrace.helpers.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
 from headrace.options import (
     Boolean,
     Choice,
@@ -30,7 +31,6 @@ from headrace.options import (
     requires,
     rule,
 )
-from headrace.transforms.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
 
 __all__ = ["SINK_OPTIONS", "SOURCE_OPTIONS", "STORAGE_PREFIX"]
 

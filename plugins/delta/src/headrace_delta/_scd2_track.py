@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcError, sort_events
+from headrace.helpers.auto_cdc import DELETE, SEQ, AutoCdcError, sort_events
 from headrace_delta._auto_cdc import _ACTION, _MK, END_AT, START_AT, _q
 
 __all__ = ["apply_tracked", "tracked_columns"]

@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.errors import CheckpointError
-from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcError
+from headrace.helpers.auto_cdc import DELETE, SEQ, AutoCdcError
 
 __all__ = ["FOLDER", "TombstoneStore"]
 
@@ -112,7 +112,7 @@ class TombstoneStore:
     def advance(self, batch_id: int, keys: Sequence[str], prepared: pa.Schema | None) -> None:
         """Commit batch ``batch_id`` without events (expired tombstones evicted), so that the
         store's versions have no gap. ``prepared``: the schema of the batch's events as
-        :func:`headrace.transforms.auto_cdc.prepare` makes them (None: unknown). Called by the
+        :func:`headrace.helpers.auto_cdc.prepare` makes them (None: unknown). Called by the
         sink's commit for a batch with no events (and by :meth:`skipped`)."""
         if self.store is None and self._existing_base() is None:
             return  # no tombstones yet: the store starts at the first batch with events
@@ -212,7 +212,7 @@ class TombstoneStore:
             base = None
         if base is None:
             base = batch_id
-        from headrace.state import open_state_store
+        from headrace.helpers.durable import open_state_store
 
         path = os.path.join(folder, f"from-{base}")
         try:

@@ -22,9 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError, UnsupportedError
+from headrace.helpers.auto_cdc import AutoCdcSpec
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
-from headrace.transforms.auto_cdc import AutoCdcSpec
 from headrace_delta._options import (
     KEYS,
     MERGE_SCHEMA,
@@ -131,7 +131,7 @@ class DeltaSink(Sink):
         """
         seen: list[pa.Schema] = []  # AUTO CDC: the prepared events' schema
         if self.cdc.enabled:
-            from headrace.transforms.auto_cdc import prepare
+            from headrace.helpers.auto_cdc import prepare
 
             def prepared(tables: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
                 position = 0  # without sequenceBy: the stream order (apply_changes numbers the shares)
@@ -291,7 +291,7 @@ class DeltaSink(Sink):
     def close(self) -> None:
         """Remove a temporary staging folder. Called once when the query stops; idempotent."""
         if self.cdc.apply_as_deletes is not None:
-            from headrace.transforms.auto_cdc import release_sql
+            from headrace.helpers.auto_cdc import release_sql
 
             release_sql()
         if self._tombstones is not None:
@@ -312,9 +312,9 @@ def _schema_of(staged: Sequence[StagedBatch], fallback: pa.Schema | None) -> pa.
 
 
 def _prepared_schema(schema: pa.Schema | None, cdc: AutoCdcSpec) -> pa.Schema | None:
-    """The schema :func:`headrace.transforms.auto_cdc.prepare` makes of a change stream's
+    """The schema :func:`headrace.helpers.auto_cdc.prepare` makes of a change stream's
     ``schema`` (None when unknown or not a change stream of ``cdc``)."""
-    from headrace.transforms.auto_cdc import AutoCdcError, prepare
+    from headrace.helpers.auto_cdc import AutoCdcError, prepare
 
     if schema is None:
         return None

@@ -33,8 +33,8 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from headrace.checkpoint import atomic_write
 from headrace.errors import HeadraceError
+from headrace.helpers.durable import atomic_write
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
 from headrace_kafka._client import (

@@ -7,8 +7,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.badrecords import BAD_RECORD_OPTIONS
 from headrace.errors import OptionProblem
+from headrace.helpers.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
+from headrace.helpers.badrecords import BAD_RECORD_OPTIONS
 from headrace.options import (
     Choice,
     Duration,
@@ -21,7 +22,6 @@ from headrace.options import (
     at_most_one_of,
     rule,
 )
-from headrace.transforms.auto_cdc import AUTO_CDC_OPTIONS, AUTO_CDC_RULES
 
 __all__ = ["IDENTIFIER", "MAX_IDENTIFIER_BYTES", "SINK_OPTIONS", "TableName", "identifier_problem", "parse_dbtable", "url_port_problem"]
 

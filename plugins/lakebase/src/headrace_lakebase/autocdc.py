@@ -1,7 +1,7 @@
 """AUTO CDC in the ``lakebase`` sink: a change stream applied to a keyed PostgreSQL table.
 
 With ``sequenceBy`` or ``applyAsDeletes`` set, each incoming record batch is prepared by
-:func:`headrace.transforms.auto_cdc.prepare` (``update_preimage`` rows dropped, the output
+:func:`headrace.helpers.auto_cdc.prepare` (``update_preimage`` rows dropped, the output
 columns of ``columnList`` / ``exceptColumnList``, the sequence and the delete flag), then cut
 into chunks as usual. Each chunk is applied in one transaction, with the bookkeeping row that
 makes it exactly-once: the latest event of each key wins (highest sequence); upserts go through
@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
-from headrace.engine.crash import crash_point
-from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, prepare
+from headrace.helpers.auto_cdc import DELETE, SEQ, AutoCdcSpec, last_per_key, prepare
+from headrace.helpers.crash import crash_point
 from headrace_lakebase.bookkeeping import Bookkeeping
 from headrace_lakebase.buffer import Chunk
 from headrace_lakebase.copy_binary import FAST_OIDS, SIGNATURE, TRAILER, encode_rows

@@ -116,6 +116,6 @@ def _message(e: BaseException) -> str:
 
 def describe(records: list[tuple[int, int, str, str]], table: Any, batch_id: int, writer: str) -> list[Any]:
     """The rejects as ``headrace.badrecords.BadRecord`` (location: table, batch, writer, chunk, row)."""
-    from headrace.badrecords import BadRecord
+    from headrace.helpers.badrecords import BadRecord
 
     return [BadRecord(f"{table} batch {batch_id} writer {writer} chunk {c} row {i}", err, rec) for c, i, err, rec in records]

@@ -31,12 +31,12 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from headrace.badrecords import BadRecords
-from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError, UnsupportedError
+from headrace.helpers.auto_cdc import DELETE, SEQ, AutoCdcSpec
+from headrace.helpers.badrecords import BadRecords
+from headrace.helpers.crash import crash_point
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
-from headrace.transforms.auto_cdc import DELETE, SEQ, AutoCdcSpec
 from headrace_lakebase._options import (
     BATCHINTERVAL,
     BATCHSIZE,
@@ -371,7 +371,7 @@ class LakebaseSink(Sink):
     def close(self) -> None:
         """Close the connection. Called once when the query stops; idempotent."""
         if self.cdc.apply_as_deletes is not None:
-            from headrace.transforms.auto_cdc import release_sql
+            from headrace.helpers.auto_cdc import release_sql
 
             release_sql()
         self._closed = True

@@ -21,8 +21,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from headrace.history import redact
 from headrace.plugins import hookimpl
+from headrace.redaction import redact_record as redact
 
 __all__ = ["PHASES", "PrometheusListener"]
 

@@ -30,8 +30,8 @@ from typing import Any
 from opentelemetry import metrics, trace
 from opentelemetry.trace import Status, StatusCode
 
-from headrace.history import redact
 from headrace.plugins import hookimpl
+from headrace.redaction import redact_record as redact
 from headrace_prometheus.metrics import PHASES
 
 __all__ = ["OtelListener", "enable", "listener_from_env"]

@@ -38,8 +38,8 @@ from typing import Any
 import pyarrow as pa
 from google.api_core import exceptions as gexc
 
-from headrace.engine.crash import crash_point
 from headrace.errors import HeadraceError
+from headrace.helpers.crash import crash_point
 from headrace.options import Options
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace_pubsub._acks import Acker
