@@ -24,7 +24,9 @@ def _stateful_checkpoint(tmp_path: Path) -> str:
     return chk
 
 
-def test_checkpoint_show_is_a_summary_and_json_is_everything(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkpoint_show_is_a_summary_and_json_is_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     chk = _stateful_checkpoint(tmp_path)
     assert main(["checkpoint", "show", chk]) == 0
     out = capsys.readouterr().out
@@ -43,7 +45,9 @@ def test_checkpoint_show_is_a_summary_and_json_is_everything(tmp_path: Path, cap
     assert shown["lastCommitted"] == 2 and [p["batchId"] for p in shown["recentProgress"]] == [0, 1, 2]
 
 
-def test_checkpoint_show_names_the_batches_to_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_checkpoint_show_names_the_batches_to_replay(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     chk = _stateful_checkpoint(tmp_path)
     assert main(["checkpoint", "reset", chk, "--to-batch", "0"]) == 0
     capsys.readouterr()
@@ -55,7 +59,10 @@ def test_describe_fits_the_fixed_width_when_not_a_terminal() -> None:
     out = run_cli("describe", "cloudFiles", timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert "  cloudFiles.format  (json | csv | parquet | text | binaryFile | avro | orc | xml; required)" in lines
+    assert (
+        "  cloudFiles.format  (json | csv | parquet | text | binaryFile | avro | orc | xml; required)"
+        in lines
+    )
     too_long = [x for x in lines if len(x) > FIXED_WIDTH and " " in x.strip()]
     assert not too_long, too_long
 

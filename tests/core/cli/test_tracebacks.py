@@ -13,9 +13,13 @@ import pytest
 from tests.cli_runner import cli_env, run_cli
 
 
-def _both(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], ...]:
+def _both(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], ...]:
     """The command as typed, then with --debug (each on the same state)."""
-    return run_cli(*args, cwd=cwd, env=env, timeout=120), run_cli("--debug", *args, cwd=cwd, env=env, timeout=120)
+    return run_cli(*args, cwd=cwd, env=env, timeout=120), run_cli(
+        "--debug", *args, cwd=cwd, env=env, timeout=120
+    )
 
 
 def _no_traceback(out: subprocess.CompletedProcess[str], fragment: str) -> None:
@@ -84,14 +88,19 @@ def _pipeline(tmp_path: Path, files: dict[str, str]) -> Path:
     (root / "transformations").mkdir(parents=True)
     (root / "landing").mkdir()
     (root / "landing" / "a.json").write_text('{"x": 1}\n')
-    (root / "pipeline.yml").write_text("name: t\nstorage: storage\nlibraries:\n  - glob:\n      include: transformations/**\n")
+    (root / "pipeline.yml").write_text(
+        "name: t\nstorage: storage\nlibraries:\n  - glob:\n      include: transformations/**\n"
+    )
     for name, text in files.items():
         (root / "transformations" / name).write_text(textwrap.dedent(text))
     return root
 
 
 def test_a_failing_pipeline_flow(tmp_path: Path) -> None:
-    root = _pipeline(tmp_path, {"f.py": """\
+    root = _pipeline(
+        tmp_path,
+        {
+            "f.py": """\
         import headrace as hr
         import headrace.pipelines as dp
 
@@ -101,7 +110,9 @@ def test_a_failing_pipeline_flow(tmp_path: Path) -> None:
         @dp.table
         def bronze():
             return hr.read_stream.format("cloudFiles").option("cloudFiles.format", "json").load("landing").map_batches(boom)
-        """})
+        """
+        },
+    )
     plain = run_cli("pipelines", "run", cwd=root, timeout=120)
     _no_traceback(plain, "bronze: FAILED: ValueError: the flow broke")
     assert "failed (1 flow: 1 failed; failed: bronze)" in plain.stderr
@@ -111,7 +122,9 @@ def test_a_failing_pipeline_flow(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", ["dry-run", "run"])
 def test_a_bad_sql_file(tmp_path: Path, command: str) -> None:
-    root = _pipeline(tmp_path, {"q.sql": "-- orders\nCREATE OR REFRESH MATERIALIZED VIEW v AS\nSELEC * FROM x;\n"})
+    root = _pipeline(
+        tmp_path, {"q.sql": "-- orders\nCREATE OR REFRESH MATERIALIZED VIEW v AS\nSELEC * FROM x;\n"}
+    )
     plain, debug = _both("pipelines", command, cwd=root)
     _no_traceback(plain, "q.sql:3:9: v: SQL syntax error: unexpected 'FROM'")
     assert "\x1b" not in plain.stderr and "sqlglot" not in plain.stderr
