@@ -146,7 +146,7 @@ def test_a_bad_late_watermark_is_refused_naming_the_entry(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize("within", [False, True], ids=["drop_duplicates", "within_watermark"])
-def test_dedup_keeps_a_null_event_time_once(tmp_path: Path, within: bool) -> None:
+def test_dedup_never_drops_a_null_event_time_as_late(tmp_path: Path, within: bool) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
     for i, rows in enumerate([[(100, "a"), (None, "n")], [(None, "n"), (200, "b")], [(None, "n")]]):
@@ -159,6 +159,8 @@ def test_dedup_keeps_a_null_event_time_once(tmp_path: Path, within: bool) -> Non
     q = (frame.write_stream.foreach_batch(lambda t, b: out.__setitem__(b, t.column("k").to_pylist()))
          .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start())  # fmt: skip
     assert q.await_termination(120) and q.exception() is None, q.exception()
-    # the NULL-time row is emitted once and never late nor evicted (Spark's predicates are NULL)
-    assert sorted(k for ks in out.values() for k in ks) == ["a", "b", "n"]
+    # a NULL-time row is never late (Spark's predicate is NULL); drop_duplicates keeps its key for
+    # ever, the within-watermark one lets it expire at the end of its batch (as Spark does)
+    expected = ["a", "b", "n", "n", "n"] if within else ["a", "b", "n"]
+    assert sorted(k for ks in out.values() for k in ks) == expected
     assert [p["stateOperators"][0]["numRowsDroppedByWatermark"] for p in q.recent_progress] == [0] * len(out)

@@ -153,13 +153,14 @@ class DropDuplicatesOperator(StatefulOperator):
         ts: np.ndarray | None = None
         if self.watermark_column is not None and (self._event_key or self.within_watermark):
             ts, valid = event_time_micros(table.column(self.watermark_column))
-            if valid is not None:  # a NULL event time is never late nor evicted (Spark's predicates are NULL)
-                ts = np.where(valid, ts, np.iinfo(np.int64).max - (self.delay_us or 0))
             keep = np.ones(len(ts), np.bool_)
             if wm_us is not None:
-                late = ts <= wm_us
+                late = ts <= wm_us if valid is None else valid & (ts <= wm_us)
                 self._dropped += int(late.sum())
                 keep &= ~late
+            if valid is not None:  # a NULL event time is never late (Spark's predicate is NULL); as in
+                # Spark, drop_duplicates keeps its key forever, the within-watermark one lets it expire at once
+                ts = np.where(valid, ts, _NULL_EXPIRED if self.within_watermark else _NULL_KEPT)
             if not keep.all():
                 table = table.filter(pa.array(keep))
                 ts = ts[keep]
@@ -212,6 +213,12 @@ class DropDuplicatesOperator(StatefulOperator):
             return None
         wm_us = int(watermark_ms) * 1000
         return wm_us - 1 if self.within_watermark else wm_us
+
+
+# the orders a NULL event time is stored with: never evicted (drop_duplicates), or evicted by
+# the end of the batch (within the watermark: the expiry Spark stores for it is in the past)
+_NULL_KEPT = np.iinfo(np.int64).max
+_NULL_EXPIRED = -(1 << 62)
 
 
 def _no_values(n: int) -> pa.Table:
