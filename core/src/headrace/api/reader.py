@@ -82,16 +82,16 @@ class DataStreamReader:
         edge of the pipeline's graph. Only inside a definition the pipeline calls; elsewhere read
         the table's path: ``read_stream.format("delta").load(path)``.
         """
-        from headrace.pipelines._context import active_resolver
+        from headrace.api.catalog import active_catalog
 
-        resolver = active_resolver()
-        if resolver is None:
+        catalog = active_catalog()
+        if catalog is None:
             raise HeadraceError(
                 f"read_stream.table({name!r}) reads a dataset of a declarative pipeline and works only inside a "
                 "definition the pipeline calls (headrace pipelines run); elsewhere read the table's path: "
                 "read_stream.format('delta').load(path)"
             )
-        return resolver.stream_table(name, self)
+        return catalog.stream_table(name, self)
 
 
 read_stream = DataStreamReader()

@@ -1,7 +1,8 @@
 """Context variables linking definitions to the pipeline that loads or runs them.
 
 ``registering`` is set while a pipeline's source files are imported (the decorators register
-into it); ``resolving`` is set while the runner (or the dry run) calls a definition, so that
+into it); ``resolving`` installs the pipeline's resolver as the api's catalog
+(:mod:`headrace.api.catalog`) while the runner (or the dry run) calls a definition, so that
 ``hr.read_stream.table(name)`` and ``dp.read.table(name)`` resolve pipeline datasets and the
 graph learns its edges.
 """
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from headrace.api.catalog import active_catalog, installed
 from headrace.errors import HeadraceError
 
 if TYPE_CHECKING:
@@ -21,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["active_registry", "active_resolver", "configuration", "registering", "resolving"]
 
 _registry: ContextVar[GraphRegistry | None] = ContextVar("headrace_pipeline_registry", default=None)
-_resolver: ContextVar[Any] = ContextVar("headrace_pipeline_resolver", default=None)
 
 
 def active_registry() -> GraphRegistry:
@@ -46,17 +47,16 @@ def registering(reg: GraphRegistry) -> Iterator[GraphRegistry]:
 
 
 def active_resolver() -> Any:
-    """The resolver of the pipeline calling a definition, or None outside one."""
-    return _resolver.get()
+    """The resolver of the pipeline calling a definition, or None outside one (the catalog the
+    api sees: :func:`headrace.api.catalog.active_catalog`)."""
+    return active_catalog()
 
 
 @contextlib.contextmanager
 def resolving(resolver: Any) -> Iterator[Any]:
-    token = _resolver.set(resolver)
-    try:
+    """Install ``resolver`` as the api's catalog while a definition is called."""
+    with installed(resolver):
         yield resolver
-    finally:
-        _resolver.reset(token)
 
 
 _config: ContextVar[dict[str, str] | None] = ContextVar("headrace_pipeline_configuration", default=None)

@@ -177,11 +177,11 @@ class DataFrameReader:
         """A dataset of the declarative pipeline calling this definition (``headrace.pipelines``),
         read as a lazy static frame of its Delta table (or the temporary view's result); the name
         becomes an edge of the pipeline's graph. Outside a pipeline there is no catalog."""
-        from headrace.pipelines._context import active_resolver
+        from headrace.api.catalog import active_catalog
 
-        resolver = active_resolver()
-        if resolver is not None:
-            return resolver.static_frame(name)
+        catalog = active_catalog()
+        if catalog is not None:
+            return catalog.static_frame(name)
         raise HeadraceError(
             f"read.table({name!r}): no table catalog is configured in this headrace; read the table by "
             "connector instead, e.g. hr.read.format('delta').load('/path/to/table')"
