@@ -127,6 +127,8 @@ class Catalog:
     def __init__(self, roots: Iterable[str] = ()) -> None:
         self._lock = threading.Lock()
         self._roots: list[str] = []
+        # a pipeline's summary, kept while its event log is unchanged (it is read whole)
+        self._summaries: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
         for r in roots:
             self.add(r)
 
@@ -181,11 +183,11 @@ class Catalog:
         keys = {cp: k for k, cp in self.checkpoints().items()}
         out = []
         for key, folder in self.pipeline_folders().items():
-            summary = pipeline_summary(folder)
+            summary = dict(self._summary(folder))
             summary["key"] = key
             summary["hasGraph"] = bool(summary.pop("graphDot"))
-            for f in summary["flows"]:
-                f["queryKey"] = keys.get(f["checkpoint"]) if f["checkpoint"] else None
+            summary["flows"] = [{**f, "queryKey": keys.get(f["checkpoint"]) if f["checkpoint"] else None}
+                                for f in summary["flows"]]  # fmt: skip
             out.append(summary)
         out.sort(key=lambda p: (p["name"], p["storage"]))
         return out
@@ -193,7 +195,22 @@ class Catalog:
     def pipeline_graph(self, key: str) -> str | None:
         """The DOT of a pipeline's flow graph (its last run's); None if unknown or absent."""
         folder = self.pipeline_folders().get(key)
-        return pipeline_summary(folder)["graphDot"] if folder else None
+        return self._summary(folder)["graphDot"] if folder else None
+
+    def _summary(self, folder: str) -> dict[str, Any]:
+        try:
+            st = os.stat(os.path.join(folder, "event_log", "events.jsonl"))
+            stamp = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = (0, -1)
+        with self._lock:
+            got = self._summaries.get(folder)
+        if got is not None and got[0] == stamp:
+            return got[1]
+        summary = pipeline_summary(folder)
+        with self._lock:
+            self._summaries[folder] = (stamp, summary)
+        return summary
 
     def progress(self, key: str, after: int | None = None, limit: int = 1000) -> dict[str, Any] | None:
         """A query's state and its progress records after batch ``after``; None for an unknown key."""
