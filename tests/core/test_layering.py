@@ -1,0 +1,153 @@
+"""Imports run one way: every import in core and in every plugin, read from the source's AST
+(imports inside functions included), must go down the layer table (docs/guide.md, "Layers").
+
+A module may import its own layer and the layers below it, never one above. No edge is
+allowed by name. Two things are not dependencies and are skipped, by rule:
+
+- imports under ``if TYPE_CHECKING:`` (annotations only, never executed);
+- a re-export module kept at an old path for one release: a module whose body is only a
+  docstring and ``from X import names`` / ``__all__`` (no code of its own), e.g.
+  ``headrace.engine.crash`` for ``headrace.helpers.crash``.
+
+Plugins may import only the contracts and the plugin SDK (``headrace.helpers``), and their own
+package.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CORE = REPO / "core" / "src" / "headrace"
+
+# lowest first: each name is a top-level module or package of headrace
+LAYERS: list[tuple[str, set[str]]] = [
+    ("contracts", {"protocols", "options", "errors", "types", "redaction", "plugins", "_lazy", "logs", "_buffers",
+                   "_textfile", "_words"}),
+    ("storage", {"state", "checkpoint", "badrecords"}),
+    ("transforms", {"transforms"}),
+    ("sdk", {"helpers"}),
+    ("engine", {"engine", "connectors", "progress", "history", "query", "_builtin"}),
+    ("api", {"api", "functions"}),
+    ("top", {"pipelines", "cli", "ui", "spark", "pipeline", "testing", "scaffold", "__init__"}),
+]  # fmt: skip
+RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
+PLUGIN_MAY_IMPORT = LAYERS[0][1] | {"helpers"}
+
+
+def _part(module: str) -> str | None:
+    """The top-level part of a headrace module name (``__init__`` for the package itself)."""
+    parts = module.split(".")
+    if parts[0] != "headrace":
+        return None
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _is_reexport(tree: ast.Module) -> bool:
+    """Only a docstring, ``from __future__``, ``from X import names`` and ``__all__``."""
+    for i, node in enumerate(tree.body):
+        if i == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and all(a.name != "*" for a in node.names):
+            continue
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
+            continue
+        return False
+    return True
+
+
+def imports(path: Path, package: str) -> Iterator[tuple[str, int]]:
+    """Every module ``path`` imports (absolute names), with its line, outside TYPE_CHECKING."""
+    tree = ast.parse(path.read_text(), str(path))
+    if _is_reexport(tree) and path.name != "__init__.py":
+        return
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                yield ".".join(base + ([node.module] if node.module else [])), node.lineno
+            else:
+                yield node.module or "", node.lineno
+
+
+def _module_of(path: Path, root: Path, top: str) -> tuple[str, str]:
+    rel = path.relative_to(root).with_suffix("")
+    name = ".".join([top, *rel.parts])
+    if path.name == "__init__.py":
+        name = name.removesuffix(".__init__")
+        return name, name
+    return name, name.rsplit(".", 1)[0]
+
+
+def core_edges_against_the_order() -> list[str]:
+    bad = []
+    for path in sorted(CORE.rglob("*.py")):
+        module, package = _module_of(path, CORE, "headrace")
+        src = _part(module)
+        assert src in RANK, f"{path}: headrace.{src} is in no layer of LAYERS; add it to the table (and docs/guide.md)"
+        for target, line in imports(path, package):
+            dst = _part(target)
+            if dst is None or dst == src:
+                continue
+            assert dst in RANK, f"{path}:{line}: imports {target}, in no layer of LAYERS"
+            if RANK[dst] > RANK[src]:
+                bad.append(f"{path.relative_to(REPO)}:{line}: {LAYERS[RANK[src]][0]} module {module} imports "
+                           f"{target} ({LAYERS[RANK[dst]][0]} layer, above it)")  # fmt: skip
+    return bad
+
+
+def plugin_edges_outside_the_sdk() -> list[str]:
+    bad = []
+    for src_dir in sorted((REPO / "plugins").glob("*/src")):
+        for path in sorted(src_dir.rglob("*.py")):
+            if ".egg-info" in str(path):
+                continue
+            module, package = _module_of(path, src_dir, "")
+            module, package = module.lstrip("."), package.lstrip(".")
+            for target, line in imports(path, package):
+                dst = _part(target)
+                if dst is not None and dst not in PLUGIN_MAY_IMPORT:
+                    bad.append(f"{path.relative_to(REPO)}:{line}: plugin module {module} imports {target}; plugins "
+                               "import only the contracts and headrace.helpers (contrib.md, section 6)")  # fmt: skip
+    return bad
+
+
+def test_plugins_import_only_the_contracts_and_the_sdk() -> None:
+    bad = plugin_edges_outside_the_sdk()
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("from headrace.api import frame\nX = frame\n", ["headrace.api"]),
+        ("def f():\n    import headrace.pipelines.graph\n", ["headrace.pipelines.graph"]),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from headrace.api import frame\n", ["typing"]),
+        ('"""Old path."""\nfrom headrace.helpers.crash import crash_point\n__all__ = ["crash_point"]\n', []),
+        ('from headrace.helpers.crash import crash_point\nX = crash_point\n', ["headrace.helpers.crash"]),
+    ],
+    ids=["top-level", "inside-a-function", "type-checking-only", "re-export-module", "re-export-with-code"],
+)
+def test_the_walk_sees_every_executed_import(tmp_path: Path, source: str, expected: list[str]) -> None:
+    path = tmp_path / "m.py"
+    path.write_text(source)
+    assert [t for t, _ in imports(path, "headrace.transforms")] == expected
