@@ -29,10 +29,10 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("contracts", {"protocols", "options", "errors", "types", "redaction", "plugins", "_lazy", "logs", "_buffers",
                    "_textfile", "_words"}),
     ("storage", {"state", "checkpoint", "badrecords"}),
-    ("transforms", {"transforms"}),
+    ("transforms", {"transforms", "functions"}),
     ("sdk", {"helpers"}),
     ("engine", {"engine", "connectors", "progress", "history", "query", "_builtin"}),
-    ("api", {"api", "functions"}),
+    ("api", {"api"}),
     ("top", {"pipelines", "cli", "ui", "spark", "pipeline", "testing", "scaffold", "__init__"}),
 ]  # fmt: skip
 RANK = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
@@ -151,3 +151,11 @@ def test_the_walk_sees_every_executed_import(tmp_path: Path, source: str, expect
     path = tmp_path / "m.py"
     path.write_text(source)
     assert [t for t, _ in imports(path, "headrace.transforms")] == expected
+
+
+def test_parse_schema_lives_below_the_transforms() -> None:
+    from headrace.api import builder_options
+    from headrace.types import parse_schema
+
+    assert builder_options.parse_schema is parse_schema
+    assert parse_schema("a INT, b STRING").names == ["a", "b"]

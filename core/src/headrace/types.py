@@ -6,7 +6,7 @@ import re
 
 import pyarrow as pa
 
-__all__ = ["arrow_to_spark_name", "ddl_to_schema", "parse_type"]
+__all__ = ["arrow_to_spark_name", "ddl_to_schema", "parse_schema", "parse_type"]
 
 _SIMPLE: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -122,3 +122,11 @@ def arrow_to_spark_name(t: pa.DataType) -> str:
     if pa.types.is_struct(t):
         return "STRUCT<" + ", ".join(f"{f.name}: {arrow_to_spark_name(f.type)}" for f in t) + ">"
     return str(t).upper()
+
+
+def parse_schema(schema: pa.Schema | str) -> pa.Schema:
+    """A ``pyarrow.Schema``, or a DDL string like ``"a INT, b STRING, c TIMESTAMP"``. Called when
+    a frame or a reader is given a schema (once per call, on the caller's thread)."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    return ddl_to_schema(schema)

@@ -11,11 +11,10 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from headrace.errors import redact
 from headrace.options import OptionSchema, PassThrough
 from headrace.plugins import registry
+from headrace.types import parse_schema  # re-exported: it lives below the transforms, which use it
 
 __all__ = ["parse_schema"]
 
@@ -68,12 +67,3 @@ def _redacted_options(options: Mapping[str, Any], schema: OptionSchema | None) -
         else:
             out[k] = redact(v) if isinstance(v, str) else v
     return out
-
-
-def parse_schema(schema: pa.Schema | str) -> pa.Schema:
-    """A ``pyarrow.Schema``, or a DDL string like ``"a INT, b STRING, c TIMESTAMP"``."""
-    if isinstance(schema, pa.Schema):
-        return schema
-    from headrace.types import ddl_to_schema
-
-    return ddl_to_schema(schema)
