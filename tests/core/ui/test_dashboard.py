@@ -70,6 +70,14 @@ def _attr(driver: Any, css: str, name: str) -> str:
     return str(_fresh(read))
 
 
+def _attrs(driver: Any, css: str, name: str) -> list[str]:
+    """An attribute of every element ``css`` finds, read in one go in the page (a list read
+    element by element is redrawn under the reader by the next poll)."""
+    got = driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.getAttribute(arguments[1]))", css, name)
+    return [str(x) for x in got]
+
+
 def _text(driver: Any, element_id: str) -> str:
     from selenium.webdriver.common.by import By
 
@@ -210,7 +218,7 @@ def test_stateful_query_state_watermark_batches_and_rates(browser: Any, ui: UISe
         # recent batches, newest first; a click shows that batch's full progress record
         rows_css = "table.batches tbody tr"
         wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, rows_css)) >= 4, what="the batches table")
-        ids = _fresh(lambda: [int(r.get_attribute("data-batch")) for r in browser.find_elements(By.CSS_SELECTOR, rows_css)])
+        ids = [int(x) for x in _attrs(browser, rows_css, "data-batch")]
         assert ids == sorted(ids, reverse=True)
         pick = ids[1]  # a recent one: it stays in the table for the next 19 batches
         cells = _fresh(lambda: browser.find_element(By.CSS_SELECTOR, f'{rows_css}[data-batch="{pick}"]').text)
@@ -286,7 +294,7 @@ def test_pipeline_flows_grouped_with_graph_status_and_expectations(browser: Any,
     browser.get(ui.url)
     css = 'li.pipeline[data-name="orders_pipeline"]'
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, css), what="the pipeline in the list")
-    flows = _fresh(lambda: [e.get_attribute("data-flow") for e in browser.find_elements(By.CSS_SELECTOR, f"{css} li.flow")])
+    flows = _attrs(browser, f"{css} li.flow", "data-flow")
     assert sorted(flows) == ["bronze", "dims", "gold", "silver"]
     wait_for(lambda: _click(browser, f"{css} .qname"), what="a click on the pipeline")
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, '#pipeline-flows tr[data-flow="silver"]'), what="the flows")
