@@ -243,7 +243,7 @@ def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int =
     for attempt in range(attempts):
         try:
             return _SparkQuery(spark, case, paths, str(folder / f"spark-{case}-{attempt}")).result()
-        except AssertionError as e:
+        except Exception as e:  # awaitTermination raises the query's StreamingQueryException
             if attempt == attempts - 1 or not any(f in str(e) for f in _FLAKY):
                 raise
     raise AssertionError("unreachable")
