@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
         read_stream,
         readStream,
     )
+    from headrace.api.static import DataFrameReader, StaticFrame, read
     from headrace.connectors.memory import memory_table
     from headrace.errors import (
         CheckpointError,
@@ -57,7 +58,6 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
     from headrace.progress import QueryProgress
     from headrace.query import StreamingQuery, Trigger
     from headrace.transforms.spark_sql import sql_dialect
-    from headrace.transforms.static import DataFrameReader, StaticFrame, read
     from headrace.transforms.transform_with_state import (
         ExpiredTimerInfo,
         ListState,
@@ -130,9 +130,9 @@ _LAZY: dict[str, str] = {
     "QueryProgress": "headrace.progress",
     "StreamingQuery": "headrace.query",
     "Trigger": "headrace.query",
-    "DataFrameReader": "headrace.transforms.static",
-    "StaticFrame": "headrace.transforms.static",
-    "read": "headrace.transforms.static",
+    "DataFrameReader": "headrace.api.static",
+    "StaticFrame": "headrace.api.static",
+    "read": "headrace.api.static",
     "session_window": "headrace.transforms.window",
     "sql_dialect": "headrace.transforms.spark_sql",
     "window": "headrace.transforms.window",

@@ -20,8 +20,8 @@ from headrace.transforms.frame import FrameSteps
 from headrace.transforms.operator import Operator
 
 if TYPE_CHECKING:
+    from headrace.api.static import StaticFrame
     from headrace.functions import Column
-    from headrace.transforms.static import StaticFrame
 
 __all__ = ["GroupedStream", "StreamFrame"]
 
@@ -118,8 +118,8 @@ class StreamFrame(FrameSteps):
         or a ``pyarrow.Table``, read once when the query starts (later changes to it are not
         seen until the query restarts). ``on``: key column(s) or a SQL condition over
         ``batch`` and ``static``; ``how``: ``inner`` or ``left``."""
+        from headrace.api.static import StaticFrame
         from headrace.transforms.join import StreamStaticJoinOperator
-        from headrace.transforms.static import StaticFrame
 
         if isinstance(other, StreamFrame):
             raise HeadraceError(

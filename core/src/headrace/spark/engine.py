@@ -252,7 +252,7 @@ def static_to_spark(static: Any, engine: SparkEngine) -> DataFrame:
             reader = reader.schema(arrow_to_spark_schema(base.user_schema))
         df = reader.load()
     else:
-        from headrace.transforms.static import StaticFrame
+        from headrace.api.static import StaticFrame
 
         df = spark.createDataFrame(StaticFrame(base, (), static._schema).to_arrow())
     for op in static._steps:

@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -29,12 +29,22 @@ from headrace.errors import HeadraceError
 from headrace.transforms.expressions import ExpressionError, check_syntax, is_identifier, quote_ident, run_sql
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
 
-if TYPE_CHECKING:
-    from headrace.transforms.static import StaticFrame
-
-__all__ = ["StreamStaticJoinOperator"]
+__all__ = ["StaticTable", "StreamStaticJoinOperator"]
 
 log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class StaticTable(Protocol):
+    """The static side of a join, or a transform_with_state's initial state: what the operators
+    need of a static frame (``hr.read...load()``, a pipeline's ``dp.read``), not its class.
+    ``schema`` is asked when the query is planned, ``to_arrow()`` once when the query starts,
+    both on the thread starting it."""
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    def to_arrow(self) -> pa.Table: ...
 
 _HOW = {"inner": "JOIN", "left": "LEFT JOIN", "left_outer": "LEFT JOIN", "leftouter": "LEFT JOIN"}
 SMALL_CHUNK_ROWS = 2048  # up to this many rows, an equi-join probes the prebuilt index
@@ -46,7 +56,7 @@ class StreamStaticJoinOperator(Operator):
     stateful = False
     supports_real_time = True
 
-    def __init__(self, static: StaticFrame | pa.Table, on: str | Sequence[str], how: str = "inner") -> None:
+    def __init__(self, static: StaticTable | pa.Table, on: str | Sequence[str], how: str = "inner") -> None:
         if how.lower() not in _HOW:
             raise HeadraceError(
                 f"join(how={how!r}): a stream-static join is 'inner' or 'left' (the stream on the left); "

@@ -183,9 +183,9 @@ class TransformWithStateOperator(StatefulOperator):
                                    "with_watermark(<event time column>, <delay>) before group_by")  # fmt: skip
         self.initial_state = initial_state
         if initial_state is not None:
-            from headrace.transforms.static import StaticFrame
+            from headrace.transforms.join import StaticTable
 
-            if not isinstance(initial_state, StaticFrame | pa.Table):
+            if not isinstance(initial_state, StaticTable | pa.Table):
                 raise HeadraceError(
                     "transform_with_state: initial_state must be a static frame (hr.read...load(), "
                     f"StaticFrame.from_arrow) or a pyarrow.Table, not {type(initial_state).__name__}"
@@ -344,12 +344,12 @@ class TransformWithStateOperator(StatefulOperator):
             v.prefetch(keys, key_table)
 
     def _run_initial_state(self, out: _Output) -> None:
-        from headrace.transforms.static import StaticFrame
+        from headrace.transforms.join import StaticTable
 
         self._pending_initial = False
         init = (
             self.initial_state.to_arrow()
-            if isinstance(self.initial_state, StaticFrame)
+            if isinstance(self.initial_state, StaticTable) and not isinstance(self.initial_state, pa.Table)
             else self.initial_state
         )
         missing = [k for k in self.keys if k not in init.column_names]
