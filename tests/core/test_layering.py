@@ -103,7 +103,9 @@ def core_edges_against_the_order() -> list[str]:
     for path in sorted(CORE.rglob("*.py")):
         module, package = _module_of(path, CORE, "headrace")
         src = _part(module)
-        assert src in RANK, f"{path}: headrace.{src} is in no layer of LAYERS; add it to the table (and docs/guide.md)"
+        assert src in RANK, (
+            f"{path}: headrace.{src} is in no layer of LAYERS; add it to the table (and docs/guide.md)"
+        )
         for target, line in imports(path, package):
             dst = _part(target)
             if dst is None or dst == src:
@@ -141,9 +143,12 @@ def test_plugins_import_only_the_contracts_and_the_sdk() -> None:
     [
         ("from headrace.api import frame\nX = frame\n", ["headrace.api"]),
         ("def f():\n    import headrace.pipelines.graph\n", ["headrace.pipelines.graph"]),
-        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from headrace.api import frame\n", ["typing"]),
+        (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from headrace.api import frame\n",
+            ["typing"],
+        ),
         ('"""Old path."""\nfrom headrace.helpers.crash import crash_point\n__all__ = ["crash_point"]\n', []),
-        ('from headrace.helpers.crash import crash_point\nX = crash_point\n', ["headrace.helpers.crash"]),
+        ("from headrace.helpers.crash import crash_point\nX = crash_point\n", ["headrace.helpers.crash"]),
     ],
     ids=["top-level", "inside-a-function", "type-checking-only", "re-export-module", "re-export-with-code"],
 )

@@ -39,7 +39,11 @@ def test_history_redact_is_the_redaction_modules_record_redaction() -> None:
 def test_errors_defines_only_the_exception_hierarchy() -> None:
     from headrace import errors
 
-    defined = {n for n, v in vars(errors).items() if getattr(v, "__module__", None) == "headrace.errors" and callable(v)}
+    defined = {
+        n
+        for n, v in vars(errors).items()
+        if getattr(v, "__module__", None) == "headrace.errors" and callable(v)
+    }
     assert all(isinstance(getattr(errors, n), type) for n in defined), sorted(defined)
 
 

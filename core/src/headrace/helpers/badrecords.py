@@ -18,5 +18,12 @@ from headrace.badrecords import (
     read_dead_letters,
 )
 
-__all__ = ["BAD_RECORD_OPTIONS", "DEAD_LETTER_SCHEMA", "BadRecord", "BadRecords", "BadRecordsError", "JsonObject",
-           "read_dead_letters"]
+__all__ = [
+    "BAD_RECORD_OPTIONS",
+    "DEAD_LETTER_SCHEMA",
+    "BadRecord",
+    "BadRecords",
+    "BadRecordsError",
+    "JsonObject",
+    "read_dead_letters",
+]
