@@ -159,7 +159,7 @@ class DropDuplicatesOperator(StatefulOperator):
                 self._dropped += int(late.sum())
                 keep &= ~late
             if valid is not None:  # a NULL event time is never late (Spark's predicate is NULL); as in
-                # Spark, drop_duplicates keeps its key forever, the within-watermark one lets it expire at once
+                # Spark, drop_duplicates keeps its key forever, the within-watermark one lets it expire soon
                 ts = np.where(valid, ts, _NULL_EXPIRED if self.within_watermark else _NULL_KEPT)
             if not keep.all():
                 table = table.filter(pa.array(keep))
@@ -215,10 +215,10 @@ class DropDuplicatesOperator(StatefulOperator):
         return wm_us - 1 if self.within_watermark else wm_us
 
 
-# the orders a NULL event time is stored with: never evicted (drop_duplicates), or evicted by
-# the end of the batch (within the watermark: the expiry Spark stores for it is in the past)
+# the event times a NULL one is stored as: never evicted (drop_duplicates), or the epoch (within
+# the watermark: Spark's stored expiry for it, evicted by the first watermark past the delay)
 _NULL_KEPT = np.iinfo(np.int64).max
-_NULL_EXPIRED = -(1 << 62)
+_NULL_EXPIRED = 0
 
 
 def _no_values(n: int) -> pa.Table:
