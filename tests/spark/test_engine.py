@@ -79,7 +79,7 @@ CASES = {
     "sliding-window-by-user": lambda s: s.with_watermark("ts", "5 seconds")
     .group_by(hr.window("ts", "10 seconds", "5 seconds"), "user").count(),
     "session-window": lambda s: s.where("user = 'a'").with_watermark("ts", "5 seconds")
-    .group_by(hr.session_window("ts", "4 seconds"), "user").count(),
+    .group_by(hr.session_window("ts", "2 seconds"), "user").count(),
     "drop_duplicates": lambda s: s.drop_duplicates("amount").select("amount"),
     "drop_duplicates_within_watermark": lambda s: s.with_watermark("ts", "5 seconds")
     .drop_duplicates_within_watermark("amount").select("amount"),
