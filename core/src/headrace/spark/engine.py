@@ -229,7 +229,10 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
         static = static_to_spark(op.static, engine)
         if op.keys is not None:
             return df.join(static, on=op.keys, how=op.how)
-        cond = _spark_sql(op, op.condition or "", "join condition")
+        import sqlglot
+
+        # the operator keeps its condition in DuckDB's quoting ("user"); Spark quotes with backticks
+        cond = sqlglot.transpile(op.condition or "", read="duckdb", write="spark")[0]
         return df.alias("batch").join(static.alias("static"), F.expr(cond), how=op.how)
     raise _refuse(op, refusal(op) or f"{type(op).__name__} has no Spark form")
 
