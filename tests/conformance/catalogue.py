@@ -65,13 +65,6 @@ SESSION_STATE_COUNTS = Known(
     (_TOTAL, _UPDATED),
 )
 
-DEDUP_WITHIN_NULL_EVENT_TIME_STATE = Known(
-    "drop_duplicates_within_watermark: a row whose event time is NULL is emitted by both engines but kept in "
-    "state only by Spark: numRowsTotal one lower on headrace from the batch that brought it",
-    (_TOTAL,),
-)
-
-
 def _all(*known: Known) -> Known:
     """Several known differences of one case, as one."""
     return Known("; ".join(k.reason for k in known), tuple(p for k in known for p in k.patterns))
@@ -134,7 +127,6 @@ _CASES: tuple[Case, ...] = (
 KNOWN: dict[str, Known] = {
     "session-append": SESSION_STATE_COUNTS,
     "session-complete": SESSION_STATE_COUNTS,
-    "dedup-within-watermark-append": DEDUP_WITHIN_NULL_EVENT_TIME_STATE,
 }  # fmt: skip
 
 CATALOGUE: tuple[Case, ...] = tuple(Case(c.spec, KNOWN.get(c.id)) for c in _CASES)

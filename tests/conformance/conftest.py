@@ -1,9 +1,14 @@
-"""One local Spark session for the conformance module, and the fixed-seed run of the whole
-catalogue (every query on both engines, started together so Spark's per-batch latency
-overlaps). Skips, saying what to install, when pyspark or Java is missing."""
+"""One local Spark session for the conformance modules, and the two tiers.
+
+The CI tier (the default) runs a fixed set of cases that covers every operator family once:
+Spark costs seconds per streaming query on 2 cores, and the whole catalogue three ways takes
+tens of minutes. ``HEADRACE_CONFORMANCE=deep`` runs every case of every module (and
+``scripts/conformance.py --seeds N`` many seeds). Skips, saying what to install, when pyspark
+or Java is missing."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,13 +20,49 @@ from tests.conformance.harness import spark_skip_reason
 SKIP_REASON = spark_skip_reason()
 
 
+DEEP = os.environ.get("HEADRACE_CONFORMANCE", "").lower() == "deep"
+
+# module -> the case ids its CI tier runs (a module not named here runs whole)
+CI_TIER: dict[str, frozenset[str]] = {
+    "test_conformance.py": frozenset({
+        "select-where", "join-left-condition", "union-tumbling", "tumbling-append", "sliding-update",
+        "session-append", "group-by-key-update", "every-aggregate-update", "dedup-event-time-append",
+        "dedup-within-watermark-append",
+    }),
+    "test_spark_engine.py": frozenset({"select-where", "tumbling-append", "dedup-id-append"}),
+    "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append"}),
+    "test_transform_with_state.py": frozenset(),
+}  # fmt: skip
+
+
+def _case_id(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    return None if callspec is None else str(callspec.id)
+
+
 def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
-    if SKIP_REASON is None:
-        return
     here = Path(__file__).parent
+    if SKIP_REASON is not None:
+        for item in items:
+            if here in Path(str(item.fspath)).parents:
+                item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+        return
+    if DEEP:
+        return
+    keep, drop = [], []
     for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+        tier = CI_TIER.get(Path(str(item.fspath)).name) if here in Path(str(item.fspath)).parents else None
+        (drop if tier is not None and _case_id(item) not in tier else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def selected_cases(request: pytest.FixtureRequest) -> set[str]:
+    """The case ids of the requesting module's tests that this session runs (after ``-k`` and
+    the tier), for a module fixture that runs its cases together."""
+    module = request.node.path if hasattr(request.node, "path") else Path(str(request.node.fspath))
+    return {cid for item in request.session.items if Path(str(item.fspath)) == module and (cid := _case_id(item))}
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conformance.catalogue import CATALOGUE, Case
+from tests.conformance.conftest import selected_cases
 from tests.conformance.generator import generate
 from tests.conformance.harness import Outcome, run_many
 
@@ -31,8 +32,8 @@ class KnownDifference(AssertionError):
 def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str, Outcome]:
     """The selected catalogue queries (all of them, or those ``-k`` keeps) over the fixed
     seed's input, run once for the module."""
-    selected = {getattr(item, "callspec", None) and item.callspec.id for item in request.session.items}
-    cases = [c for c in CATALOGUE if c.id in selected] or list(CATALOGUE)
+    selected = selected_cases(request)
+    cases = [c for c in CATALOGUE if c.id in selected]
     data = generate(SEED)
     return {o.spec.id: o for o in run_many(conformance_spark, [c.spec for c in cases], data)}
 

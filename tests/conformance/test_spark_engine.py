@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from tests.conformance.catalogue import CATALOGUE, Case
+from tests.conformance.conftest import selected_cases
 from tests.conformance.generator import generate
 from tests.conformance.harness import (
     Outcome,
@@ -66,8 +67,8 @@ class _Translated:
 
 
 @pytest.fixture(scope="module")
-def outcomes(conformance_spark: Any) -> dict[str, Outcome]:
-    """Every catalogue query, translated and direct, over the fixed seed's input."""
+def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str, Outcome]:
+    """The selected catalogue queries, translated and direct, over the fixed seed's input."""
     import headrace.spark
 
     headrace.spark.register(conformance_spark, "cloudFiles")
@@ -75,7 +76,8 @@ def outcomes(conformance_spark: Any) -> dict[str, Outcome]:
     tmp = tempfile.mkdtemp(prefix=f"conformance-engine-{SEED}-")
     paths = write_input(data, tmp)
     out: dict[str, Outcome] = {}
-    specs = [c.spec for c in CATALOGUE]
+    selected = selected_cases(request)
+    specs = [c.spec for c in CATALOGUE if c.id in selected]
     for lo in range(0, len(specs), PARALLEL):
         chunk = specs[lo : lo + PARALLEL]
         started: list[tuple[QuerySpec, Any, Any]] = []

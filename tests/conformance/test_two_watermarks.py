@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.conformance.conftest import selected_cases
 from tests.conformance.generator import SCHEMA, STATIC_SCHEMA, Input
 from tests.conformance.harness import Outcome, QuerySpec, Step, run_many, session_window, window
 
@@ -73,8 +74,9 @@ SPECS = [
 
 
 @pytest.fixture(scope="module")
-def outcomes(conformance_spark: Any) -> dict[str, Outcome]:
-    return {o.spec.id: o for o in run_many(conformance_spark, SPECS, _input())}
+def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str, Outcome]:
+    selected = selected_cases(request)
+    return {o.spec.id: o for o in run_many(conformance_spark, [s for s in SPECS if s.id in selected], _input())}
 
 
 # state-size metrics that differ for reasons other than the watermarks (Spark counts a session
