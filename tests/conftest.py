@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -14,6 +16,20 @@ import pytest
 # ---------------------------------------------------------------------------------------
 from tests.services import S3, KafkaMock, Kinesis, Postgres, PubSubEmulator, Tansu
 from tests.services.fixtures import serve
+
+# Tests marked ``deep`` (long kill loops and paging runs over every first-party plugin, beyond
+# what one representative run shows) run only with HEADRACE_DEEP=1, so the README's test
+# command stays within its time budget; `HEADRACE_DEEP=1 ./scripts/test.sh` runs everything.
+DEEP = os.environ.get("HEADRACE_DEEP", "") == "1"
+
+
+def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
+    if DEEP:
+        return
+    drop = [item for item in items if item.get_closest_marker("deep") is not None]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if item.get_closest_marker("deep") is None]
 
 
 @pytest.fixture(scope="session")
