@@ -20,7 +20,7 @@ from headrace.options import Boolean, Integer
 from headrace.plugins import registry
 from headrace.progress import QueryProgress
 from headrace.query import StreamingQuery, Trigger
-from headrace.state.store import BACKENDS
+from headrace.state.backends import BACKENDS
 
 if TYPE_CHECKING:
     from headrace.api.frame import StreamFrame
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 # Options the engine consumes itself on the writer side (not passed to the sink's schema).
 ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync", "stateStore", "stateSnapshotInterval")
-STATE_STORES = BACKENDS  # the state store backends, defined once in headrace.state.store
+STATE_STORES = BACKENDS  # the state store backends, defined once in headrace.state.backends
 #: Spark's spark.sql.streaming.stateStore.minDeltasForSnapshot
 DEFAULT_SNAPSHOT_INTERVAL = 10
 

@@ -53,6 +53,7 @@ import pyarrow as pa
 
 from headrace.checkpoint import atomic_write
 from headrace.errors import CheckpointError, UnsupportedError
+from headrace.state.backends import BACKENDS
 from headrace.state.files import (
     OP_COLUMN,
     OP_PUT,
@@ -73,7 +74,6 @@ __all__ = ["BACKENDS", "PendingWrite", "StateStore", "WorkCounters", "open_state
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("memory", "rocksdb")
 
 
 @dataclass
