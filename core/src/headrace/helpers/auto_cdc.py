@@ -32,6 +32,7 @@ __all__ = [
     "SEQ",
     "AutoCdcError",
     "AutoCdcSpec",
+    "first_of_each_key",
     "last_per_key",
     "delete_mask",
     "prepare",
@@ -227,7 +228,19 @@ def last_per_key(prepared: pa.Table, keys: Sequence[str]) -> pa.Table:
         with_pos,
         sort_keys=[*((k, "ascending") for k in keys), (SEQ, "descending"), (DELETE, "ascending"), (_POS, "descending")],
     )
-    ordered = prepared.take(order)
+    return first_of_each_key(prepared.take(order), keys)
+
+
+def first_of_each_key(ordered: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """The first row of each run of equal ``keys`` in ``ordered`` (a table sorted by them;
+    NULL keys compare unequal to their neighbours). Called once per batch or flushed chunk
+    by AUTO CDC and upsert sinks; O(n) in its rows."""
+    import numpy as np  # with the sql extra; imported when a change stream is applied
+    import pyarrow.compute as pc
+
+    n = ordered.num_rows
+    if n <= 1:
+        return ordered
     keep = np.zeros(n, dtype=bool)
     keep[0] = True
     for k in keys:

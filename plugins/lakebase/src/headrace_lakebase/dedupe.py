@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headrace.helpers.auto_cdc import first_of_each_key
+
 __all__ = ["last_per_key_sorted"]
 
 _POS = "__headrace_pos"
@@ -26,13 +28,4 @@ def last_per_key_sorted(table: pa.Table, keys: Sequence[str]) -> pa.Table:
         return table
     with_pos = table.append_column(_POS, pa.array(np.arange(n, dtype=np.int64)))
     order = pc.sort_indices(with_pos, sort_keys=[*((k, "ascending") for k in keys), (_POS, "descending")])
-    ordered = table.take(order)
-    keep = np.zeros(n, dtype=bool)
-    keep[0] = True
-    for k in keys:
-        col = ordered.column(k).combine_chunks()
-        differs = pc.not_equal(col.slice(1), col.slice(0, n - 1)).fill_null(True)
-        keep[1:] |= differs.to_numpy(zero_copy_only=False)
-    if keep.all():
-        return ordered
-    return ordered.filter(pa.array(keep))
+    return first_of_each_key(table.take(order), keys)
