@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             spark.stop()
     big = 1_000_000 // scale
-    print(f"2. one batch touching 1k keys: {big:,} keys in state vs 10,000")
+    print(f"2. one batch touching 1k keys: 10,000 keys in state vs {big:,}")
     for backend in ("memory", "rocksdb"):
         small, large = state_cost(backend, 10_000), state_cost(backend, big)
         print(
