@@ -1,6 +1,6 @@
 """Engine overhead: rate-micro-batch -> noop through headrace vs iterating the same Arrow batches.
 
-What it measures (issue 17, "small batches"):
+What it measures (the engine's fixed cost per batch, which small batches feel):
 
 - ``direct``: the same batches read straight from the source class (latest_offset, partitions,
   read), no engine, no checkpoint: the time of a batch spent on its rows.

@@ -10,8 +10,7 @@ already) through headrace, against the same work done by hand with psycopg in th
 Run from the repository root: ``.venv/bin/python bench/lakebase.py [--rows N]``. It starts its
 own PostgreSQL (tests/services). Measures and prints; asserts nothing.
 
-It first prints the plugin's import cost (issue 17: "importing the lakebase plugin costs ~0.37 s
-at query start"), from ``python -X importtime`` in fresh processes (``--import-runs``, medians),
+It first prints the plugin's import cost (what a query start pays for it), from ``python -X importtime`` in fresh processes (``--import-runs``, medians),
 split by who pays it: every query start loads the plugin module (``_plugin``: options, no
 client library); a query with the sink loads ``headrace_lakebase.sink`` (psycopg needed for its
 first connection); one with the change source ``headrace_lakebase.cdc_source``.

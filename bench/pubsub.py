@@ -8,7 +8,7 @@ Source: N messages of --size bytes are published once to a topic with one subscr
 messages; each drains its own subscription, and each one's output is checked afterwards (N
 distinct message ids, N x size payload bytes). Every side creates its own client inside its timing.
   - shown once: the client's streaming pull (``SubscriberClient.subscribe``) acking each message;
-  - the reference (issue 17): a plain unary loop, Pull (max 1000 messages; the emulator hands out
+  - the reference: a plain unary loop, Pull (max 1000 messages; the emulator hands out
     100) then Acknowledge those, until it has N ("told N": it knows when to stop);
   - the same loop not told N, ending once the subscription delivered nothing for --idle-ms (the
     end condition of the headrace run below; a real consumer does not know N);
@@ -19,7 +19,7 @@ distinct message ids, N x size payload bytes). Every side creates its own client
     check). Also shown: its msgs/s up to the progress report of the batch that completed N rows,
     the same work as the loop told N (both stop at the N-th message; the last chunk's
     acknowledgement may still be in flight then, ~1 ms).
-Ratios printed: vs the loop told N (the issue's figure), vs the loop that finds the end (like for
+Ratios printed: vs the loop told N (the goal's figure), vs the loop that finds the end (like for
 like), and headrace-to-the-last-message vs the loop told N (the same work). docs/performance.md
 says why the second is the fair one. Each side's CPU time is shown too: this process's
 (user+sys) and the emulator JVM's.
@@ -349,7 +349,7 @@ def bench_source(emu: PubSubEmulator, pub: Any, n: int, size: int, rounds: int, 
         print(f"  CPU {label:9} this process {py:5.2f} s, emulator {jvm:5.2f} s  "
               f"({1e6 * py / n:5.1f} + {1e6 * jvm / n:5.1f} us/msg)")  # fmt: skip
     print(f"  ratio vs streaming pull           {hr_m / stream:5.2f}")
-    print(f"  ratio vs unary loop told N        {hr_m / unary_m:5.2f}   (issue 17's figure, goal >= 0.8; headrace must also find the end)")
+    print(f"  ratio vs unary loop told N        {hr_m / unary_m:5.2f}   (goal >= 0.8; headrace must also find the end)")
     print(f"  ratio vs that loop until idle     {hr_m / drain_m:5.2f}   (both find the end the same way: the like-for-like figure)")
     print(f"  to the last message vs told N     {last_m / unary_m:5.2f}   (both stop at the N-th message: the same work)")
 

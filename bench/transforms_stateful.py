@@ -9,8 +9,8 @@ Ratios are measured in the same run:
    at once (goal >= 0.5) and against PySpark ``local[2]`` Structured Streaming running the same
    query on the same input (Spark's own ``rate-micro-batch`` source generates the same rows;
    goal >= 3x Spark). Each side warms up with a small query first; best of ``REPEAT`` (5) runs
-   on each side (the machine's noise is +-20% run to run; DuckDB was best of 3 and headrace
-   best of 2 before the fifth session, which tilted the ratio against headrace). The
+   on each side (the machine's noise is +-20% run to run; unequal repetitions would tilt the
+   ratio). The
    median per-batch durations of the progress reports (trigger, addBatch, the state store's
    commit, WAL, commit entry) are printed next to it.
 2. **Cost per batch vs state size**: one batch touching 1k keys with 1M keys in state vs with
@@ -23,7 +23,7 @@ Ratios are measured in the same run:
 3. **Memory stays bounded**: the windowed aggregation over 10M rows with a watermark, in a
    child process; its peak RSS next to that of a run over a tenth of the rows.
 
-Defaults are small (a fraction of each size); ``--full`` runs the issue's sizes (1M rows,
+Defaults are small (a fraction of each size); ``--full`` runs the full sizes (1M rows,
 10k keys, 100k-row batches; 1M keys in state; 10M rows). Asserts nothing.
 """
 
@@ -234,7 +234,7 @@ def memory_run(rows: int, backend: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--full", action="store_true", help="the issue's sizes (1M rows, 1M keys in state, 10M rows)")
+    ap.add_argument("--full", action="store_true", help="the full sizes (1M rows, 1M keys in state, 10M rows)")
     ap.add_argument("--no-spark", action="store_true", help="skip the PySpark comparison")
     ap.add_argument("--sections", default="1,2,3", help="which sections to run (comma-separated; default all)")
     ap.add_argument("--memory-child", nargs=2, metavar=("ROWS", "BACKEND"), help=argparse.SUPPRESS)

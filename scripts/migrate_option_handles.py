@@ -1,4 +1,4 @@
-"""Move plugins from string option keys to typed handles, mechanically (issue 18).
+"""Move plugins from string option keys to typed handles, mechanically.
 
     python scripts/migrate_option_handles.py [ROOT]     # then: ruff check --fix plugins; mypy ...
 

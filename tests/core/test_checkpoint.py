@@ -159,7 +159,7 @@ def test_object_store_checkpoints_are_refused_clearly() -> None:
         Checkpoint("s3://bucket/chk")
 
 
-# ----------------------------------------------------------------- metadata lost (issue 12, item 3)
+# ----------------------------------------------------------------- metadata lost
 
 
 @pytest.mark.parametrize("folder", ["offsets", "commits"])
@@ -214,7 +214,7 @@ def test_structurally_wrong_metadata_is_a_checkpoint_error(tmp_path: Path) -> No
         opened(tmp_path)
 
 
-# ----------------------------------------------------------------- unusable location (issue 12, item 12)
+# ----------------------------------------------------------------- unusable location
 
 
 def _unwritable(tmp_path: Path) -> str:
@@ -259,7 +259,7 @@ def test_cli_reports_an_unusable_location_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in out.stderr and "cannot be used as a checkpoint folder" in out.stderr
 
 
-# ----------------------------------------------------------------- first start failed (issue 12, item 5)
+# ----------------------------------------------------------------- first start failed
 
 
 @pytest.mark.parametrize("change", ["name", "sources", "both"])

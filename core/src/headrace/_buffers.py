@@ -1,15 +1,16 @@
 """Columns computed by numpy straight into reusable memory that Arrow arrays then share.
 
 Each chunk's generated or computed int64 columns (the rate sources' values and timestamps,
-``x % m`` in the Arrow fast path of SQL expressions) used to get a fresh allocation:
+``x % m`` in the Arrow fast path of SQL expressions) come from a pool rather than a fresh
+allocation, because a fresh allocation costs either way:
 
-* from glibc through numpy, which hands the freed top of its heap back to the kernel after a
-  batch and faults it in again in the next one (~300 page faults a batch, fourth session);
-* then from Arrow's memory pool, which avoided those but releases the GIL for each allocation:
-  on a busy query thread every release lets a background thread (checkpoint and state writers)
-  take the GIL, and taking it back cost ~0.1 ms a column (fifth session).
+* from glibc through numpy, the freed top of the heap is handed back to the kernel after a
+  batch and faulted in again in the next one (~300 page faults a batch);
+* from Arrow's memory pool, each allocation releases the GIL: on a busy query thread every
+  release lets a background thread (checkpoint and state writers) take the GIL, and taking it
+  back costs ~0.1 ms a column.
 
-:func:`new_int64` now hands out a slice of a pooled numpy array, wrapped as an Arrow buffer
+:func:`new_int64` hands out a slice of a pooled numpy array, wrapped as an Arrow buffer
 without a copy. An array is reused only once nothing refers to it any more: the Arrow buffer
 holds the slice, and the slice (like any numpy view of it) holds the array, so the array's
 reference count says whether any array of any batch still uses its memory. Nothing is ever

@@ -1,5 +1,5 @@
 """``headrace checkpoint reset`` loses no data, and progress never counts skipped rows as
-output (issue 12, item 4)."""
+output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""No traceback ever reaches a user of the ``headrace`` command (issue 12, item 15)."""
+"""No traceback ever reaches a user of the ``headrace`` command."""
 
 from __future__ import annotations
 

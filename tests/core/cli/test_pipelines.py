@@ -1,5 +1,5 @@
 """``headrace validate`` rejects what ``run`` would; Spark-style triggers; the run summary;
-a second Ctrl-C (issue 12, item 15)."""
+a second Ctrl-C."""
 
 from __future__ import annotations
 

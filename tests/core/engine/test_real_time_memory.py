@@ -1,5 +1,5 @@
 """A real-time query keeps bounded memory whatever the rate and the interval, and ``stop()``
-returns at once (issue 12, item 7): rate at 200k rows/s into noop, one 10-minute interval."""
+returns at once: rate at 200k rows/s into noop, one 10-minute interval."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Real-time latency bookkeeping stays bounded whatever the rate and the interval (issue 12, item 7)."""
+"""Real-time latency bookkeeping stays bounded whatever the rate and the interval."""
 
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ def test_exact_seconds(us: int, text: str) -> None:
     assert exact_seconds(us) == text
 
 
-# ------------------------------------------------------------------ the case, through the engine
+# ------------------------------------------------------------------ a changed aggregate, through the engine
 SCHEMA = pa.schema([("user", pa.string()), ("value", pa.int64())])
 
 

@@ -169,7 +169,7 @@ def rows_of(batches: list[tuple[int, pa.Table]]) -> list[int]:
 
 
 def test_checkpoint_reset_with_a_rate_source_loses_nothing(tmp_path: Path) -> None:
-    """Issue 12 item 4: reset to an earlier batch, rate -> delta: the rolled-back batches replay
+    """Reset to an earlier batch, rate -> delta: the rolled-back batches replay
     their recorded ranges, the sink skips them (reported as skipped, not output), no row lost."""
     from headrace.cli import main
     from headrace.testing import wait_for
