@@ -1,6 +1,6 @@
 """rate-micro-batch: every row's value and timestamp, whatever the chunk and batch sizes, and
 columns built in pooled memory reused once free (no per-batch allocation: see
-docs/performance.md, "the slow mode was page faults", and headrace._buffers)."""
+docs/decisions.md#engine, "Column memory is pooled", and headrace._buffers)."""
 
 from __future__ import annotations
 

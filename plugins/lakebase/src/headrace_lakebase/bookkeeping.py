@@ -24,7 +24,7 @@ small: per target and query, the chunks of the last committed batch and its mark
 what a replay after ``headrace checkpoint reset`` needs: the engine then replays rolled-back
 batches ``<= n`` whose chunk rows are gone, and in insert mode (no keys) the sink skips any batch
 at or below the mark, as the delta and files sinks skip committed batch ids (see
-docs/decisions.md, "lakebase insert mode and checkpoint reset").
+docs/decisions.md#lakebase-connector).
 """
 
 from __future__ import annotations
