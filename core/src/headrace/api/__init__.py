@@ -19,8 +19,10 @@ transforms are its plan: a tuple of operators (``headrace.transforms``) run by t
 One job per module: :mod:`~headrace.api.reader` (``read_stream``), :mod:`~headrace.api.frame`
 (``StreamFrame``, ``GroupedStream``), :mod:`~headrace.api.writer` (``DataStreamWriter``),
 :mod:`~headrace.api.triggers` (``trigger(...)`` keywords) and
-:mod:`~headrace.api.builder_options` (how builders hold options); every name is importable from
-``headrace.api``.
+:mod:`~headrace.api.builder_options` (how builders hold options), whose names are importable
+from ``headrace.api``; :mod:`~headrace.api.static` (``read``, ``StaticFrame``),
+:mod:`~headrace.api.catalog` (the table-name seam) and :mod:`~headrace.api.engines` (the seam to
+other engines: ``start(engine=...)``).
 """
 
 from __future__ import annotations

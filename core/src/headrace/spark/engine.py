@@ -97,10 +97,16 @@ class SparkEngine:
         """The Spark format name for a headrace connector."""
         return connector if connector.lower() in self.native else f"headrace.{connector}"
 
+    def start_query(self, writer: DataStreamWriter, path: str | None) -> SparkStreamingQuery:
+        """Translate ``writer``'s query and start it on this session (:func:`start_on_spark`):
+        the :class:`~headrace.api.engines.QueryEngine` that ``start(path, engine=...)`` calls."""
+        return start_on_spark(writer, path, self)
+
 
 def as_engine(engine: Any) -> SparkEngine:
     """``engine`` (a ``SparkSession`` or a :class:`SparkEngine`) as a :class:`SparkEngine`;
-    raises naming what was given otherwise. Called by ``start(engine=...)``."""
+    raises naming what was given otherwise. Called by ``start(engine=spark)`` through the
+    engine the core registers for a ``SparkSession`` (``headrace._builtin``)."""
     if isinstance(engine, SparkEngine):
         return engine
     if type(engine).__name__ == "SparkSession" and hasattr(engine, "readStream"):
