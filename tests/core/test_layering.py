@@ -30,7 +30,7 @@ CORE = REPO / "core" / "src" / "headrace"
 
 # lowest first: each name is a top-level module or package of headrace
 LAYERS: list[tuple[str, set[str]]] = [
-    ("contracts", {"protocols", "options", "errors", "types", "redaction", "plugins", "_lazy", "logs", "_buffers",
+    ("contracts", {"protocols", "options", "errors", "types", "sql_types", "redaction", "plugins", "_lazy", "logs", "_buffers",
                    "_textfile", "_words"}),
     ("storage", {"state", "checkpoint", "badrecords"}),
     ("transforms", {"transforms", "functions"}),
@@ -266,7 +266,7 @@ def test_the_walk_sees_every_executed_import(tmp_path: Path, source: str, expect
 
 def test_parse_schema_lives_below_the_transforms() -> None:
     from headrace.api import builder_options
-    from headrace.types import parse_schema
+    from headrace.sql_types import parse_schema
 
     assert builder_options.parse_schema is parse_schema
     assert parse_schema("a INT, b STRING").names == ["a", "b"]

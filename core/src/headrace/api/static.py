@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.errors import HeadraceError
-from headrace.transforms.frame import FrameSteps
+from headrace.transforms.frame_steps import FrameSteps
 from headrace.transforms.operator import BatchInfo, Operator
 
 __all__ = ["DataFrameReader", "StaticFrame", "read", "read_source_once"]

@@ -23,7 +23,7 @@ from headrace.query import StreamingQuery, Trigger
 from headrace.state.backends import BACKENDS
 
 if TYPE_CHECKING:
-    from headrace.api.frame import StreamFrame
+    from headrace.api.stream_frame import StreamFrame
 
 __all__ = ["DataStreamWriter", "ENGINE_WRITER_OPTIONS", "EngineWriterOptions", "STATE_STORES", "parse_engine_options"]
 

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery as SparkStreamingQuery
 
-    from headrace.api.frame import StreamFrame
+    from headrace.api.stream_frame import StreamFrame
     from headrace.api.writer import DataStreamWriter
     from headrace.engine.trigger import SourcePlan
     from headrace.transforms.operator import Operator
@@ -159,7 +159,7 @@ def _micros(us: int) -> str:
 
 
 def _map_in_arrow(df: DataFrame, fn: Callable[[pa.Table], pa.Table | None], schema: pa.Schema) -> DataFrame:
-    from headrace.spark.types import arrow_to_spark_schema
+    from headrace.spark.type_mapping import arrow_to_spark_schema
 
     def each(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -171,7 +171,7 @@ def _map_in_arrow(df: DataFrame, fn: Callable[[pa.Table], pa.Table | None], sche
 
 
 def _input_schema(df: DataFrame) -> pa.Schema:
-    from headrace.spark.types import spark_to_arrow_schema
+    from headrace.spark.type_mapping import spark_to_arrow_schema
 
     return spark_to_arrow_schema(df.schema)
 
@@ -256,7 +256,7 @@ def static_to_spark(static: Any, engine: SparkEngine) -> DataFrame:
     elif base.connector.lower() in engine.native:
         reader = spark.read.format(base.connector).options(**_strs(base.raw_options))
         if base.user_schema is not None:
-            from headrace.spark.types import arrow_to_spark_schema
+            from headrace.spark.type_mapping import arrow_to_spark_schema
 
             reader = reader.schema(arrow_to_spark_schema(base.user_schema))
         df = reader.load()
@@ -279,7 +279,7 @@ def _strs(options: Mapping[str, Any]) -> dict[str, str]:
 def _source(plan: SourcePlan, engine: SparkEngine, state_path: str | None) -> DataFrame:
     reader = engine.session.readStream.format(engine.format_of(plan.connector))
     if plan.user_schema is not None:
-        from headrace.spark.types import arrow_to_spark_schema
+        from headrace.spark.type_mapping import arrow_to_spark_schema
 
         reader = reader.schema(arrow_to_spark_schema(plan.user_schema))
     options = dict(plan.raw_options)
