@@ -253,14 +253,14 @@ def static_to_spark(static: Any, engine: SparkEngine) -> DataFrame:
     base = static._base
     if isinstance(base, pa.Table):
         df = spark.createDataFrame(base)
-    elif base.connector.lower() in engine.native:
+    elif str(getattr(base, "connector", "")).lower() in engine.native:  # a connector's read (SourcePlan)
         reader = spark.read.format(base.connector).options(**_strs(base.raw_options))
         if base.user_schema is not None:
             from headrace.spark.type_mapping import arrow_to_spark_schema
 
             reader = reader.schema(arrow_to_spark_schema(base.user_schema))
         df = reader.load()
-    else:
+    else:  # a connector's read, files, or a table computed on first use: read on the driver
         from headrace.api.static import StaticFrame
 
         df = spark.createDataFrame(StaticFrame(base, (), static._schema).to_arrow())
