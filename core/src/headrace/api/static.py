@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from headrace.errors import ConnectorNotFoundError, HeadraceError
+from headrace.errors import ConnectorNotFoundError, HeadraceError, OptionsError
 from headrace.options import OptionSchema
 from headrace.transforms.frame_steps import FrameSteps
 from headrace.transforms.operator import BatchInfo, Operator
@@ -300,7 +300,12 @@ class DataFrameReader:
             raise HeadraceError("read needs a format: hr.read.format('delta').load(path); see `headrace connectors`")
         fmt = self._format.lower()
         if fmt in FILE_FORMATS and not _is_connector(fmt):
-            FILE_READ_OPTIONS.parse(self._options, connector=fmt, role="source")
+            try:
+                FILE_READ_OPTIONS.parse(self._options, connector=fmt, role="source")
+            except OptionsError as e:
+                raise OptionsError(fmt, "source", e.problems, hint=(
+                    f"'{fmt}' files are read with pyarrow's defaults and take no options; for Auto Loader's options "
+                    f"read them with format('cloudFiles').option('cloudFiles.format', '{fmt}')")) from None  # fmt: skip
             if path is None:
                 raise HeadraceError(f"read.format({self._format!r}).load(path) needs the path of the files")
             frame = StaticFrame(FileRead(fmt, path))
