@@ -94,3 +94,9 @@ def test_a_lazy_frame_is_read_once_and_kept() -> None:
     assert calls == [1]
     assert frame.transform(lambda t: t.slice(1)).to_arrow().num_rows == 2
     assert calls == [1]
+
+
+def test_where_takes_a_condition_or_a_function_of_the_table() -> None:
+    frame = static.StaticFrame.from_arrow(pa.table({"k": [1, 2, 3]}))
+    assert frame.where("k > 1").to_arrow().column("k").to_pylist() == [2, 3]
+    assert frame.where(lambda t: pa.compute.greater(t["k"], 2)).to_arrow().column("k").to_pylist() == [3]

@@ -192,6 +192,16 @@ class StaticFrame(FrameSteps):
         right = other if isinstance(other, StaticFrame) else StaticFrame.from_arrow(other)
         return StaticFrame.lazy(lambda: join_tables(self.to_arrow(), right.to_arrow(), on, how), f"{self!r}.join")
 
+    def where(self, condition: Any) -> StaticFrame:
+        """Keep the rows where the SQL ``condition`` is true (as a stream's ``where``); a function
+        of the table returning a boolean array is taken too (as :meth:`filter`)."""
+        if callable(condition) and not isinstance(condition, str):
+            from headrace.functions import Column
+
+            if not isinstance(condition, Column):
+                return self.filter(condition)
+        return super().where(condition)
+
     def count(self) -> int:
         """The number of rows (reads the frame)."""
         return int(self.to_arrow().num_rows)
