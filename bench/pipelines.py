@@ -90,8 +90,9 @@ def run_pipeline(work: Path) -> float:
 def run_by_hand(work: Path) -> float:
     from deltalake import DeltaTable, write_deltalake
 
-    from headrace.pipelines.frames import _read_files, join_tables
+    from headrace.api.static import FileRead
     from headrace.transforms.expressions import condition_mask, run_sql
+    from headrace.transforms.join import join_tables
 
     out = work / "manual"
     t0 = time.perf_counter()
@@ -105,7 +106,7 @@ def run_by_hand(work: Path) -> float:
        .write_stream.format("delta").option("checkpointLocation", str(out / "chk" / "silver"))
        .trigger(available_now=True).start(str(out / "silver")).await_termination())  # fmt: skip
     silver = DeltaTable(str(out / "silver")).to_pyarrow_table()
-    dims = _read_files("json", str(work / "dims.json"), {})
+    dims = FileRead("json", str(work / "dims.json")).read()
     gold = run_sql(join_tables(silver, dims, "k"), GOLD)
     write_deltalake(str(out / "gold"), gold, mode="overwrite", schema_mode="overwrite")
     return time.perf_counter() - t0

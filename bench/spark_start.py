@@ -81,7 +81,7 @@ def main() -> None:
     from pyspark.find_spark_home import _find_spark_home
 
     import headrace.spark
-    from headrace.spark.types import arrow_to_spark_schema
+    from headrace.spark.type_mapping import arrow_to_spark_schema
 
     print(bench.compile_bytecode() if not args.no_compile else "bytecode: not compiled first (--no-compile)")
     lib = Path(_find_spark_home()) / "python" / "lib"

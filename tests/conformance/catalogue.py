@@ -90,6 +90,12 @@ _CASES: tuple[Case, ...] = (
             Step("join", ("ek = sk",), {"how": "inner"}))),
     Case(_q("join-left-condition", Step("select_expr", ("ts", "k AS ek", "id", "v")),
             Step("join", ("ek = sk",), {"how": "left"}))),
+    Case(_q("join-left-semi-keys", Step("join", (["k"],), {"how": "left_semi"}))),
+    Case(_q("join-left-anti-keys", Step("join", (["k"],), {"how": "left_anti"}))),
+    Case(_q("join-semi-condition", Step("select_expr", ("ts", "k AS ek", "id", "v")),
+            Step("join", ("ek = sk",), {"how": "semi"}))),
+    Case(_q("join-anti-condition", Step("select_expr", ("ts", "k AS ek", "id", "v")),
+            Step("join", ("ek = sk",), {"how": "anti"}))),
     # unions
     Case(_q("union-where", Step("where", ("n IS NOT NULL",)), union=True)),
     Case(_q("union-tumbling", _WM, Step("group_by", ([_TUMBLE], ["count(*) AS n", "sum(id) AS ids"])),

@@ -25,7 +25,7 @@ DEEP = os.environ.get("HEADRACE_CONFORMANCE", "").lower() == "deep"
 # module -> the case ids its CI tier runs (a module not named here runs whole)
 CI_TIER: dict[str, frozenset[str]] = {
     "test_conformance.py": frozenset({
-        "select-where", "join-left-condition", "union-tumbling", "tumbling-append", "sliding-update",
+        "select-where", "join-left-condition", "join-left-anti-keys", "union-tumbling", "tumbling-append", "sliding-update",
         "session-append", "group-by-key-update", "every-aggregate-update", "dedup-event-time-append",
         "dedup-within-watermark-append",
     }),

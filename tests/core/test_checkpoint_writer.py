@@ -14,7 +14,7 @@ import pytest
 
 import headrace.checkpoint.writer as writer_mod
 from headrace.checkpoint import Checkpoint, OffsetEntry
-from headrace.checkpoint.files import DirSync, write_temp
+from headrace.checkpoint.atomic_files import DirSync, write_temp
 from headrace.checkpoint.writer import LogWriter
 from headrace.errors import CheckpointError
 from headrace.testing import wait_for

@@ -11,6 +11,10 @@ allowed by name. Two things are not dependencies and are skipped, by rule:
 
 Plugins may import only the contracts and the plugin SDK (``headrace.helpers``), and their own
 package.
+
+Besides the order, core modules import each other without cycles: a cycle among module-level
+imports (outside functions and outside ``if TYPE_CHECKING:``) is a failure; cycles that close
+only through ``TYPE_CHECKING`` imports are allowed and listed in docs/guide.md ("Layers").
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ CORE = REPO / "core" / "src" / "headrace"
 
 # lowest first: each name is a top-level module or package of headrace
 LAYERS: list[tuple[str, set[str]]] = [
-    ("contracts", {"protocols", "options", "errors", "types", "redaction", "plugins", "_lazy", "logs", "_buffers",
+    ("contracts", {"protocols", "options", "errors", "types", "sql_types", "redaction", "plugins", "_lazy", "logs", "_buffers",
                    "_textfile", "_words"}),
     ("storage", {"state", "checkpoint", "badrecords"}),
     ("transforms", {"transforms", "functions"}),
@@ -133,6 +137,108 @@ def plugin_edges_outside_the_sdk() -> list[str]:
     return bad
 
 
+def test_core_imports_run_down_the_layers() -> None:
+    bad = core_edges_against_the_order()
+    assert not bad, "\n".join(bad)
+
+
+def _core_modules() -> dict[str, tuple[Path, str]]:
+    """Every core module: name -> (path, the package its relative imports start from)."""
+    out = {}
+    for path in sorted(CORE.rglob("*.py")):
+        module, package = _module_of(path, CORE, "headrace")
+        out[module] = (path, package)
+    return out
+
+
+def _module_level(body: list[ast.stmt], *, type_checking: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports a module runs when it is imported: its body's, and those under ``if``/``try``
+    at module level (``if TYPE_CHECKING:`` only with ``type_checking``); never in functions."""
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        elif isinstance(node, ast.If):
+            if _is_type_checking(node.test) and not type_checking:
+                continue
+            yield from _module_level(node.body, type_checking=type_checking)
+            yield from _module_level(node.orelse, type_checking=type_checking)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, node.orelse, node.finalbody, *(h.body for h in node.handlers)):
+                yield from _module_level(block, type_checking=type_checking)
+
+
+def module_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
+    """Core module -> the core modules it imports at module level. ``from package import name``
+    is an edge to the submodule ``package.name`` when there is one, else to the package."""
+    modules = _core_modules()
+    graph: dict[str, set[str]] = {}
+    for module, (path, package) in modules.items():
+        targets: set[str] = set()
+        for node in _module_level(ast.parse(path.read_text(), str(path)).body, type_checking=type_checking):
+            if isinstance(node, ast.Import):
+                targets.update(a.name for a in node.names if a.name in modules)
+                continue
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - (node.level - 1)] + ([node.module] if node.module else []))
+            for a in node.names:
+                if f"{base}.{a.name}" in modules:
+                    targets.add(f"{base}.{a.name}")
+                elif base in modules:
+                    targets.add(base)
+        graph[module] = targets - {module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each
+    sorted; every import cycle lies inside one of them."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_core_modules_import_each_other_without_cycles() -> None:
+    cycles = import_cycles(module_graph())
+    assert not cycles, "import cycles among core modules (move the shared code down a layer):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+
+
 def test_plugins_import_only_the_contracts_and_the_sdk() -> None:
     bad = plugin_edges_outside_the_sdk()
     assert not bad, "\n".join(bad)
@@ -160,7 +266,7 @@ def test_the_walk_sees_every_executed_import(tmp_path: Path, source: str, expect
 
 def test_parse_schema_lives_below_the_transforms() -> None:
     from headrace.api import builder_options
-    from headrace.types import parse_schema
+    from headrace.sql_types import parse_schema
 
     assert builder_options.parse_schema is parse_schema
     assert parse_schema("a INT, b STRING").names == ["a", "b"]

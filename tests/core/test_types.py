@@ -3,7 +3,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from headrace.types import arrow_to_spark_name, ddl_to_schema, parse_type
+from headrace.sql_types import arrow_to_spark_name, ddl_to_schema, parse_type
 
 
 def test_ddl_to_schema() -> None:

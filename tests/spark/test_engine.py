@@ -86,6 +86,7 @@ CASES = {
     "join-static-table": lambda s: s.join(pa.table({"user": ["a", "b"], "name": ["Ann", "Bob"]}), "user"),
     "join-static-left-condition": lambda s: s.join(
         pa.table({"u": ["a"], "vip": [True]}), "batch.user = static.u", how="left").drop("u"),
+    "join-static-anti": lambda s: s.join(pa.table({"user": ["a"]}), "user", how="anti"),
     "map_batches-as-mapInArrow": lambda s: s.map_batches(
         lambda t: t.select(["user"]).append_column("len", pa.array([1] * t.num_rows, pa.int64())),
         schema=pa.schema([("user", pa.string()), ("len", pa.int64())])),

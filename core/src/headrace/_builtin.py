@@ -1,4 +1,5 @@
-"""The core's own plugin module: the built-in connectors and their options.
+"""The core's own plugin module: the built-in connectors and their options, and the Spark
+query engine (``start(path, engine=spark)``).
 
 Registered through the same ``headrace`` entry-point group as every other plugin; importing it
 imports nothing but option declarations.
@@ -7,9 +8,9 @@ imports nothing but option declarations.
 from __future__ import annotations
 
 from headrace.options import Boolean, Choice, Integer, Option, OptionSchema, PyObject, String, StringList
-from headrace.plugins import ConnectorSpec, hookimpl
+from headrace.plugins import ConnectorSpec, EngineSpec, hookimpl
 
-__all__ = ["headrace_connectors"]
+__all__ = ["headrace_connectors", "headrace_engines"]
 
 RATE_OPTIONS = OptionSchema(
     [
@@ -98,4 +99,20 @@ def headrace_connectors() -> list[ConnectorSpec]:
             sink_options=FOREACH_OPTIONS,
             description="Calls a function with each micro-batch (set with foreach_batch(fn)).",
         ),
+    ]
+
+
+@hookimpl
+def headrace_engines() -> list[EngineSpec]:
+    """The Spark engine: a query definition translated to a PySpark streaming DataFrame
+    (``headrace.spark.engine``, imported only when a query is started on Spark)."""
+    return [
+        EngineSpec(
+            name="spark",
+            accepts=("pyspark.sql.session.SparkSession", "pyspark.sql.connect.session.SparkSession"),
+            factory="headrace.spark.engine:as_engine",
+            description="a SparkSession or headrace.spark.engine.SparkEngine",
+            requires=("pyspark",),
+            install_hint="pip install 'headrace[spark]'",
+        )
     ]

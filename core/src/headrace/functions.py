@@ -310,7 +310,7 @@ def from_json(value: Column | str, schema: str | pa.Schema) -> Column:
     """Spark's ``from_json(col, "a BIGINT, b STRING")``: the JSON text parsed into a struct of
     that schema (a DDL string or a ``pyarrow.Schema``), as the SQL ``from_json(col,
     '{"a": "BIGINT", "b": "VARCHAR"}')`` (DuckDB's form, with the schema as JSON)."""
-    from headrace.types import parse_schema
+    from headrace.sql_types import parse_schema
 
     try:
         parsed = parse_schema(schema)

@@ -11,8 +11,8 @@ import pytest
 
 import headrace as hr
 from headrace.api.catalog import Catalog, active_catalog, installed
-from headrace.api.frame import StreamFrame
 from headrace.api.reader import DataStreamReader
+from headrace.api.stream_frame import StreamFrame
 from headrace.errors import HeadraceError
 
 

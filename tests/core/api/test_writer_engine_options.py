@@ -15,8 +15,8 @@ import pytest
 
 import headrace as hr
 from headrace.api.writer import parse_engine_options
+from headrace.cli.flow_file import load_flow_file
 from headrace.errors import OptionsError
-from headrace.pipeline import load_pipeline
 from headrace.testing import memory_stream, wait_for
 from tests.core.test_hostile_options import HOSTILE
 
@@ -115,10 +115,10 @@ def test_a_pipeline_file_with_a_bad_interval_fails_validation(tmp_path: Path) ->
     p.write_text('checkpoint = "c"\n[source]\nformat = "rate-micro-batch"\noptions = { rowsPerBatch = 1 }\n'
                  '[sink]\nformat = "noop"\noptions = { stateSnapshotInterval = 0, checkpointFsync = false }\n')  # fmt: skip
     with pytest.raises(OptionsError, match=r"sink\.stateSnapshotInterval: 0 is less than the minimum 1"):
-        load_pipeline(str(p)).validate()
+        load_flow_file(str(p)).validate()
     assert not (tmp_path / "c").exists()
     p.write_text(p.read_text().replace("stateSnapshotInterval = 0", "stateSnapshotInterval = 5"))
-    load_pipeline(str(p)).validate()
+    load_flow_file(str(p)).validate()
 
 
 @pytest.mark.parametrize("value", HOSTILE, ids=[f"hostile-{i}" for i in range(len(HOSTILE))])

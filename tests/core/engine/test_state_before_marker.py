@@ -74,7 +74,7 @@ def test_commit_without_waiting_is_durable_once_its_pending_write_returns(tmp_pa
     import pyarrow as pa
 
     from headrace.state import open_state_store
-    from headrace.state.files import read_state_file
+    from headrace.state.version_files import read_state_file
 
     s = open_state_store("memory", str(tmp_path), pa.schema([("k", pa.int64())]), pa.schema([("n", pa.int64())]))
     s.load(-1)

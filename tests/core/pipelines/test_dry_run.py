@@ -112,6 +112,14 @@ def test_bad_options_all_reported(make_project, capsys) -> None:
         @dp.append_flow(target="out", spark_conf={"pipelines.trigger.interval": "soon"})
         def bad_interval():
             return hr.read_stream.table("bronze")
+
+        @dp.materialized_view
+        def bad_batch_read():
+            return dp.read.format("json").option("multiline", True).load("dims.json")
+
+        @dp.materialized_view
+        def bad_connector_read():
+            return dp.read.format("rate-micro-batch").option("rowsPerBatch", 0).load()
         """)
     problems = _problems(p)
     text = "\n".join(problems)
@@ -121,6 +129,8 @@ def test_bad_options_all_reported(make_project, capsys) -> None:
     assert "'nowhere', which is not a dataset" in text
     assert "into_view" in text and "materialized view" in text
     assert "bad_interval" in text and "pipelines.trigger.interval" in text
+    assert "bad_batch_read" in text and "multiline: unknown option" in text  # dp.read checks options as hr.read
+    assert "bad_connector_read" in text and "rowsPerBatch" in text
     assert main(["pipelines", "dry-run", "--spec", p.path("pipeline.yml")]) == 1
     err = capsys.readouterr().err
     assert "dry run failed" in err and "mergeSchema" in err

@@ -72,6 +72,61 @@ def test_join_on_keys_matches_duckdb(how: str, chunk_rows: int, tmp_path: Path) 
     assert rows(got) == rows(want)
 
 
+@pytest.mark.parametrize("chunk_rows", [50, 5000], ids=["small-chunks-index", "large-chunks-duckdb"])
+@pytest.mark.parametrize("how", ["left_semi", "semi", "leftanti", "anti"])
+def test_semi_and_anti_joins_keep_the_stream_rows_with_and_without_a_match(how: str, chunk_rows: int,
+                                                                           tmp_path: Path) -> None:  # fmt: skip
+    name, everything = facts(chunk_rows)
+    stream = hr.read_stream.format("memory").option("name", name).load().select("value", "customer_id", "region")
+    got = run(stream.join(dims(), on="customer_id", how=how), tmp_path)
+    exists = "EXISTS" if "semi" in how else "NOT EXISTS"  # NULL keys match nothing: kept by anti, dropped by semi
+    want = duck(f"SELECT customer_id, value, region FROM batch b WHERE {exists} (SELECT 1 FROM static s "
+                "WHERE b.customer_id = s.customer_id)", batch=everything, static=dims())  # fmt: skip
+    assert got.column_names == ["customer_id", "value", "region"]  # the keys first, the stream's columns only
+    assert got.schema.types == want.schema.types
+    assert rows(got) == rows(want)
+    assert want.num_rows and want.num_rows < everything.num_rows
+
+
+def test_semi_and_anti_joins_on_a_sql_condition_match_duckdb(tmp_path: Path) -> None:
+    name, everything = facts(40)
+    stream = hr.read_stream.format("memory").option("name", name).load()
+    lookup = dims().rename_columns(["lookup_key", "name", "region_code"])
+    for how, exists in (("left_semi", "EXISTS"), ("left_anti", "NOT EXISTS")):
+        got = run(stream.join(lookup, on="customer_id = lookup_key AND region = region_code", how=how), tmp_path)
+        want = duck(f"SELECT * FROM batch WHERE {exists} (SELECT 1 FROM static WHERE customer_id = lookup_key "
+                    "AND region = region_code)", batch=everything, static=lookup)  # fmt: skip
+        assert got.column_names == FACTS.names
+        assert rows(got) == rows(want) and want.num_rows
+
+
+@pytest.mark.parametrize(("how", "want"), [
+    ("inner", [(1, "a", "x")]),
+    ("left", [(1, "a", "x"), (2, "b", None), (None, "n", None)]),
+    ("right_outer", [(1, "a", "x"), (3, None, "z")]),
+    ("full", [(1, "a", "x"), (2, "b", None), (3, None, "z"), (None, "n", None)]),
+    ("semi", [(1, "a")]),
+    ("left_anti", [(2, "b"), (None, "n")]),
+], ids=["inner", "left", "right", "full", "semi", "anti"])  # fmt: skip
+def test_two_static_frames_join_with_every_join_type(how: str, want: list[tuple[object, ...]]) -> None:
+    left = hr.StaticFrame.from_arrow(pa.table({"v": ["a", "b", "n"], "k": pa.array([1, 2, None], pa.int64())}))
+    right = pa.table({"k": pa.array([1, 3], pa.int64()), "w": ["x", "z"]})
+    got = left.join(right, on="k", how=how).to_arrow()
+    assert got.column_names == (["k", "v"] if "semi" in how or "anti" in how else ["k", "v", "w"])
+    assert rows(got) == sorted(want, key=repr)
+
+
+def test_one_table_of_join_types_in_spark_spellings() -> None:
+    from headrace.transforms.join import STREAM_STATIC_JOIN_TYPES, join_type
+
+    spelled = {how: join_type(how) for how in ("INNER", "cross", "left_outer", "LeftOuter", "right", "outer",
+                                               "full_outer", "semi", "left_semi", "anti", "leftanti")}  # fmt: skip
+    assert spelled == {"INNER": "inner", "cross": "inner", "left_outer": "left", "LeftOuter": "left",
+                       "right": "right", "outer": "full", "full_outer": "full", "semi": "left_semi",
+                       "left_semi": "left_semi", "anti": "left_anti", "leftanti": "left_anti"}  # fmt: skip
+    assert STREAM_STATIC_JOIN_TYPES == ("inner", "left", "left_semi", "left_anti")
+
+
 def test_join_on_several_keys_and_on_a_sql_condition_match_duckdb(tmp_path: Path) -> None:
     name, everything = facts(40)
     stream = hr.read_stream.format("memory").option("name", name).load()
@@ -140,11 +195,13 @@ def test_a_static_frame_over_an_arrow_table_is_checked_at_definition() -> None:
 
 
 @pytest.mark.parametrize(("on", "how", "error"), [
-    ("customer_id", "right", "a stream-static join is 'inner' or 'left'"),
+    ("customer_id", "right", "a stream-static join is 'inner', 'left', 'left_semi' or 'left_anti'"),
+    ("customer_id", "full_outer", "right and full joins would need state over the whole stream"),
+    ("customer_id", "sideways", r"join\(how='sideways'\) is no join type"),
     ("nope", "inner", r"join\(on=\['nope'\], how='inner'\): the stream has no \['nope'\]"),
     ("region_code", "inner", r"the stream has no \['region_code'\]"),
     ("customer_id = = 1", "inner", "is not valid SQL"),
-], ids=["right-join", "unknown-key", "key-only-on-static", "bad-condition"])  # fmt: skip
+], ids=["right-join", "full-join", "unknown-how", "unknown-key", "key-only-on-static", "bad-condition"])  # fmt: skip
 def test_join_errors_before_any_data_is_read(on: str, how: str, error: str, tmp_path: Path) -> None:
     stream = hr.read_stream.format("memory").option("name", "nothing-yet").schema(FACTS).load()
     with pytest.raises(HeadraceError, match=error):

@@ -51,7 +51,7 @@ def test_the_delta_timestamp_type_follows_the_arrow_time_zone(
 
 
 def test_a_ddl_timestamp_is_spark_s_timestamp_and_ntz_is_zone_less() -> None:
-    from headrace.types import ddl_to_schema
+    from headrace.sql_types import ddl_to_schema
 
     schema = ddl_to_schema("ts TIMESTAMP, local TIMESTAMP_NTZ")
     assert schema.field("ts").type.tz == "UTC"

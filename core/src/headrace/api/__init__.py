@@ -16,11 +16,13 @@ Builders are immutable: every call returns a new one, so a half-built reader can
 Options are validated when ``load()`` / ``start()`` is called, before any I/O. A stream's
 transforms are its plan: a tuple of operators (``headrace.transforms``) run by the engine.
 
-One job per module: :mod:`~headrace.api.reader` (``read_stream``), :mod:`~headrace.api.frame`
+One job per module: :mod:`~headrace.api.reader` (``read_stream``), :mod:`~headrace.api.stream_frame`
 (``StreamFrame``, ``GroupedStream``), :mod:`~headrace.api.writer` (``DataStreamWriter``),
 :mod:`~headrace.api.triggers` (``trigger(...)`` keywords) and
-:mod:`~headrace.api.builder_options` (how builders hold options); every name is importable from
-``headrace.api``.
+:mod:`~headrace.api.builder_options` (how builders hold options), whose names are importable
+from ``headrace.api``; :mod:`~headrace.api.static` (``read``, ``StaticFrame``),
+:mod:`~headrace.api.catalog` (the table-name seam) and :mod:`~headrace.api.engines` (the seam to
+other engines: ``start(engine=...)``).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from headrace.api.builder_options import (  # noqa: F401  (importable from here,
     _schema_of,
     parse_schema,
 )
-from headrace.api.frame import GroupedStream, StreamFrame
 from headrace.api.reader import DataStreamReader, read_stream, readStream
+from headrace.api.stream_frame import GroupedStream, StreamFrame
 from headrace.api.triggers import MAX_TRIGGER_INTERVAL, TRIGGER_KINDS, make_trigger  # noqa: F401
 from headrace.api.writer import (  # noqa: F401
     _NO_CHECKPOINT_NEEDED,

@@ -14,7 +14,7 @@ from typing import Any
 from headrace.errors import redact
 from headrace.options import OptionSchema, PassThrough
 from headrace.plugins import registry
-from headrace.types import parse_schema  # re-exported: it lives below the transforms, which use it
+from headrace.sql_types import parse_schema  # re-exported: it lives below the transforms, which use it
 
 __all__ = ["parse_schema"]
 

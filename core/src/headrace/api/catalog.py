@@ -16,8 +16,8 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
-    from headrace.api.frame import StreamFrame
     from headrace.api.reader import DataStreamReader
+    from headrace.api.stream_frame import StreamFrame
 
 __all__ = ["Catalog", "active_catalog", "installed"]
 

@@ -1,7 +1,7 @@
 """``read_stream``: the reader builder (``format(...).option(...).schema(...).load(path)``).
 
 Builders are immutable; ``load()`` validates the options before any I/O and returns a
-:class:`~headrace.api.frame.StreamFrame` whose source class is resolved only at ``start()``.
+:class:`~headrace.api.stream_frame.StreamFrame` whose source class is resolved only at ``start()``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from headrace.api.builder_options import _merge, _redacted_options, _schema_of, parse_schema
-from headrace.api.frame import StreamFrame
+from headrace.api.stream_frame import StreamFrame
 from headrace.errors import HeadraceError, redact
 from headrace.plugins import registry
 from headrace.query import SourcePlan

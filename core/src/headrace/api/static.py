@@ -1,29 +1,107 @@
-"""Static frames: a source connector read once (everything available now) as a table.
+"""Static frames: tables read once, the one ``StaticFrame`` of headrace (``hr.read`` and the
+pipelines' ``dp.read`` both make them).
 
 ``hr.read.format("delta").load(path)`` returns a :class:`StaticFrame`: lazy, read by
-``to_arrow()`` (or, as the static side of a stream-static join, when the stream starts). A
-read builds the source without a checkpoint (its state in a temporary folder), asks for
-``initial_offset`` and, after ``prepare_for_available_now``, for ``latest_offset`` with no
-limit until it stops moving, reads the partitions in parallel and closes the source; it never
-calls ``commit`` (a static read consumes nothing, e.g. it acknowledges no Pub/Sub message).
+``to_arrow()`` (or, as the static side of a stream-static join, when the stream starts). Its
+base is one of:
+
+- a source connector (any name in the connector registry): the read builds the source without
+  a checkpoint (its state in a temporary folder), asks for ``initial_offset`` and, after
+  ``prepare_for_available_now``, for ``latest_offset`` with no limit until it stops moving,
+  reads the partitions in parallel and closes the source; it never calls ``commit`` (a static
+  read consumes nothing, e.g. it acknowledges no Pub/Sub message). Read again at every
+  ``to_arrow()``;
+- one of Spark's built-in file formats that no connector is named after (``parquet``,
+  ``json``, ``csv``, ``arrow``): the files read by pyarrow; they take no options (an option
+  given is an ``OptionsError``, as for a connector);
+- a ``pyarrow.Table`` (``StaticFrame.from_arrow``);
+- a table computed on first use and kept (``StaticFrame.lazy(load)``): what the declarative
+  pipelines build (a dataset read as a snapshot for the whole run; in their dry run a loader
+  that raises instead of reading), and what ``transform`` and static-static ``join`` return.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
 
-from headrace.errors import HeadraceError
-from headrace.transforms.frame import FrameSteps
+from headrace.errors import ConnectorNotFoundError, HeadraceError, OptionsError
+from headrace.options import OptionSchema
+from headrace.transforms.frame_steps import FrameSteps
 from headrace.transforms.operator import BatchInfo, Operator
 
-__all__ = ["DataFrameReader", "StaticFrame", "read", "read_source_once"]
+__all__ = ["FILE_FORMATS", "DataFrameReader", "FileRead", "LazyTable", "StaticFrame", "read", "read_source_once"]
+
+#: Spark's built-in file formats a static read takes when no connector has the name (pyarrow's
+#: readers: ``ipc``/``feather`` are the Arrow format's other names)
+FILE_FORMATS = ("parquet", "json", "csv", "arrow", "ipc", "feather")
+FILE_READ_OPTIONS = OptionSchema([])
+"""The options of a file-format read: none (the readers' defaults; Auto Loader's options are
+``format("cloudFiles")``'s)."""
+
+
+class LazyTable:
+    """A table computed by ``load()`` on first use and then kept: the same snapshot for every
+    later read. Thread-safe (one load even when several threads ask at once)."""
+
+    def __init__(self, load: Callable[[], pa.Table], description: str = "") -> None:
+        self._load = load
+        self._lock = threading.Lock()
+        self._table: pa.Table | None = None
+        self.description = description
+
+    def get(self) -> pa.Table:
+        """The table: loaded on the first call (raising what ``load`` raises), then kept."""
+        with self._lock:
+            if self._table is None:
+                table = self._load()
+                if not isinstance(table, pa.Table):
+                    raise HeadraceError(f"{self.describe()} computed {type(table).__name__}, not a pyarrow.Table")
+                self._table = table
+            return self._table
+
+    def describe(self) -> str:
+        return self.description or "a computed table"
+
+
+@dataclass(frozen=True)
+class FileRead:
+    """Files of one of :data:`FILE_FORMATS` under ``path`` (a file or a folder), read by pyarrow."""
+
+    format: str
+    path: str
+
+    def read(self) -> pa.Table:
+        """Every file's rows now. Called once per ``to_arrow()``."""
+        import pyarrow.dataset as ds
+
+        fmt = {"arrow": "ipc", "feather": "ipc"}.get(self.format, self.format)
+        if fmt == "json":  # pyarrow.dataset has no JSON format: one table per file (files sorted by name)
+            import pyarrow.json as pj
+
+            files = sorted(os.path.join(r, f) for r, _, fs in os.walk(self.path) for f in fs
+                           if not f.startswith((".", "_"))) if os.path.isdir(self.path) else [self.path]  # fmt: skip
+            tables = [pj.read_json(f) for f in files]
+            return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+        return ds.dataset(self.path, format=fmt).to_table()
+
+    def schema(self) -> pa.Schema:
+        """The files' schema (the footers for parquet and Arrow; JSON and CSV are read)."""
+        if self.format in ("parquet", "arrow", "ipc", "feather"):
+            import pyarrow.dataset as ds
+
+            return ds.dataset(self.path, format={"parquet": "parquet"}.get(self.format, "ipc")).schema
+        return self.read().schema
+
+    def describe(self) -> str:
+        return f"{self.format} files at {self.path}"
 
 
 def read_source_once(plan: Any, *, max_rounds: int = 10_000) -> pa.Table:
@@ -65,12 +143,13 @@ def read_source_once(plan: Any, *, max_rounds: int = 10_000) -> pa.Table:
 
 @dataclass(frozen=True)
 class StaticFrame(FrameSteps):
-    """A table read once: a connector's data now (``hr.read...load()``) or a ``pyarrow.Table``
-    (``StaticFrame.from_arrow(t)``), with stateless steps (``select_expr``, ``where``, ...).
+    """A table read once: a connector's data now (``hr.read...load()``), files, a
+    ``pyarrow.Table`` (``StaticFrame.from_arrow(t)``) or a table computed on first use
+    (``StaticFrame.lazy(load)``), with stateless steps (``select_expr``, ``where``, ...).
 
     Lazy: nothing is read until :meth:`to_arrow` (or the start of a stream joined with it)."""
 
-    _base: Any  # a SourcePlan, or a pyarrow.Table
+    _base: Any  # a SourcePlan, a FileRead, a LazyTable or a pyarrow.Table
     _steps: tuple[Operator, ...] = ()
     _schema: pa.Schema | None = None
 
@@ -80,6 +159,52 @@ class StaticFrame(FrameSteps):
         if not isinstance(table, pa.Table):
             raise HeadraceError(f"StaticFrame.from_arrow takes a pyarrow.Table, not {type(table).__name__}")
         return cls(table, (), table.schema)
+
+    @classmethod
+    def lazy(cls, load: Callable[[], pa.Table], description: str = "") -> StaticFrame:
+        """A static frame whose table ``load()`` computes on the first :meth:`to_arrow` (on the
+        thread asking), kept for every later read of this frame and of the frames made from
+        it: a snapshot. Its schema is the table's (asking for it loads the table)."""
+        return cls(LazyTable(load, description))
+
+    def cached(self) -> StaticFrame:
+        """This frame read once, on first use, and then kept (a snapshot for a pipeline's run)."""
+        if isinstance(self._base, LazyTable | pa.Table) and not self._steps:
+            return self
+        return StaticFrame.lazy(self.to_arrow, repr(self))
+
+    def transform(self, fn: Callable[[pa.Table], pa.Table]) -> StaticFrame:
+        """A frame computed as ``fn(this frame's table)``, on first use, then kept."""
+        return StaticFrame.lazy(lambda: fn(self.to_arrow()), f"{self!r}.transform")
+
+    map_table = transform
+
+    def join(self, other: StaticFrame | pa.Table, on: str | Sequence[str], how: str = "inner") -> StaticFrame:
+        """This frame joined with ``other`` (a static frame or a ``pyarrow.Table``) on equal
+        ``on`` columns, any of Spark's join types (``inner``, ``left``, ``right``, ``full``,
+        ``left_semi``, ``left_anti`` and their other spellings); computed on first use, then
+        kept. ``how`` is checked now. A stream joins a static frame with ``StreamFrame.join``."""
+        from headrace.transforms.join import join_tables, join_type
+
+        join_type(how)
+        if not isinstance(other, StaticFrame | pa.Table):
+            raise HeadraceError(f"join() of a static frame takes a StaticFrame or a pyarrow.Table, not {type(other).__name__}")
+        right = other if isinstance(other, StaticFrame) else StaticFrame.from_arrow(other)
+        return StaticFrame.lazy(lambda: join_tables(self.to_arrow(), right.to_arrow(), on, how), f"{self!r}.join")
+
+    def where(self, condition: Any) -> StaticFrame:
+        """Keep the rows where the SQL ``condition`` is true (as a stream's ``where``); a function
+        of the table returning a boolean array is taken too (as :meth:`filter`)."""
+        if callable(condition) and not isinstance(condition, str):
+            from headrace.functions import Column
+
+            if not isinstance(condition, Column):
+                return self.filter(condition)
+        return super().where(condition)
+
+    def count(self) -> int:
+        """The number of rows (reads the frame)."""
+        return int(self.to_arrow().num_rows)
 
     def _with_step(self, op: Operator) -> StaticFrame:
         if op.stateful:
@@ -102,6 +227,10 @@ class StaticFrame(FrameSteps):
     def _base_schema(self) -> pa.Schema:
         if isinstance(self._base, pa.Table):
             return self._base.schema
+        if isinstance(self._base, LazyTable):
+            return self._base.get().schema
+        if isinstance(self._base, FileRead):
+            return self._base.schema()
         if self._base.user_schema is not None:
             return self._base.user_schema
         from headrace.plugins import registry
@@ -118,7 +247,7 @@ class StaticFrame(FrameSteps):
     def to_arrow(self) -> pa.Table:
         """Read the data now and apply the steps; returns a ``pyarrow.Table``. Each call reads
         again (a stream joined with this frame calls it once, when it starts)."""
-        table = self._base if isinstance(self._base, pa.Table) else read_source_once(self._base)
+        table = self._read_base()
         if not self._steps:
             return table
         from headrace.engine.plan import PlanRunner
@@ -129,6 +258,16 @@ class StaticFrame(FrameSteps):
         if out is None:
             return runner.output_schema.empty_table() if runner.output_schema is not None else pa.table({})
         return out
+
+    def _read_base(self) -> pa.Table:
+        base = self._base
+        if isinstance(base, pa.Table):
+            return base
+        if isinstance(base, LazyTable):
+            return base.get()
+        if isinstance(base, FileRead):
+            return base.read()
+        return read_source_once(base)
 
     def __repr__(self) -> str:
         base = "arrow table" if isinstance(self._base, pa.Table) else self._base.describe()
@@ -169,6 +308,21 @@ class DataFrameReader:
 
         if not self._format:
             raise HeadraceError("read needs a format: hr.read.format('delta').load(path); see `headrace connectors`")
+        fmt = self._format.lower()
+        if fmt in FILE_FORMATS and not _is_connector(fmt):
+            try:
+                FILE_READ_OPTIONS.parse(self._options, connector=fmt, role="source")
+            except OptionsError as e:
+                raise OptionsError(fmt, "source", e.problems, hint=(
+                    f"'{fmt}' files are read with pyarrow's defaults and take no options; for Auto Loader's options "
+                    f"read them with format('cloudFiles').option('cloudFiles.format', '{fmt}')")) from None  # fmt: skip
+            if path is None:
+                raise HeadraceError(f"read.format({self._format!r}).load(path) needs the path of the files")
+            frame = StaticFrame(FileRead(fmt, path))
+            if self._schema is not None:  # the files' columns cast to the schema given, as Spark
+                schema = self._schema
+                return frame.transform(lambda t: t.select(schema.names).cast(schema))
+            return frame
         stream = DataStreamReader(self._format, self._options, self._schema).load(path)
         plan = stream._sources[0]
         return StaticFrame(plan, (), self._schema)
@@ -186,6 +340,17 @@ class DataFrameReader:
             f"read.table({name!r}): no table catalog is configured in this headrace; read the table by "
             "connector instead, e.g. hr.read.format('delta').load('/path/to/table')"
         )
+
+
+def _is_connector(name: str) -> bool:
+    """Whether the registry has a connector called ``name`` (it takes precedence over a file format)."""
+    from headrace.plugins import registry
+
+    try:
+        registry().get(name)
+    except ConnectorNotFoundError:
+        return False
+    return True
 
 
 read = DataFrameReader()

@@ -23,7 +23,7 @@ from headrace.query import StreamingQuery, Trigger
 from headrace.state.backends import BACKENDS
 
 if TYPE_CHECKING:
-    from headrace.api.frame import StreamFrame
+    from headrace.api.stream_frame import StreamFrame
 
 __all__ = ["DataStreamWriter", "ENGINE_WRITER_OPTIONS", "EngineWriterOptions", "STATE_STORES", "parse_engine_options"]
 
@@ -190,11 +190,13 @@ class DataStreamWriter:
         ``engine``: a ``SparkSession`` (or ``headrace.spark.engine.SparkEngine``) runs the same
         definition on Spark instead: the plan is translated into a PySpark streaming DataFrame
         (steps Spark cannot run are refused first, naming the step) and Spark's
-        ``StreamingQuery`` is returned; its checkpoint is Spark's own (docs/spark.md)."""
+        ``StreamingQuery`` is returned; its checkpoint is Spark's own (docs/spark.md). Any
+        :class:`~headrace.api.engines.QueryEngine`, or an object a plugin's engine accepts,
+        works the same way."""
         if engine is not None:
-            from headrace.spark.engine import start_on_spark
+            from headrace.api.engines import query_engine
 
-            return start_on_spark(self, path, engine)
+            return query_engine(engine).start_query(self, path)
         query = self._build(path)
         return query.start()
 

@@ -27,14 +27,14 @@ is refused, never silently reused; so is a corrupt entry, with the file named.
 
 Modules: :mod:`~headrace.checkpoint.store` (the :class:`Checkpoint` folder: open, lock,
 verify, read), :mod:`~headrace.checkpoint.entries` (the entries' format),
-:mod:`~headrace.checkpoint.writer` (background writes), :mod:`~headrace.checkpoint.files`
+:mod:`~headrace.checkpoint.writer` (background writes), :mod:`~headrace.checkpoint.atomic_files`
 (crash-safe file writes), :mod:`~headrace.checkpoint.rollback` (reset and summary).
 """
 
 from __future__ import annotations
 
+from headrace.checkpoint.atomic_files import atomic_write
 from headrace.checkpoint.entries import OffsetEntry
-from headrace.checkpoint.files import atomic_write
 from headrace.checkpoint.store import Checkpoint
 
 __all__ = ["Checkpoint", "OffsetEntry", "atomic_write"]

@@ -16,8 +16,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from headrace.checkpoint import rollback
+from headrace.checkpoint.atomic_files import atomic_write, remove_temps
 from headrace.checkpoint.entries import FORMAT_VERSION, OffsetEntry, commit_json
-from headrace.checkpoint.files import atomic_write, remove_temps
 from headrace.checkpoint.writer import LogWriter, purge
 from headrace.errors import CheckpointError, redact_url
 

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from headrace.checkpoint.atomic_files import DirSync, publish, write_temp
 from headrace.checkpoint.entries import commit_json
-from headrace.checkpoint.files import DirSync, publish, write_temp
 from headrace.errors import CheckpointError
 
 __all__ = ["LogWriter", "purge"]

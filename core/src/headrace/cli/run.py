@@ -1,4 +1,4 @@
-"""``headrace run FILE`` and ``headrace validate FILE`` (single-flow pipeline TOML files)."""
+"""``headrace run FILE`` and ``headrace validate FILE``: flow files (one query in TOML, :mod:`headrace.cli.flow_file`)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ __all__ = ["register"]
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from headrace.pipeline import load_pipeline
+    from headrace.cli.flow_file import load_flow_file
 
-    p = load_pipeline(args.pipeline)
+    p = load_flow_file(args.pipeline)
     p.validate()
     p.transform_function()
     trigger = ", ".join(f"{k} = {v!r}" for k, v in p.trigger.items())
@@ -45,10 +45,10 @@ class _Totals:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from headrace.pipeline import load_pipeline
+    from headrace.cli.flow_file import load_flow_file
     from headrace.progress import QueryProgress
 
-    p = load_pipeline(args.pipeline)
+    p = load_flow_file(args.pipeline)
     p.validate()
     if args.metrics_port is not None:
         _serve_metrics(args.metrics_port, args.metrics_addr)

@@ -19,7 +19,7 @@ string values are coerced by type, and every problem is reported at once, each n
 option, the bad value and what would be accepted, with a did-you-mean for unknown names.
 Secret values are wrapped in :class:`Secret` and never appear in reprs, logs or errors.
 
-The parts, one job per module: :mod:`~headrace.options.types` (option types and their parsers),
+The parts, one job per module: :mod:`~headrace.options.option_types` (option types and their parsers),
 :mod:`~headrace.options.declarations` (``Option``, ``PassThrough``), :mod:`~headrace.options.rules`
 (cross-option rules), :mod:`~headrace.options.values` (the validated ``Options``),
 :mod:`~headrace.options.schema` (``OptionSchema``: validation, all problems at once, and
@@ -34,10 +34,7 @@ import logging
 from headrace.errors import OptionProblem, OptionsError, register_secret  # noqa: F401  (importable from here, as before the split)
 from headrace.options._text import suggest
 from headrace.options.declarations import Option, PassThrough
-from headrace.options.rules import Rule, all_or_none, at_most_one_of, exactly_one_of, requires, rule
-from headrace.options.schema import OptionSchema
-from headrace.options.secrets import Secret
-from headrace.options.types import (
+from headrace.options.option_types import (
     INT64_MAX,  # noqa: F401  (importable from here, as before the split)
     INT64_MIN,  # noqa: F401
     MAX_DURATION_SECONDS,  # noqa: F401
@@ -56,6 +53,9 @@ from headrace.options.types import (
     StringList,
     Timestamp,
 )
+from headrace.options.rules import Rule, all_or_none, at_most_one_of, exactly_one_of, requires, rule
+from headrace.options.schema import OptionSchema
+from headrace.options.secrets import Secret
 from headrace.options.values import Options
 
 __all__ = [

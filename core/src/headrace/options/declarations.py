@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
-from headrace.options.types import OptionType, String, T
+from headrace.options.option_types import OptionType, String, T
 from headrace.redaction import SECRET_MARKERS
 
 __all__ = ["Option", "PassThrough"]

@@ -11,8 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, overload
 
 from headrace.options.declarations import Option
+from headrace.options.option_types import T
 from headrace.options.secrets import Secret
-from headrace.options.types import T
 
 if TYPE_CHECKING:
     from headrace.protocols import ReadLimit

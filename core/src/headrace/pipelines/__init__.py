@@ -35,6 +35,7 @@ from headrace.pipelines.api import (
     temporary_view,
     update_flow,
 )
+from headrace.pipelines.batch_reads import StaticFrame, read, stream_static_join
 from headrace.pipelines.expectations import (
     expect,
     expect_all,
@@ -43,7 +44,6 @@ from headrace.pipelines.expectations import (
     expect_or_drop,
     expect_or_fail,
 )
-from headrace.pipelines.frames import StaticFrame, read, stream_static_join
 
 if TYPE_CHECKING:
     from headrace.pipelines.runner import PipelineRun, RunResult

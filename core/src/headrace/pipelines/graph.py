@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from headrace._words import counted
 from headrace.errors import HeadraceError, OptionsError
 from headrace.options import Duration
+from headrace.pipelines.batch_reads import NeedsData
 from headrace.pipelines.elements import (
     MATERIALIZED_VIEW,
     SINK,
@@ -27,7 +28,6 @@ from headrace.pipelines.elements import (
     PipelineDefinitionError,
     name_problem,
 )
-from headrace.pipelines.frames import NeedsData
 from headrace.pipelines.resolver import STATIC, STREAM, Resolver, UnknownDataset, result_kind
 
 if TYPE_CHECKING:

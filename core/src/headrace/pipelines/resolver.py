@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from headrace.api.static import StaticFrame
 from headrace.errors import HeadraceError
 from headrace.pipelines._context import resolving
+from headrace.pipelines.batch_reads import needs_data
 from headrace.pipelines.elements import MATERIALIZED_VIEW, SINK, TEMPORARY_VIEW, Dataset, Flow
-from headrace.pipelines.frames import NeedsData, StaticFrame
 
 if TYPE_CHECKING:
     from headrace.pipelines.graph import DataflowGraph
@@ -114,16 +115,15 @@ class Resolver:
         return hr.read.format("delta").options(storage.delta_options()).load(storage.table_path(ds.name))
 
     def static_table(self, name: str) -> StaticFrame:
-        """``dp.read.table(name)``: the dataset as a batch, read when first used in the run."""
+        """``dp.read.table(name)``: the dataset as a batch (the api's ``StaticFrame``, its lazily
+        loaded kind), read when first used in the run and kept; in the dry run, never read."""
         ds = self._lookup(name, "dp.read.table")
         kind = self.graph.kind_of(ds)
         if kind == TEMPORARY_VIEW:
             out = self._call_view(ds)
-            if isinstance(out, StaticFrame):
-                return out
             if isinstance(out, pa.Table):
-                return StaticFrame(lambda: out, ds.name)
-            if hasattr(out, "to_arrow") and not _is_stream(out):
+                return StaticFrame.from_arrow(out)
+            if isinstance(out, StaticFrame) or (hasattr(out, "to_arrow") and not _is_stream(out)):
                 return self._wrap(out, ds.name)
             raise HeadraceError(
                 f"dp.read.table({name!r}): temporary view {ds.name!r} is a stream; read it with hr.read_stream.table(...)"
@@ -131,21 +131,17 @@ class Resolver:
         if kind == SINK:
             raise HeadraceError(f"dp.read.table({name!r}): {ds.name!r} is a sink, which flows write but cannot read")
         if self.analysis:
-            def needs() -> pa.Table:
-                raise NeedsData(f"{ds.name} is read when the pipeline runs")
-
-            return StaticFrame(needs, ds.name)
+            return StaticFrame.lazy(needs_data(ds.name), ds.name)
         storage = self.graph.storage
-        return StaticFrame(lambda: storage.read(ds.name), ds.name)
+        return StaticFrame.lazy(lambda: storage.read(ds.name), ds.name)
 
     def _wrap(self, frame: Any, what: str) -> StaticFrame:
-        """A core static frame as a pipelines ``StaticFrame`` (lazy; NeedsData in the dry run)."""
+        """A view's batch result as a frame read once in the run (never in the dry run)."""
         if self.analysis:
-            def needs() -> pa.Table:
-                raise NeedsData(f"{what} is read when the pipeline runs")
-
-            return StaticFrame(needs, what)
-        return StaticFrame(frame.to_arrow, what)
+            return StaticFrame.lazy(needs_data(what), what)
+        if isinstance(frame, StaticFrame):
+            return frame.cached()
+        return StaticFrame.lazy(frame.to_arrow, what)
 
     def call(self, flow: Flow) -> Any:
         """Call the flow's query function with this resolver active."""
@@ -167,8 +163,8 @@ def _is_stream(obj: Any) -> bool:
 
 
 def result_kind(obj: Any) -> str | None:
-    """``stream`` for a StreamFrame, ``static`` for a batch result (a pipelines or core
-    ``StaticFrame``, a ``pyarrow.Table``), None otherwise."""
+    """``stream`` for a StreamFrame, ``static`` for a batch result (a ``StaticFrame``, a
+    ``pyarrow.Table``, anything with ``to_arrow()``), None otherwise."""
     if _is_stream(obj):
         return STREAM
     if isinstance(obj, StaticFrame | pa.Table) or callable(getattr(obj, "to_arrow", None)):

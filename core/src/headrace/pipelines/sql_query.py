@@ -16,10 +16,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from headrace.api.static import StaticFrame
 from headrace.errors import HeadraceError
 from headrace.pipelines._context import active_resolver
 from headrace.pipelines.elements import PipelineDefinitionError
-from headrace.pipelines.frames import StaticFrame
 
 __all__ = ["SOURCES", "compile_query", "source_options"]
 
@@ -232,13 +232,14 @@ def compile_query(
         for reg_name, name, files in statics:
             if name:
                 frames.append((reg_name, resolver.static_table(name)))
-            else:
-                import headrace.pipelines.frames as fr
+            else:  # read_files(...) without STREAM: a batch read of the files (dp.read)
+                from headrace.pipelines.batch_reads import read
 
                 fmt, path, opts = files
-                frames.append((reg_name, fr.read.format(fmt).options(opts).load(path)))
+                opts = {k.removeprefix("cloudFiles."): v for k, v in opts.items() if k.lower() != "cloudfiles.format"}
+                frames.append((reg_name, read.format(fmt).options(opts).load(path)))
         if src is None:
-            return StaticFrame(lambda: _run(duck_sql, None, frames), where)
+            return StaticFrame.lazy(lambda: _run(duck_sql, None, frames), where)
         kind, what = src
         if kind == "dataset":
             import headrace as hr

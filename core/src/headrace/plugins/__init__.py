@@ -31,7 +31,11 @@ refused, naming the plugin, both versions and the fix. A misspelled or undecorat
 (``def headrace_connector()``) and a plugin that registers no connector are reported by
 :meth:`Registry.problems` and ``headrace connectors``.
 
-One job per module: :mod:`~headrace.plugins.spec` (``ConnectorSpec``),
+A plugin may also provide query engines (``headrace_engines`` returning :class:`EngineSpec`):
+``DataStreamWriter.start(path, engine=obj)`` hands the query definition to the engine that
+accepts ``obj``'s type, e.g. the core's Spark engine for a ``SparkSession``.
+
+One job per module: :mod:`~headrace.plugins.spec` (``ConnectorSpec``, ``EngineSpec``),
 :mod:`~headrace.plugins.hookspecs` (the hooks, the markers and the API version) and
 :mod:`~headrace.plugins.discovery` (the registry); every name is importable from
 ``headrace.plugins``.
@@ -43,7 +47,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from headrace._lazy import lazy_attributes
-from headrace.plugins.spec import ConnectorSpec
+from headrace.plugins.spec import ConnectorSpec, EngineSpec
 
 if TYPE_CHECKING:  # imported on first use (PEP 562 __getattr__ below)
     from headrace.plugins.discovery import (
@@ -62,6 +66,7 @@ __all__ = [
     "PLUGIN_API_VERSION",
     "PLUGINS_ENV",
     "ConnectorSpec",
+    "EngineSpec",
     "HeadraceHookSpecs",
     "Registry",
     "hookimpl",

@@ -20,10 +20,10 @@ from typing import Any
 
 import pluggy
 
-from headrace.errors import ConnectorNotFoundError, PluginError
+from headrace.errors import ConnectorNotFoundError, HeadraceError, PluginError
 from headrace.options import suggest
 from headrace.plugins.hookspecs import PLUGIN_API_VERSION, PLUGINS_ENV, HeadraceHookSpecs
-from headrace.plugins.spec import ConnectorSpec
+from headrace.plugins.spec import ConnectorSpec, EngineSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "PLUGINS_ENV", "Registry", "register_listener", "registry", "unregister_listener"]
 
@@ -61,8 +61,8 @@ def _major(version: str) -> str:
     return version.strip().split(".", 1)[0]
 
 
-_HOOK_NAMES = ("headrace_connectors", "headrace_addhooks", "headrace_query_started", "headrace_query_progress",
-               "headrace_query_terminated")  # fmt: skip
+_HOOK_NAMES = ("headrace_connectors", "headrace_engines", "headrace_addhooks", "headrace_query_started",
+               "headrace_query_progress", "headrace_query_terminated")  # fmt: skip
 
 
 class Registry:
@@ -84,6 +84,7 @@ class Registry:
         self._broken: list[_Broken] = []
         self._problems: list[tuple[str, str, str]] = []
         self._refused: dict[str, _Broken] = {}
+        self._engines: list[EngineSpec] = []
 
     # ------------------------------------------------------------------ loading
     def _ensure_loaded(self) -> None:
@@ -124,9 +125,17 @@ class Registry:
             self.pm.register(module, name=f"{dist}:{name}")
             hook = getattr(module, "headrace_connectors", None)
             specs = list(hook() or ()) if hook is not None else []
+            engines_hook = getattr(module, "headrace_engines", None)
+            engines = list(engines_hook() or ()) if engines_hook is not None else []
         except Exception as e:
             self._broken.append(_Broken(name, dist, f"{type(e).__name__}: {e}", traceback.format_exc()))
             return
+        for engine in engines:
+            if not isinstance(engine, EngineSpec):
+                self._broken.append(_Broken(name, dist, f"headrace_engines() returned {type(engine).__name__}, "
+                                                        "not an EngineSpec"))  # fmt: skip
+                continue
+            self._engines.append(EngineSpec(**{**engine.__dict__, "distribution": engine.distribution or dist}))
         for spec in specs:
             if not isinstance(spec, ConnectorSpec):
                 self._broken.append(_Broken(name, dist, f"headrace_connectors() returned {type(spec).__name__}, "
@@ -153,8 +162,9 @@ class Registry:
             self.pm.parse_hookimpl_opts(module, h) is not None for h in _HOOK_NAMES if h.startswith("headrace_query_")
         )
         provides_connectors = self.pm.parse_hookimpl_opts(module, "headrace_connectors") is not None
-        # a listener plugin (metrics, tracing) needs no connector; any other plugin does
-        if (provides_connectors or not listener) and not any(
+        provides_engines = self.pm.parse_hookimpl_opts(module, "headrace_engines") is not None
+        # a listener plugin (metrics, tracing) or an engine plugin needs no connector; any other plugin does
+        if (provides_connectors or not (listener or provides_engines)) and not any(
             e.distribution == dist for e in self._connectors.values()
         ) and not any(b.distribution == dist for b in self._broken):
             self._problems.append((name, dist, "registers no connector: its module has no @hookimpl "
@@ -253,6 +263,25 @@ class Registry:
         misspelled hook (``headrace_connector``) or no connector registered."""
         self._ensure_loaded()
         return list(self._problems)
+
+    def engines(self) -> list[EngineSpec]:
+        """The query engines plugins provide, in registration order."""
+        self._ensure_loaded()
+        return list(self._engines)
+
+    def engine_for(self, obj: object) -> EngineSpec:
+        """The query engine that accepts ``obj`` (``start(engine=obj)``): the first registered
+        whose ``accepts`` names ``obj``'s type or a base of it. Raises :class:`HeadraceError`
+        saying what ``engine=`` takes otherwise."""
+        self._ensure_loaded()
+        for spec in self._engines:
+            if spec.takes(obj):
+                return spec
+        takes = " or ".join(e.description or e.name for e in self._engines) or "no engine (none is installed)"
+        raise HeadraceError(
+            f"start(engine={type(obj).__name__}): engine is {takes}, or an object with start_query(writer, path) "
+            "(headrace.api.engines.QueryEngine); leave it out to run on headrace's own engine"
+        )
 
     def duplicates(self) -> dict[str, list[str]]:
         self._ensure_loaded()

@@ -2,7 +2,7 @@
 implement (``HeadraceHookSpecs``) and the version of this interface (``PLUGIN_API_VERSION``).
 
 Hooks are called by the registry (:mod:`headrace.plugins.discovery`): ``headrace_connectors``
-once per process, ``headrace_addhooks`` once per registered plugin, the ``headrace_query_*``
+and ``headrace_engines`` once per process, ``headrace_addhooks`` once per registered plugin, the ``headrace_query_*``
 hooks once per query event on the query's thread.
 """
 
@@ -13,13 +13,13 @@ from typing import Any
 
 import pluggy
 
-from headrace.plugins.spec import ConnectorSpec
+from headrace.plugins.spec import ConnectorSpec, EngineSpec
 
 __all__ = ["PLUGIN_API_VERSION", "HeadraceHookSpecs", "hookimpl", "hookspec"]
 
 log = logging.getLogger(__name__)
 
-PLUGIN_API_VERSION = "1.0"
+PLUGIN_API_VERSION = "1.1"
 """The plugin interface this core implements: a plugin whose ``api_version`` has another major
 version is refused. The minor version grows with backwards-compatible additions."""
 PLUGINS_ENV = "HEADRACE_PLUGINS"
@@ -37,6 +37,15 @@ class HeadraceHookSpecs:
 
         Called once per process, the first time any connector is looked up. Must be cheap and
         must not import client libraries.
+        """
+
+    @hookspec
+    def headrace_engines(self) -> list[EngineSpec]:  # type: ignore[empty-body]
+        """Return the query engines this plugin provides (``start(path, engine=obj)`` runs a
+        query definition on the engine whose ``EngineSpec.accepts`` names ``obj``'s type).
+
+        Called once per process, when plugins are registered. Must be cheap and must not import
+        the engine's library. Added in plugin API 1.1.
         """
 
     @hookspec(historic=True)

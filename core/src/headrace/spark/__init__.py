@@ -62,7 +62,7 @@ from headrace.spark.source import (
     max_tasks_option,
     parse_source_options,
 )
-from headrace.spark.types import (
+from headrace.spark.type_mapping import (
     arrow_to_spark_schema,
     arrow_to_spark_type,
     conform_batch,

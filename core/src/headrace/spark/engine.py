@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming import StreamingQuery as SparkStreamingQuery
 
-    from headrace.api.frame import StreamFrame
+    from headrace.api.stream_frame import StreamFrame
     from headrace.api.writer import DataStreamWriter
     from headrace.engine.trigger import SourcePlan
     from headrace.transforms.operator import Operator
@@ -97,10 +97,16 @@ class SparkEngine:
         """The Spark format name for a headrace connector."""
         return connector if connector.lower() in self.native else f"headrace.{connector}"
 
+    def start_query(self, writer: DataStreamWriter, path: str | None) -> SparkStreamingQuery:
+        """Translate ``writer``'s query and start it on this session (:func:`start_on_spark`):
+        the :class:`~headrace.api.engines.QueryEngine` that ``start(path, engine=...)`` calls."""
+        return start_on_spark(writer, path, self)
+
 
 def as_engine(engine: Any) -> SparkEngine:
     """``engine`` (a ``SparkSession`` or a :class:`SparkEngine`) as a :class:`SparkEngine`;
-    raises naming what was given otherwise. Called by ``start(engine=...)``."""
+    raises naming what was given otherwise. Called by ``start(engine=spark)`` through the
+    engine the core registers for a ``SparkSession`` (``headrace._builtin``)."""
     if isinstance(engine, SparkEngine):
         return engine
     if type(engine).__name__ == "SparkSession" and hasattr(engine, "readStream"):
@@ -153,7 +159,7 @@ def _micros(us: int) -> str:
 
 
 def _map_in_arrow(df: DataFrame, fn: Callable[[pa.Table], pa.Table | None], schema: pa.Schema) -> DataFrame:
-    from headrace.spark.types import arrow_to_spark_schema
+    from headrace.spark.type_mapping import arrow_to_spark_schema
 
     def each(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for b in batches:
@@ -165,7 +171,7 @@ def _map_in_arrow(df: DataFrame, fn: Callable[[pa.Table], pa.Table | None], sche
 
 
 def _input_schema(df: DataFrame) -> pa.Schema:
-    from headrace.spark.types import spark_to_arrow_schema
+    from headrace.spark.type_mapping import spark_to_arrow_schema
 
     return spark_to_arrow_schema(df.schema)
 
@@ -247,14 +253,14 @@ def static_to_spark(static: Any, engine: SparkEngine) -> DataFrame:
     base = static._base
     if isinstance(base, pa.Table):
         df = spark.createDataFrame(base)
-    elif base.connector.lower() in engine.native:
+    elif str(getattr(base, "connector", "")).lower() in engine.native:  # a connector's read (SourcePlan)
         reader = spark.read.format(base.connector).options(**_strs(base.raw_options))
         if base.user_schema is not None:
-            from headrace.spark.types import arrow_to_spark_schema
+            from headrace.spark.type_mapping import arrow_to_spark_schema
 
             reader = reader.schema(arrow_to_spark_schema(base.user_schema))
         df = reader.load()
-    else:
+    else:  # a connector's read, files, or a table computed on first use: read on the driver
         from headrace.api.static import StaticFrame
 
         df = spark.createDataFrame(StaticFrame(base, (), static._schema).to_arrow())
@@ -273,7 +279,7 @@ def _strs(options: Mapping[str, Any]) -> dict[str, str]:
 def _source(plan: SourcePlan, engine: SparkEngine, state_path: str | None) -> DataFrame:
     reader = engine.session.readStream.format(engine.format_of(plan.connector))
     if plan.user_schema is not None:
-        from headrace.spark.types import arrow_to_spark_schema
+        from headrace.spark.type_mapping import arrow_to_spark_schema
 
         reader = reader.schema(arrow_to_spark_schema(plan.user_schema))
     options = dict(plan.raw_options)

@@ -45,7 +45,7 @@ from headrace.spark._common import (
     local_path,
     query_id_from_checkpoint,
 )
-from headrace.spark.types import conform_batches, spark_to_arrow_schema
+from headrace.spark.type_mapping import conform_batches, spark_to_arrow_schema
 
 __all__ = ["HeadraceCommitMessage", "HeadraceStreamWriter", "parse_sink_options"]
 

@@ -45,7 +45,7 @@ from headrace.options import Options
 from headrace.plugins import ConnectorSpec
 from headrace.protocols import Offset, Partition, ReadLimit, Source, SourceContext
 from headrace.spark._common import MAX_TASKS_OPTION, STATE_PATH_OPTION, canonical_options, get_option
-from headrace.spark.types import conform_batches, spark_to_arrow_schema
+from headrace.spark.type_mapping import conform_batches, spark_to_arrow_schema
 
 __all__ = [
     "HeadraceInputPartition",

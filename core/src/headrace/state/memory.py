@@ -28,9 +28,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.state.columns import Column
-from headrace.state.files import OP_COLUMN, OP_PUT, ORDER_COLUMN, write_state_file
 from headrace.state.keyindex import key_index
 from headrace.state.store import PendingWrite, StateStore
+from headrace.state.version_files import OP_COLUMN, OP_PUT, ORDER_COLUMN, write_state_file
 
 __all__ = ["MemoryStateStore"]
 

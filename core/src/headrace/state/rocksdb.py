@@ -34,7 +34,6 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.errors import CheckpointError, HeadraceError
-from headrace.state.files import ORDER_COLUMN, list_versions, remove_quietly
 from headrace.state.rocksdb_codec import (
     Damaged,
     check_encodings,
@@ -46,6 +45,7 @@ from headrace.state.rocksdb_codec import (
     row_encoding,
 )
 from headrace.state.store import StateStore
+from headrace.state.version_files import ORDER_COLUMN, list_versions, remove_quietly
 
 __all__ = ["RocksDBStateStore"]
 

@@ -30,7 +30,7 @@ Replaying batch ``n`` after a crash (even one after ``commit(n)``) loads version
 of later versions are discarded, so the replay produces the same output as the first run.
 A damaged or missing file that the restore needs is refused with ``CheckpointError`` naming it,
 as is a file or folder that records another query, operator, partition, kind or version than
-its place (``query_id``, ``operator_id``, ``partition``: see :mod:`headrace.state.files`).
+its place (``query_id``, ``operator_id``, ``partition``: see :mod:`headrace.state.version_files`).
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ import pyarrow as pa
 from headrace.checkpoint import atomic_write
 from headrace.errors import CheckpointError, UnsupportedError
 from headrace.state.backends import BACKENDS
-from headrace.state.files import (
+from headrace.state.metadata import FORMAT_VERSION, SPEC_FIELD, check_metadata, schema_doc
+from headrace.state.version_files import (
     OP_COLUMN,
     OP_PUT,
     OP_REMOVE,
@@ -68,7 +69,6 @@ from headrace.state.files import (
     remove_temporaries,
     write_state_file,
 )
-from headrace.state.metadata import FORMAT_VERSION, SPEC_FIELD, check_metadata, schema_doc
 
 __all__ = ["BACKENDS", "PendingWrite", "StateStore", "WorkCounters", "open_state_store"]
 

@@ -48,7 +48,7 @@ class FromJson:
 
     def __init__(self, column: str, schema: pa.Schema | str, *, keep: bool = False, **options: Any) -> None:
         if isinstance(schema, str):
-            from headrace.types import ddl_to_schema
+            from headrace.sql_types import ddl_to_schema
 
             schema = ddl_to_schema(schema)
         self.column = column

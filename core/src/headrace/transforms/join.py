@@ -8,6 +8,13 @@ real-time mode) is joined by DuckDB over Arrow, with the static side registered 
 ``on`` is a column name or a list of them (an equi-join; the key columns appear once, first,
 as in Spark), or a SQL condition over ``batch`` and ``static`` (``"event_key = lookup_key"``).
 
+``how`` is read through one table of Spark's spellings, :data:`JOIN_TYPES` (case and
+underscores ignored, as Spark's ``JoinType``): a stream-static join takes the types Spark runs
+with the stream on the left (:data:`STREAM_STATIC_JOIN_TYPES`: inner, left outer, left semi,
+left anti; Spark refuses right and full outer joins there, and so does this operator), a join
+of two static tables (:func:`join_tables`) takes them all. Semi and anti joins keep the
+stream's columns only (the keys first, then the others), each row at most once.
+
 DuckDB hashes the smaller side of each join, so a chunk of a few rows against a large static
 table costs a scan of the static side (~4 ms per 100k static rows). For small chunks of an
 equi-join (real-time mode, tiny micro-batches) the operator instead looks the keys up in a
@@ -29,7 +36,7 @@ from headrace.errors import HeadraceError
 from headrace.transforms.expressions import ExpressionError, check_syntax, is_identifier, quote_ident, run_sql
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext
 
-__all__ = ["StaticTable", "StreamStaticJoinOperator"]
+__all__ = ["JOIN_TYPES", "STREAM_STATIC_JOIN_TYPES", "StaticTable", "StreamStaticJoinOperator", "join_tables", "join_type"]
 
 log = logging.getLogger(__name__)
 
@@ -46,23 +53,78 @@ class StaticTable(Protocol):
 
     def to_arrow(self) -> pa.Table: ...
 
-_HOW = {"inner": "JOIN", "left": "LEFT JOIN", "left_outer": "LEFT JOIN", "leftouter": "LEFT JOIN"}
+
+#: Spark's spellings of a join's ``how``, lower-cased without underscores (as Spark's
+#: ``JoinType`` reads them) -> the join type: inner, left, right, full, left_semi or left_anti
+JOIN_TYPES: dict[str, str] = {
+    "inner": "inner", "cross": "inner",
+    "left": "left", "leftouter": "left",
+    "right": "right", "rightouter": "right",
+    "full": "full", "outer": "full", "fullouter": "full",
+    "semi": "left_semi", "leftsemi": "left_semi",
+    "anti": "left_anti", "leftanti": "left_anti",
+}  # fmt: skip
+#: the join types of a stream-static join (the stream on the left), as in Spark: a right or full
+#: outer join would have to know that no row of the whole stream ever matches a static row
+STREAM_STATIC_JOIN_TYPES = ("inner", "left", "left_semi", "left_anti")
+_SQL_JOIN = {"inner": "JOIN", "left": "LEFT JOIN"}
+_ARROW_JOIN = {"inner": "inner", "left": "left outer", "right": "right outer", "full": "full outer",
+               "left_semi": "left semi", "left_anti": "left anti"}  # fmt: skip
+
+
+def join_type(how: str, *, stream_static: bool = False) -> str:
+    """The join type ``how`` spells (``"left_outer"`` -> ``"left"``, ``"semi"`` ->
+    ``"left_semi"``); raises :class:`HeadraceError` for an unknown one, and with
+    ``stream_static`` for one a stream-static join cannot run. Called once per ``join()``."""
+    jt = JOIN_TYPES.get(str(how).lower().replace("_", ""))
+    if jt is None:
+        raise HeadraceError(
+            f"join(how={how!r}) is no join type; use inner, left (left_outer), right (right_outer), "
+            "full (outer, full_outer), left_semi (semi) or left_anti (anti)"
+        )
+    if stream_static and jt not in STREAM_STATIC_JOIN_TYPES:
+        raise HeadraceError(
+            f"join(how={how!r}): a stream-static join is 'inner', 'left', 'left_semi' or 'left_anti' (the stream on "
+            "the left, as in Spark); right and full joins would need state over the whole stream"
+        )
+    return jt
+
+
+def join_tables(left: pa.Table, right: pa.Table, on: str | Sequence[str], how: str = "inner") -> pa.Table:
+    """``left`` joined with ``right`` on equal ``on`` columns, any join type (Spark's ``how``
+    names); the columns as Spark's: the keys once, first, then the left's others, then the
+    right's (none of the right's for semi and anti joins). NULL keys match nothing. Called
+    once per join of two static tables, when the joined frame is read."""
+    jt = join_type(how)
+    keys = [on] if isinstance(on, str) else list(on)
+    if not keys:
+        raise HeadraceError("join(on=...) needs at least one key column")
+    for side, t in (("left", left), ("right", right)):
+        missing = [k for k in keys if k not in t.column_names]
+        if missing:
+            raise HeadraceError(f"join on {keys}: the {side} side has no column {missing} (columns: {t.column_names})")
+    keyset = set(keys)
+    rest_l = [c for c in left.column_names if c not in keyset]
+    rest_r = [c for c in right.column_names if c not in keyset] if jt not in ("left_semi", "left_anti") else []
+    clash = sorted(set(rest_l) & set(rest_r))
+    if clash:
+        raise HeadraceError(f"join on {keys}: both sides have non-key column(s) {clash}; rename or drop them on one "
+                            "side first so the output has distinct names")  # fmt: skip
+    out = left.join(right, keys=keys, join_type=_ARROW_JOIN[jt], coalesce_keys=True, use_threads=False)
+    return out.select([*keys, *rest_l, *rest_r])
+
+
 SMALL_CHUNK_ROWS = 2048  # up to this many rows, an equi-join probes the prebuilt index
 
 
 class StreamStaticJoinOperator(Operator):
-    """``stream.join(static, on=..., how="inner"|"left")``."""
+    """``stream.join(static, on=..., how="inner"|"left"|"left_semi"|"left_anti")``."""
 
     stateful = False
     supports_real_time = True
 
     def __init__(self, static: StaticTable | pa.Table, on: str | Sequence[str], how: str = "inner") -> None:
-        if how.lower() not in _HOW:
-            raise HeadraceError(
-                f"join(how={how!r}): a stream-static join is 'inner' or 'left' (the stream on the left); "
-                "right and full joins would need state over the whole stream"
-            )
-        self.how = "left" if _HOW[how.lower()] == "LEFT JOIN" else "inner"
+        self.how = join_type(how, stream_static=True)
         self.static = static
         self.on = on
         self.keys: list[str] | None
@@ -73,7 +135,7 @@ class StreamStaticJoinOperator(Operator):
             self.keys, self.condition = None, on
             if current_sql_dialect() == "spark":  # the condition is Spark SQL
                 self.condition = to_duckdb(on, what=f"join(on={on!r})", kind="expression")
-            check_syntax(f"SELECT * FROM batch JOIN static ON ({self.condition})", what=f"join(on={on!r})")
+            check_syntax(f"SELECT * FROM batch JOIN static ON ({self.condition})", what=f"join(on={on!r})")  # fmt: skip
         else:
             keys = [on] if isinstance(on, str) else list(on)
             if not keys:
@@ -97,8 +159,16 @@ class StreamStaticJoinOperator(Operator):
             return self.static.schema
         return self.static.schema
 
+    @property
+    def _existence(self) -> str | None:
+        """``EXISTS`` for a semi join, ``NOT EXISTS`` for an anti join, None otherwise."""
+        return {"left_semi": "EXISTS", "left_anti": "NOT EXISTS"}.get(self.how)
+
     def _build_query(self, left: Sequence[str], right: Sequence[str]) -> str:
-        join = _HOW[self.how]
+        exists = self._existence
+        if exists is not None and self.keys is None:
+            return f"SELECT batch.* FROM batch WHERE {exists} (SELECT 1 FROM static WHERE ({self.condition}))"
+        join = _SQL_JOIN.get(self.how, "")
         if self.keys is None:
             clash = sorted(set(left) & set(right))
             if clash:
@@ -116,6 +186,10 @@ class StreamStaticJoinOperator(Operator):
             raise ExpressionError(f"{self.name}: {side}")
         keyset = set(self.keys)
         rest_l = [c for c in left if c not in keyset]
+        cond = " AND ".join(f"batch.{quote_ident(k)} = static.{quote_ident(k)}" for k in self.keys)
+        if exists is not None:  # the stream's columns only, keys first (as Spark)
+            cols = [f"batch.{quote_ident(c)}" for c in (*self.keys, *rest_l)]
+            return f"SELECT {', '.join(cols)} FROM batch WHERE {exists} (SELECT 1 FROM static WHERE {cond})"
         rest_r = [c for c in right if c not in keyset]
         clash = sorted(set(rest_l) & set(rest_r))
         if clash:
@@ -125,7 +199,6 @@ class StreamStaticJoinOperator(Operator):
             )
         cols = [f"batch.{quote_ident(k)}" for k in self.keys]
         cols += [f"batch.{quote_ident(c)}" for c in rest_l] + [f"static.{quote_ident(c)}" for c in rest_r]
-        cond = " AND ".join(f"batch.{quote_ident(k)} = static.{quote_ident(k)}" for k in self.keys)
         return f"SELECT {', '.join(cols)} FROM batch {join} static ON {cond}"
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
@@ -175,6 +248,19 @@ class StreamStaticJoinOperator(Operator):
     def _lookup(self, table: pa.Table, snap: pa.Table, query: str) -> pa.Table:
         assert self.keys is not None
         index = self._key_index(snap)
+        if self._existence is not None:  # semi: rows with a match, anti: rows without one (NULL keys match none)
+            semi = self.how == "left_semi"
+            cols = [table.column(k).to_pylist() for k in self.keys]
+            keep = [i for i, key in enumerate(zip(*cols, strict=True)) if (None not in key and key in index) == semi]
+            keyset = set(self.keys)
+            out = table.take(pa.array(keep, pa.int64())).select(
+                [*self.keys, *(c for c in table.column_names if c not in keyset)]
+            )
+            schema = self._out_schema
+            if schema is None:
+                schema = self._out_schema = run_sql(table.schema.empty_table(), query, what=self.name,
+                                                    extra=[("static", snap.schema.empty_table())]).schema  # fmt: skip
+            return out.cast(schema) if out.schema != schema else out
         left: list[int] = []
         right: list[int | None] = []
         cols = [table.column(k).to_pylist() for k in self.keys]

@@ -451,7 +451,7 @@ def _json_structure(schema: str) -> str:
     text = schema.strip()
     if text.startswith("{") or text.startswith("["):
         return schema
-    from headrace.types import ddl_to_schema
+    from headrace.sql_types import ddl_to_schema
 
     try:
         parsed = ddl_to_schema(schema)

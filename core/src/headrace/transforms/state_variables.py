@@ -96,7 +96,7 @@ class ExpiredTimerInfo:
 def parse_state_schema(schema: Any, what: str) -> pa.Schema:
     """A variable's schema: a DDL string (``"n BIGINT, ts TIMESTAMP"``), a ``pyarrow.Schema``,
     or a ``pyarrow.DataType`` (one field ``value``). Raises ``HeadraceError`` naming it."""
-    from headrace.types import ddl_to_schema
+    from headrace.sql_types import ddl_to_schema
 
     if isinstance(schema, pa.Schema):
         out = schema
@@ -143,7 +143,7 @@ def parse_ttl(ttl: Any, what: str) -> int | None:
 
 
 def _spark_schema(schema: pa.Schema) -> str:
-    from headrace.types import arrow_to_spark_name
+    from headrace.sql_types import arrow_to_spark_name
 
     return ", ".join(f"{f.name} {arrow_to_spark_name(f.type)}" for f in schema)
 

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from headrace.errors import HeadraceError
 from headrace.helpers.durable import atomic_write
-from headrace.types import arrow_to_spark_name, ddl_to_schema
+from headrace.sql_types import arrow_to_spark_name, ddl_to_schema
 
 __all__ = ["SchemaStore", "SchemaVersion", "apply_hints"]
 

@@ -162,7 +162,7 @@ class FrameSteps(ABC):
         """PySpark's ``mapInArrow(fn, schema)``: ``fn`` takes an iterator of record batches and
         yields record batches of ``schema`` (a ``pyarrow.Schema`` or a DDL string); run as
         :meth:`map_batches` over each record batch, on the reading threads."""
-        from headrace.types import parse_schema
+        from headrace.sql_types import parse_schema
 
         out = parse_schema(schema)
 
