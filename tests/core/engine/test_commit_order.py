@@ -53,13 +53,14 @@ def order_on(tmp_path: Path) -> tuple[CommitOrder, Checkpoint, Journal]:
 def test_state_before_a_linked_marker_and_sources_only_when_settled(tmp_path: Path) -> None:
     order, cp, journal = order_on(tmp_path)
     (wal,) = order.write_ahead([OffsetEntry(0, [{"v": 0}], [{"v": 5}], 1)])
-    assert order.wait_write_ahead(wal) >= 0 and (tmp_path / "offsets" / "0").exists()
-    order.before_sink_commit(0)
+    order.before_sink_commit(0, wal=wal, settle_dead_letters=lambda: journal.add(
+        f"dead letters, offsets durable: {(tmp_path / 'offsets' / '0').exists()}"))  # fmt: skip
     order.commit(0, [StateWrite(journal, "0")], {}, [{"v": 5}])
-    assert journal.events == ["state 0"]  # the state first; the marker visible; no source told yet
+    assert journal.events == ["dead letters, offsets durable: True", "state 0"]
+    journal.events.clear()  # the state first; the marker visible; no source told yet
     assert (tmp_path / "commits" / "0").exists()
     order.settle()
-    assert journal.events == ["state 0", "source 5"]
+    assert journal.events == ["source 5"]
     assert cp.committed_ids() == [0]
     cp.close()
 
@@ -68,8 +69,7 @@ def test_a_marker_written_whole_follows_its_state_and_is_visible_before_the_next
     order, cp, journal = order_on(tmp_path)
     for n in range(2):
         (wal,) = order.write_ahead([OffsetEntry(n, [{"v": n}], [{"v": n + 1}], 1)])
-        order.wait_write_ahead(wal)
-        order.before_sink_commit(n)  # batch 1: batch 0's marker is visible when this returns
+        order.before_sink_commit(n, wal=wal, settle_dead_letters=lambda: None)  # batch 1: marker 0 visible
         if n == 1:
             assert json.loads((tmp_path / "commits" / "0").read_bytes())["eventTimeMaxMs"] == {"0": 7}
         order.commit(n, [StateWrite(journal, str(n))], {"eventTimeMaxMs": {"0": 7 + n}}, [{"v": n + 1}])
@@ -87,7 +87,7 @@ def test_a_real_time_batch_commits_its_marker_and_sources_at_once(tmp_path: Path
     order.begin_real_time(OffsetEntry(0, [{"v": 0}], [None], 1, real_time=True))
     assert cp.read_offsets(0).ends == [None]
     order.end_real_time(OffsetEntry(0, [{"v": 0}], [{"v": 3}], 1, real_time=True))
-    order.before_sink_commit(0)
+    order.before_sink_commit(0, wal=None, settle_dead_letters=lambda: None)
     order.commit_real_time(0, [StateWrite(journal, "0")], {}, [{"v": 3}])
     assert journal.events == ["state 0", "source 3"] and cp.committed_ids() == [0]
     cp.close()

@@ -8,12 +8,11 @@ For micro-batch ``n``:
 
 1. ``offsets/<n>`` (the write-ahead entry: the batch's range and watermarks) is handed to the
    checkpoint's writer before any of the batch is read (:meth:`CommitOrder.write_ahead`), and
-   is durable before anything of the batch is committed (:meth:`CommitOrder.wait_write_ahead`):
-   the sink's commit, the dead letters.
+   is durable before anything of the batch is committed (the sink's commit, the dead letters).
 2. The batch's dead letters are settled after (1) and before the sink's commit.
-3. The previous batch's ``commits/<n-1>`` is visible before ``sink.commit(n)``
-   (:meth:`CommitOrder.before_sink_commit`), so a crash never replays a batch before the last
-   one the sink committed.
+3. The previous batch's ``commits/<n-1>`` is visible before ``sink.commit(n)``, so a crash
+   never replays a batch before the last one the sink committed. (1) to (3):
+   :meth:`CommitOrder.before_sink_commit`.
 4. ``sink.commit(n, messages)``; on failure ``sink.abort`` and nothing after it.
 5. The stateful operators' state versions ``n`` are durable before ``commits/<n>``
    (:meth:`CommitOrder.commit`): waited for, then the marker is linked to ``offsets/<n>``
@@ -144,13 +143,21 @@ class CommitOrder:
         self._checkpoint.forget_planned(batch_id)
 
     # ------------------------------------------------------------------ a micro-batch's commit
-    def before_sink_commit(self, batch_id: int) -> None:
-        """Right before ``sink.commit(batch_id)``: the previous batch's marker visible (rule 3),
-        the sources of earlier batches whose marker is durable committed (rule 6, without
-        waiting). Called once per micro-batch."""
+    def before_sink_commit(self, batch_id: int, *, wal: Future[None] | None,
+                           settle_dead_letters: Callable[[], None]) -> tuple[float, float]:  # fmt: skip
+        """Right before ``sink.commit(batch_id)``: the batch's ``offsets/<n>`` durable (rule 1;
+        ``wal`` None: already on disk), then its dead letters settled (rule 2), the previous
+        batch's marker visible (rule 3) and the sources of earlier batches whose marker is
+        durable committed (rule 6, without waiting). Returns the seconds spent waiting for the
+        entry, and for the markers and the sources. Called once per batch (real-time too)."""
+        t_wal = self.wait_write_ahead(wal)
+        settle_dead_letters()
+        t = time.monotonic()
         self._wait_marker()
         self._source_commits.settle()
+        t_markers = time.monotonic() - t
         self._crash("before_sink_commit", batch_id)
+        return t_wal, t_markers
 
     def commit(self, batch_id: int, state: Sequence[StateWrite], marker_body: dict[str, Any],
                ends: Sequence[Offset]) -> None:  # fmt: skip

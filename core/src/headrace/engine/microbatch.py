@@ -87,11 +87,10 @@ def run_batch(run: QueryRun, p: PlannedBatch) -> None:
         counts.output_rows = runner.rows_out  # what the sink was handed (after any stateful operator)
         if len(parts) > 1:
             mode.record(parallel, sum(counts.input_rows), time.monotonic() - t)
-        t_wal += order.wait_write_ahead(p.wal)  # the write-ahead entry is durable before anything is committed
-        settle_bad_records(run, batch_id, counts)  # dead letters: after the WAL, before the commit
-        tc = time.monotonic()
-        order.before_sink_commit(batch_id)  # the previous marker visible, earlier sources committed
-        t_commit = time.monotonic() - tc
+        # the write-ahead entry durable, dead letters settled, the previous marker visible
+        t_wait, t_commit = order.before_sink_commit(
+            batch_id, wal=p.wal, settle_dead_letters=lambda: settle_bad_records(run, batch_id, counts))
+        t_wal += t_wait
         sink.commit(batch_id, messages)
     except BaseException:
         if p.wal is not None:

@@ -147,8 +147,8 @@ def run_real_time_batch(
         end = last[0]
         out_rows[0] = runner.rows_out
         order.end_real_time(OffsetEntry(batch_id, starts, [end], int(wall * 1000), real_time=True, metadata=metadata))
-        settle_bad_records(run, batch_id, BatchCounts(counts, out_rows[0]))
-        order.before_sink_commit(batch_id)
+        order.before_sink_commit(batch_id, wal=None, settle_dead_letters=lambda: settle_bad_records(
+            run, batch_id, BatchCounts(counts, out_rows[0])))  # fmt: skip
         sink.commit(batch_id, messages)
     except BaseException:
         stop.set()
