@@ -18,7 +18,7 @@ import pytest
 
 from headrace.transforms.agg_functions import SumOverflow, merge_col
 from headrace.transforms.agg_partial import group_by
-from headrace.transforms.aggregate import AggregateOperator
+from headrace.transforms.aggregate import AggregateOperator, aggregate_operator
 from headrace.transforms.expressions import ExpressionError
 from headrace.transforms.operator import BatchInfo, OperatorContext
 from headrace.transforms.window import session_window, window
@@ -119,7 +119,7 @@ def test_min_max_with_nan_in_windows_complete_mode(backend: str, tmp_path: Path)
 def test_session_windows_min_max_order_nan_above_every_number(backend: str, tmp_path: Path) -> None:
     """A session's rows split over two batches (merged in Python per session)."""
     batches = nan_batches()
-    run = run_batches(lambda: AggregateOperator([session_window("ts", "1 hour"), "k"], NAN_AGGS["bare-columns"]),
+    run = run_batches(lambda: aggregate_operator([session_window("ts", "1 hour"), "k"], NAN_AGGS["bare-columns"]),
                       batches, state_path=str(tmp_path), backend=backend, mode="complete")  # fmt: skip
     out = run.outputs[-1]
     assert out is not None
@@ -247,7 +247,7 @@ def test_partial_stage_overflow_names_the_batch_begun() -> None:
 
 
 def test_session_window_sum_overflow(backend: str, tmp_path: Path) -> None:
-    mk = lambda: AggregateOperator([session_window("ts", "1 hour"), "k"], ["sum(v) AS s"])  # noqa: E731
+    mk = lambda: aggregate_operator([session_window("ts", "1 hour"), "k"], ["sum(v) AS s"])  # noqa: E731
     big = table([("a", BIG), ("a", BIG - 1)], v_type=pa.int64())
     with pytest.raises(ExpressionError) as e:  # within the batch (DuckDB's sessions)
         run_batches(mk, [pa.concat_tables([big, table([("a", 1)], t0=5, v_type=pa.int64())])],

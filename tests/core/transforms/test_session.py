@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from headrace.errors import UnsupportedError
-from headrace.transforms.aggregate import AggregateOperator
+from headrace.transforms.aggregate import AggregateOperator, aggregate_operator
 from headrace.transforms.session import SessionWindowAggregateOperator
 from headrace.transforms.window import session_window
 from tests.core.transforms.stateful_harness import run_batches
@@ -55,8 +55,8 @@ def as_key(r: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def mk() -> AggregateOperator:
-    return AggregateOperator([session_window("ts", f"{GAP} seconds"), "user"],
-                             ["count(*) AS n", "sum(amount) AS total", "max(amount) AS hi"], watermark_column="ts")  # fmt: skip
+    return aggregate_operator([session_window("ts", f"{GAP} seconds"), "user"],
+                              ["count(*) AS n", "sum(amount) AS total", "max(amount) AS hi"], watermark_column="ts")  # fmt: skip
 
 
 def test_append_emits_each_closed_session_once(backend: str, tmp_path: Path) -> None:
@@ -115,6 +115,6 @@ def test_modes() -> None:
     op.check_output_mode("complete")
     with pytest.raises(UnsupportedError, match="Update output mode not supported for session window"):
         op.check_output_mode("update")
-    no_wm = AggregateOperator([session_window("ts", "1 minute")], ["count(*)"])
+    no_wm = aggregate_operator([session_window("ts", "1 minute")], ["count(*)"])
     with pytest.raises(UnsupportedError, match="without watermark"):
         no_wm.check_output_mode("append")

@@ -18,7 +18,7 @@ import pytest
 import headrace as hr
 from headrace.errors import CheckpointError
 from headrace.testing import memory_stream
-from headrace.transforms.aggregate import AggregateOperator
+from headrace.transforms.aggregate import aggregate_operator
 from headrace.transforms.dedup import DropDuplicatesOperator
 from headrace.transforms.operator import Operator
 from headrace.transforms.window import exact_seconds, session_window, window
@@ -47,7 +47,7 @@ def batch(b: int) -> pa.Table:
 
 
 def agg(keys: list[Any], aggs: list[str], wm: str | None = None) -> Callable[[], Operator]:
-    return lambda: AggregateOperator(keys, aggs, watermark_column=wm)
+    return lambda: aggregate_operator(keys, aggs, watermark_column=wm)
 
 
 def dedup(cols: list[str], *, within: bool = False, wm: str | None = None, delay: str | None = None

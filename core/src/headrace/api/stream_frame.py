@@ -194,10 +194,10 @@ class GroupedStream:
         if not exprs:
             raise HeadraceError("agg() needs at least one aggregate expression, e.g. agg('count(*) AS n')")
         from headrace.functions import sql_of
-        from headrace.transforms.aggregate import AggregateOperator
+        from headrace.transforms.aggregate import aggregate_operator
 
         texts = [sql_of(e, "agg()") for e in exprs]
-        op = AggregateOperator(list(self._keys), texts, watermark_column=self._frame._watermark_column())
+        op = aggregate_operator(list(self._keys), texts, watermark_column=self._frame._watermark_column())
         return self._frame._with_step(op)
 
     def count(self) -> StreamFrame:

@@ -6,14 +6,15 @@ the steps are split in two stages:
 
 - the *prefix*: the stateless steps before the first stateful one, run per record batch in the
   reader threads (consecutive SQL steps fused into one DuckDB query, or compiled to Arrow
-  compute); when the first stateful step is an aggregation, its partial stage
-  (``pre_aggregation()``: windows assigned, partial aggregates per key) runs on the rows the
+  compute); when the first stateful step has a partial stage (``Operator.partial_stage()``;
+  an aggregation's: windows assigned, partial aggregates per key), it runs on the rows the
   prefix kept. In a micro-batch it runs on the consumer thread over the record batches
   gathered up to :data:`COALESCE_ROWS` rows (or :data:`COALESCE_BYTES`): one partial per
   gathering instead of one per record batch, and no combining of partials that have the
   same keys (Spark's partial aggregate likewise builds one hash map per task over all its
   rows). In a real-time batch it runs per chunk in the readers, so each chunk's updates go
-  out at once. The consumer then merges one partial row per key into state;
+  out at once. The operator gets the partial stage's output (``Operator.process_partial``;
+  an aggregation merges one partial row per key into state);
 - the *suffix*: from the first stateful step on, run on the consumer thread, in order:
   ``process`` per chunk, then ``finish`` per operator at the end of the batch, each
   operator's output going through the steps after it.
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -48,10 +48,8 @@ COALESCE_BYTES = 32 << 20
 
 
 def is_aggregation(op: Operator) -> bool:
-    """Whether ``op`` is a streaming aggregation (``group_by(...).agg``)."""
-    mod = sys.modules.get("headrace.transforms.aggregate")
-    cls = getattr(mod, "AggregateOperator", None) if mod is not None else None
-    return bool(cls is not None and isinstance(op, cls)) or bool(getattr(op, "aggregation", False))
+    """Whether ``op`` is a streaming aggregation (``group_by(...).agg``: ``Operator.aggregation``)."""
+    return bool(op.aggregation)
 
 
 def real_time_problems(operators: Sequence[Operator], mode: str) -> list[str]:
@@ -109,9 +107,10 @@ class PlanRunner:
         first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
         self.prefix: list[Operator] = _fuse(steps[:first_stateful])
         self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]
-        # an aggregation's partial stage runs in the readers too (Spark's partial aggregate)
-        pre = getattr(self.suffix[0], "pre_aggregation", None) if self.suffix else None
-        self.pre_aggregate: Callable[[pa.Table], pa.Table] | None = pre() if callable(pre) else None
+        # the first stateful step's partial stage (an aggregation's: Spark's partial aggregate)
+        self.partial_stage: Callable[[pa.Table], pa.Table] | None = (
+            self.suffix[0].partial_stage() if self.suffix else None
+        )
         self.stateful: list[tuple[int, Operator]] = [(s.index, s.op) for s in steps if s.op.stateful]
         self.watermarks: list[tuple[int, WatermarkOperator]] = [
             (s.index, s.op) for s in steps if isinstance(s.op, WatermarkOperator)
@@ -188,19 +187,19 @@ class PlanRunner:
 
     # ------------------------------------------------------------------ per chunk
     def apply_prefix(self, table: pa.Table) -> pa.Table | None:
-        """The stateless steps before the first stateful one, then the partial stage of an
-        aggregation that comes next (:attr:`pre_aggregate`); called per record batch in the
+        """The stateless steps before the first stateful one, then the partial stage of the
+        stateful step that comes next (:attr:`partial_stage`); called per record batch in the
         reader threads (thread-safe)."""
         out = self.apply_stateless(table)
-        if out is None or self.pre_aggregate is None:
+        if out is None or self.partial_stage is None:
             return out
-        return self.pre_aggregate(out)
+        return self.partial_stage(out)
 
     @property
     def prefix_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
         """The readers' transform of each record batch in a real-time batch (the stateless
         steps, then the partial aggregation), or None when there is nothing to apply."""
-        return self.apply_prefix if self.prefix or self.pre_aggregate is not None else None
+        return self.apply_prefix if self.prefix or self.partial_stage is not None else None
 
     def apply_stateless(self, table: pa.Table) -> pa.Table | None:
         """The stateless steps before the first stateful one (thread-safe)."""
@@ -217,7 +216,7 @@ class PlanRunner:
         """The readers' transform of each record batch in a micro-batch: the stateless steps
         (the partial aggregation runs in :meth:`run`, over record batches gathered), or None
         when there is nothing to apply. Called once per batch."""
-        if self.pre_aggregate is None:
+        if self.partial_stage is None:
             return self.prefix_transform
         return self.apply_stateless if self.prefix else None
 
@@ -226,8 +225,8 @@ class PlanRunner:
             return
         for k in range(start, len(self.suffix)):
             op = self.suffix[k]
-            if k == 0 and self.pre_aggregate is not None:  # the chunk is partial aggregates
-                out = op.process_partial(table, info)  # type: ignore[attr-defined]
+            if k == 0 and self.partial_stage is not None:  # the chunk is the partial stage's output
+                out = op.process_partial(table, info)
             else:
                 out = op.process(table, info)
             if out is None or out.num_rows == 0:
@@ -268,7 +267,7 @@ class PlanRunner:
         yielded = False
         gathered: list[pa.RecordBatch] = []
         rows = size = 0
-        gathering = gather and self.pre_aggregate is not None
+        gathering = gather and self.partial_stage is not None
         for b in data:
             if not self.suffix:
                 self.rows_out += b.num_rows
@@ -309,12 +308,12 @@ class PlanRunner:
         """The partial aggregation of record batches gathered by :meth:`run`: of one table
         whose columns keep the batches as chunks (nothing is copied), or, for batches of
         different schemas, of each batch."""
-        assert self.pre_aggregate is not None
+        assert self.partial_stage is not None
         try:
             table = pa.Table.from_batches(batches)
         except pa.ArrowInvalid:
-            return [self.pre_aggregate(pa.Table.from_batches([b])) for b in batches]
-        return [self.pre_aggregate(table)]
+            return [self.partial_stage(pa.Table.from_batches([b])) for b in batches]
+        return [self.partial_stage(table)]
 
     def state_writes(self) -> list[StateWrite]:
         """The stateful operators' state writes still pending after ``finish`` (see

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future
@@ -35,10 +36,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from headrace.checkpoint import OffsetEntry
-from headrace.protocols import Offset, ReadLimit
+from headrace.protocols import Offset, ReadLimit, Source
 
 if TYPE_CHECKING:
-    from headrace.engine.query import StreamingQuery
+    from headrace.engine.commits import CommitOrder
+    from headrace.engine.watermark import EventTimeTracker
+    from headrace.helpers.crash import CrashHook
 
 __all__ = ["LOOK_AHEAD", "PlannedBatch", "Planner"]
 
@@ -66,10 +69,17 @@ class PlannedBatch:
 
 
 class Planner:
-    """Plans the batches of one query run. Every method runs on the query's thread."""
+    """Plans the batches of one query run. Built by ``setup_query`` with the run's parts;
+    every method runs on the query's thread."""
 
-    def __init__(self, q: StreamingQuery) -> None:
-        self._q = q
+    def __init__(self, *, name: str, sources: tuple[Source, ...], tracker: EventTimeTracker, commits: CommitOrder,
+                 crash: CrashHook, stop: threading.Event) -> None:  # fmt: skip
+        self._name = name
+        self._sources = sources
+        self._tracker = tracker
+        self._commits = commits
+        self._crash = crash
+        self._stop = stop
         self._ahead: deque[PlannedBatch] = deque()
         self._limits: list[ReadLimit] = []
         self._enabled = False
@@ -88,24 +98,18 @@ class Planner:
         checkpoint's writer (unless ``replay``: it is on disk; with ``defer`` the caller hands
         it over, with others: :meth:`fill`). ``wall``: the batch's processing time (a replay
         passes the one its entry records), else now."""
-        q = self._q
-        assert q._checkpoint is not None
         wall = time.time() if wall is None else wall
         t0 = time.monotonic() if t0 is None else t0
         if metadata is None:
-            metadata = q._tracker.metadata(int(wall * 1000))
-        crash = q._crash
-        crash("before_offsets", batch_id)
+            metadata = self._tracker.metadata(int(wall * 1000))
+        self._crash("before_offsets", batch_id)
         t = time.monotonic()
-        wal = None
         p = PlannedBatch(batch_id, starts, list(ends), metadata, wall, t0, t_latest)
-        if not replay and not defer:
-            wal = q._checkpoint.write_offsets_async(self._entry(p))
-            if crash.point:  # crash tests need the entry on disk at the named point
-                wal.result()
-        p.wal, p.t_wal = wal, time.monotonic() - t
-        if not defer:
-            crash("after_offsets", batch_id)
+        if replay:
+            self._crash("after_offsets", batch_id)
+        elif not defer:
+            (p.wal,) = self._commits.write_ahead([self._entry(p)])
+        p.t_wal = time.monotonic() - t
         return p
 
     @staticmethod
@@ -126,17 +130,16 @@ class Planner:
         """Plan ahead of ``running`` up to :data:`LOOK_AHEAD` batches, when enabled and after
         the run's first batch (``ran``: batches this run has finished). A source error here is
         not raised: the loop plans that batch again after the running one, and raises then."""
-        q = self._q
-        if not self._enabled or self._dry or ran < 1 or q._stop.is_set() or len(self._ahead) > LOOK_AHEAD // 2:
+        if not self._enabled or self._dry or ran < 1 or self._stop.is_set() or len(self._ahead) > LOOK_AHEAD // 2:
             return  # refilled a few batches at a time: one hand-off to the writer for all of them
         last = self._ahead[-1] if self._ahead else running
         new: list[PlannedBatch] = []
         while len(self._ahead) + len(new) < LOOK_AHEAD:
             t0 = time.monotonic()
             try:
-                ends = [s.latest_offset(st, lim) for s, st, lim in zip(q._sources, last.ends, self._limits, strict=True)]
+                ends = [s.latest_offset(st, lim) for s, st, lim in zip(self._sources, last.ends, self._limits, strict=True)]
             except Exception as e:
-                log.debug("query '%s': planning ahead stopped: %s", q.name, e)
+                log.debug("query '%s': planning ahead stopped: %s", self._name, e)
                 self._dry = True
                 break
             if all(e == st for e, st in zip(ends, last.ends, strict=True)):
@@ -146,24 +149,18 @@ class Planner:
             new.append(last)
         if not new:
             return
-        assert q._checkpoint is not None
-        for p, wal in zip(new, q._checkpoint.write_offsets_many([self._entry(p) for p in new]), strict=True):
+        for p, wal in zip(new, self._commits.write_ahead([self._entry(p) for p in new]), strict=True):
             p.wal = wal
-            if q._crash.point:  # crash tests need the entry on disk at the named point
-                wal.result()
-            q._crash("after_offsets", p.batch_id)
         self._ahead.extend(new)
 
     def discard(self) -> None:
         """Forget the batches planned ahead that did not run (the query stops or failed): their
         entries are deleted from the last one back, so the log never has a gap. Best effort: an
         entry left behind is replayed with its recorded range on restart, which is correct too."""
-        q = self._q
         while self._ahead:
             p = self._ahead.pop()
             if p.wal is not None:
                 with contextlib.suppress(Exception):
                     p.wal.result()  # renamed (or failed) before it is deleted
-            if q._checkpoint is not None:
-                with contextlib.suppress(OSError):
-                    q._checkpoint.forget_planned(p.batch_id)
+            with contextlib.suppress(OSError):
+                self._commits.forget_planned(p.batch_id)

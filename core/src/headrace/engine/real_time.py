@@ -26,13 +26,14 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from headrace.checkpoint import OffsetEntry
+from headrace.engine.deadletters import settle_bad_records
 from headrace.engine.microbatch import batch_info
 from headrace.engine.reader import BatchCounts, apply_transform
 from headrace.engine.report import report_progress
 from headrace.protocols import Offset
 
 if TYPE_CHECKING:
-    from headrace.engine.query import StreamingQuery
+    from headrace.engine.run import QueryRun
 
 __all__ = ["LatencyReservoir", "RealTimeStats", "run_real_time_batch"]
 
@@ -94,29 +95,28 @@ class RealTimeStats:
 
 
 def run_real_time_batch(
-    q: StreamingQuery, batch_id: int, starts: list[Offset], metadata: dict[str, Any] | None = None
+    run: QueryRun, batch_id: int, starts: list[Offset], metadata: dict[str, Any] | None = None
 ) -> list[Offset]:
-    """Run one real-time batch of ``q`` from ``starts`` until its interval ends or it is
+    """Run one real-time batch of ``run`` from ``starts`` until its interval ends or it is
     stopped; returns the end offsets. Called once per interval by the engine loop (and with
-    the recorded ``metadata`` when an interrupted batch is replayed)."""
-    checkpoint, sink, runner, tracker = q._checkpoint, q._sink, q._runner, q._tracker
-    assert checkpoint is not None and sink is not None and runner is not None
-    src = q._sources[0]
+    the recorded ``metadata`` when an interrupted batch is replayed). What becomes durable
+    when is :class:`headrace.engine.commits.CommitOrder`'s."""
+    sink, runner, tracker, order = run.sink, run.runner, run.tracker, run.commits
+    src = run.sources[0]
     t0 = time.monotonic()
     wall = time.time()
-    q._current_batch = batch_id
-    q._status = {"message": "Processing new data (real-time)", "isDataAvailable": True, "isTriggerActive": True}
+    run.status.current_batch = batch_id
+    run.status.set("Processing new data (real-time)", data_available=True, trigger_active=True)
     if metadata is None:
         metadata = tracker.metadata(int(wall * 1000))
-    info = batch_info(q, batch_id, metadata, real_time=True)
-    checkpoint.write_offsets(OffsetEntry(batch_id, starts, [None], int(wall * 1000), real_time=True, metadata=metadata))
-    q._crash("after_offsets", batch_id)
+    info = batch_info(run, batch_id, metadata, real_time=True)
+    order.begin_real_time(OffsetEntry(batch_id, starts, [None], int(wall * 1000), real_time=True, metadata=metadata))
     stop = threading.Event()
-    deadline = t0 + q.trigger.interval
+    deadline = t0 + run.spec.trigger.interval
 
     def timer() -> None:
         while not stop.is_set():
-            if q._stop.wait(min(0.05, max(0.0, deadline - time.monotonic()))) or time.monotonic() >= deadline:
+            if run.stop.wait(min(0.05, max(0.0, deadline - time.monotonic()))) or time.monotonic() >= deadline:
                 stop.set()
 
     threading.Thread(target=timer, daemon=True, name="headrace-rt-timer").start()
@@ -124,6 +124,7 @@ def run_real_time_batch(
     last: list[Offset] = [starts[0]]
     counts = [0]
     out_rows = [0]
+    crash = run.crash
 
     def chunks() -> Iterator[pa.RecordBatch]:
         for chunk in src.read_real_time(starts[0], stop):
@@ -134,22 +135,20 @@ def run_real_time_batch(
             stats.add(t_read, t_done, chunk.data.num_rows, chunk.source_times_ms)
             last[0] = chunk.offset
             if counts[0] >= 2:
-                q._crash("mid_write", batch_id)
+                crash("mid_write", batch_id)
 
     messages: list[Any] = []
     runner.begin(info)
     flow = runner.run(chunks(), info)
     try:
         messages.append(sink.write(batch_id, flow))
-        runner.require_finished(q._sink_connector)
+        runner.require_finished(run.spec.sink_connector)
         stop.set()
         end = last[0]
         out_rows[0] = runner.rows_out
-        checkpoint.write_offsets(
-            OffsetEntry(batch_id, starts, [end], int(wall * 1000), real_time=True, metadata=metadata)
-        )
-        q._settle_bad_records(batch_id, BatchCounts(counts, out_rows[0]))
-        q._crash("before_sink_commit", batch_id)
+        order.end_real_time(OffsetEntry(batch_id, starts, [end], int(wall * 1000), real_time=True, metadata=metadata))
+        order.before_sink_commit(batch_id, wal=None, settle_dead_letters=lambda: settle_bad_records(
+            run, batch_id, BatchCounts(counts, out_rows[0])))  # fmt: skip
         sink.commit(batch_id, messages)
     except BaseException:
         stop.set()
@@ -158,14 +157,10 @@ def run_real_time_batch(
         raise
     finally:
         flow.close()
-    q._crash("after_sink_commit", batch_id)
     event_time = tracker.after_batch(info.watermark_ms)
-    q._last_watermark = info.watermark_ms
-    for f in runner.state_writes():  # the state of batch n is durable before its marker
-        f.result()
-    checkpoint.write_commit(batch_id, tracker.commit_info())
-    src.commit(end)
+    run.loop.last_watermark = info.watermark_ms
+    order.commit_real_time(batch_id, runner.state_writes(), tracker.commit_info(), [end])
     total = time.monotonic() - t0
-    report_progress(q, batch_id, wall, starts, [end], counts, out_rows[0], {"triggerExecution": total, "addBatch": total},
+    report_progress(run, batch_id, wall, starts, [end], counts, out_rows[0], {"triggerExecution": total, "addBatch": total},
               latencies=stats.latencies(), event_time=event_time, state_operators=runner.state_metrics())  # fmt: skip
     return [end]

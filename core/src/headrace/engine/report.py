@@ -10,7 +10,6 @@ thread, and the record's dict is built once and shared by the history and the li
 from __future__ import annotations
 
 import logging
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,23 +19,16 @@ from headrace.progress import QueryProgress
 from headrace.protocols import Offset
 
 if TYPE_CHECKING:
-    from headrace.engine.query import StreamingQuery
+    from headrace.engine.run import QueryRun
 
 __all__ = ["report_progress"]
 
 log = logging.getLogger(__name__)
 
 
-# each query's source descriptions (redacted paths: fixed for the query's life), made once
-_descriptions: weakref.WeakKeyDictionary[StreamingQuery, list[str]] = weakref.WeakKeyDictionary()
-
-
-def _source_reports(q: StreamingQuery, starts: list[Offset], ends: list[Offset], counts: list[int]) -> list[Any]:
-    descs = _descriptions.get(q)
-    if descs is None or len(descs) != len(q._plans):
-        descs = _descriptions[q] = [plan.describe() for plan in q._plans]
+def _source_reports(run: QueryRun, starts: list[Offset], ends: list[Offset], counts: list[int]) -> list[Any]:
     srcs = []
-    for desc, src, st, en, n in zip(descs, q._sources, starts, ends, counts, strict=True):
+    for desc, src, st, en, n in zip(run.source_descriptions, run.sources, starts, ends, counts, strict=True):
         try:
             metrics = dict(src.metrics(en))
         except Exception as e:  # metrics must never fail a batch
@@ -48,23 +40,23 @@ def _source_reports(q: StreamingQuery, starts: list[Offset], ends: list[Offset],
     return srcs
 
 
-def _sink_metrics(q: StreamingQuery) -> dict[str, Any]:
+def _sink_metrics(run: QueryRun) -> dict[str, Any]:
     sink_metrics: dict[str, Any] = {}
-    get_metrics = getattr(q._sink, "metrics", None)  # duck-typed sinks may lack it
+    get_metrics = getattr(run.sink, "metrics", None)  # duck-typed sinks may lack it
     if callable(get_metrics):
         try:
             sink_metrics = dict(get_metrics())
         except Exception as e:  # metrics must never fail a batch
             sink_metrics = {"error": redact(e)}
-    sink_bad = getattr(q._sink, "bad_records", None)
+    sink_bad = getattr(run.sink, "bad_records", None)
     if sink_bad is not None:
         sink_metrics.update(sink_bad.metrics())
-    sink_metrics.update(transform_bad_record_metrics(q))
+    sink_metrics.update(transform_bad_record_metrics(run))
     return sink_metrics
 
 
 def report_progress(
-    q: StreamingQuery,
+    run: QueryRun,
     batch_id: int,
     wall: float,
     starts: list[Offset],
@@ -77,41 +69,38 @@ def report_progress(
     event_time: dict[str, str] | None = None,
     state_operators: list[dict[str, Any]] | None = None,
 ) -> QueryProgress:
-    """Build batch ``batch_id``'s report (``durations`` in seconds) and hand it on: kept in
-    ``recent_progress``, then the ``on_progress`` callbacks, the history, the
-    ``headrace_query_progress`` listeners and a DEBUG log line. Returns it."""
-    sink_metrics = _sink_metrics(q)
+    """Build batch ``batch_id``'s report (``durations`` in seconds) and hand it on: to the
+    query (``QueryRun.publish``: kept in ``recent_progress``, then the ``on_progress``
+    callbacks), the history, the ``headrace_query_progress`` listeners and a DEBUG log line.
+    Returns it."""
+    sink_metrics = _sink_metrics(run)
     skipped = sink_metrics.get("numRowsSkipped")
     if isinstance(skipped, int) and not isinstance(skipped, bool) and skipped > 0:
         # the sink already held this batch (a replay): its rows are not output again
         out_rows = max(0, out_rows - skipped)
     progress = QueryProgress.build(
-        id=q.id,
-        run_id=q.run_id,
-        name=q.name,
+        id=run.id,
+        run_id=run.run_id,
+        name=run.name,
         batch_id=batch_id,
         started=wall,
         durations=durations,
-        previous_trigger=q._last_trigger,
-        sources=_source_reports(q, starts, ends, counts),
-        sink=(q._sink_connector, out_rows, sink_metrics),
+        previous_trigger=run.loop.last_trigger,
+        sources=_source_reports(run, starts, ends, counts),
+        sink=(run.spec.sink_connector, out_rows, sink_metrics),
         latencies=latencies,
         event_time=event_time,
         state_operators=state_operators,
     )
-    q._last_trigger = wall
-    q._progress.append(progress)
-    if len(q._progress) > q._keep:
-        del q._progress[0]
-    q._processed_batches += 1
-    for cb in q._callbacks:
-        cb(progress)
-    hook = q._hook
+    run.loop.last_trigger = wall
+    run.publish(progress)
+    hook = run.hook
+    history = run.history
     listeners = hook is not None and bool(hook.headrace_query_progress.get_hookimpls())
-    if listeners or q._history is not None:
+    if listeners or history is not None:
         d = progress.to_dict()
-        if q._history is not None:
-            q._history.append(d)
+        if history is not None:
+            history.append(d)
         if listeners:
             try:
                 hook.headrace_query_progress(progress=d)

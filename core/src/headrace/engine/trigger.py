@@ -1,18 +1,16 @@
-"""What a query is made of before it runs: its trigger and its source plans."""
+"""When a query's batches run: its trigger.
+
+``SourcePlan`` (now :mod:`headrace.engine.source_plan`) and ``Transform`` (now
+:mod:`headrace.transforms.stateless`) stay importable from here for one release."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-import pyarrow as pa
-
-from headrace.options import Options
+from headrace.engine.source_plan import SourcePlan
+from headrace.transforms.stateless import Transform
 
 __all__ = ["SourcePlan", "Transform", "Trigger"]
-
-Transform = Callable[[pa.Table], pa.Table]
 
 
 @dataclass(frozen=True)
@@ -31,24 +29,3 @@ class Trigger:
 
     def __str__(self) -> str:
         return self.kind + (f"({self.interval:g}s)" if self.interval else "")
-
-
-@dataclass
-class SourcePlan:
-    """A source as the user declared it: connector, validated options, the class to build."""
-
-    connector: str
-    options: Options
-    source_class: type
-    user_schema: pa.Schema | None = None
-    path: str | None = None
-    #: the options as given (path included), for an engine that parses them itself (Spark)
-    raw_options: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    def describe(self) -> str:
-        from headrace.errors import redact_url
-
-        return f"{self.connector}" + (f"[{redact_url(self.path)}]" if self.path else "")
-
-    def __repr__(self) -> str:
-        return f"SourcePlan({self.describe()}, options={self.options!r})"

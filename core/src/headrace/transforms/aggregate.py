@@ -47,7 +47,7 @@ from headrace.transforms.agg_functions import (
 )
 from headrace.transforms.agg_partial import PartialAggregation, known_probe
 from headrace.transforms.operator import BatchInfo
-from headrace.transforms.stateful import StatefulOperator
+from headrace.transforms.stateful import StatefulOperator, drop_late_rows
 from headrace.transforms.window import (
     SessionWindowSpec,
     WindowSpec,
@@ -56,7 +56,19 @@ from headrace.transforms.window import (
     window_struct_type,
 )
 
-__all__ = ["AggSpec", "AggregateOperator", "parse_aggregate"]
+__all__ = ["AggSpec", "AggregateOperator", "aggregate_operator", "parse_aggregate"]
+
+
+def aggregate_operator(keys: Sequence[Any], aggs: Sequence[str], *, watermark_column: str | None = None,
+                       ) -> AggregateOperator:  # fmt: skip
+    """The operator of ``group_by(*keys).agg(*aggs)``: a ``SessionWindowAggregateOperator``
+    when ``hr.session_window`` is among ``keys``, else an :class:`AggregateOperator`. Called
+    at definition time (``GroupedFrame.agg``)."""
+    if any(isinstance(k, SessionWindowSpec) for k in keys):
+        from headrace.transforms.session import SessionWindowAggregateOperator
+
+        return SessionWindowAggregateOperator(keys, aggs, watermark_column=watermark_column)
+    return AggregateOperator(keys, aggs, watermark_column=watermark_column)
 
 class AggregateOperator(StatefulOperator):
     """``group_by(*keys).agg(*aggs)``: ``keys`` are column names or ``hr.window(...)`` specs,
@@ -67,15 +79,7 @@ class AggregateOperator(StatefulOperator):
     operator_name: ClassVar[str] = "stateStoreSave"
     supports_real_time: ClassVar[bool] = True
     output_modes: ClassVar[tuple[str, ...] | None] = ("append", "update", "complete")
-
-    def __new__(cls, keys: Sequence[Any] = (), aggs: Sequence[str] = (), **kwargs: Any) -> AggregateOperator:
-        """A session-window aggregation (``hr.session_window`` among ``keys``) is a
-        ``SessionWindowAggregateOperator``."""
-        if cls is AggregateOperator and any(isinstance(k, SessionWindowSpec) for k in keys):
-            from headrace.transforms.session import SessionWindowAggregateOperator
-
-            return super().__new__(SessionWindowAggregateOperator)
-        return super().__new__(cls)
+    aggregation: ClassVar[bool] = True
 
     def __init__(self, keys: Sequence[str | WindowSpec], aggs: Sequence[str], *, watermark_column: str | None = None) -> None:
         super().__init__()
@@ -93,6 +97,11 @@ class AggregateOperator(StatefulOperator):
                 self.window = k
             elif isinstance(k, str) and k:
                 self.plain_keys.append(k)
+            elif isinstance(k, SessionWindowSpec):
+                raise HeadraceError(
+                    "a session-window aggregation is a SessionWindowAggregateOperator: build it with "
+                    "aggregate_operator(keys, aggs), which picks the operator for the keys"
+                )
             else:
                 raise HeadraceError(f"group_by key {k!r} must be a column name or hr.window(...)")
         self._buffer: list[pa.Table] = []  # the batch's partials (micro-batch mode)
@@ -271,10 +280,9 @@ class AggregateOperator(StatefulOperator):
         self._buffer = []
         self._batch_id = batch.batch_id
 
-    def pre_aggregation(self) -> Callable[[pa.Table], pa.Table] | None:
-        """The partial stage, for the engine to run per chunk in its reader threads (after the
-        stateless steps before this operator), handing the result to :meth:`process_partial`
-        instead of :meth:`process`. Called at ``start()``, after ``output_schema``."""
+    def partial_stage(self) -> Callable[[pa.Table], pa.Table] | None:
+        """The partial stage (``Operator.partial_stage``): :meth:`partial`, the chunk's
+        partial aggregates per key. Called at ``start()``, after ``output_schema``."""
         return self.partial
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
@@ -284,7 +292,8 @@ class AggregateOperator(StatefulOperator):
         return self.process_partial(self.partial(table), batch)
 
     def process_partial(self, partial: pa.Table, batch: BatchInfo) -> pa.Table | None:
-        """A chunk's partial aggregates (:meth:`partial`). Micro-batch: kept for ``finish``.
+        """A chunk's partial aggregates (:meth:`partial`; ``Operator.process_partial``).
+        Micro-batch: kept for ``finish``.
         Real-time batch in update mode: merged into state now, returning the rows it changed."""
         if not partial.num_rows:
             return None
@@ -393,12 +402,10 @@ class AggregateOperator(StatefulOperator):
             order = partial.column("__ws").to_numpy() + spec.duration_us
         elif self._event_key is not None:
             order, _ = event_time_micros(partial.column(self._event_key))
-        if wm_us is not None and order is not None:
-            late = order <= wm_us
-            if late.any():  # counted as Spark does: late groups after partial aggregation
+        if order is not None:
+            partial, order, late = drop_late_rows(partial, order, wm_us)
+            if late is not None:  # counted as Spark does: late groups after partial aggregation
                 self._dropped += int(late.sum())
-                partial = partial.filter(pa.array(~late))
-                order = order[~late]
         if not partial.num_rows:
             return None
         keys = partial.select(self._key_schema.names)

@@ -27,7 +27,7 @@ import pyarrow as pa
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Duration
 from headrace.transforms.operator import BatchInfo, OperatorContext
-from headrace.transforms.stateful import StatefulOperator
+from headrace.transforms.stateful import StatefulOperator, drop_late_rows
 from headrace.transforms.window import check_event_time, event_time_micros, exact_seconds
 
 __all__ = ["DropDuplicatesOperator"]
@@ -153,17 +153,12 @@ class DropDuplicatesOperator(StatefulOperator):
         ts: np.ndarray | None = None
         if self.watermark_column is not None and (self._event_key or self.within_watermark):
             ts, valid = event_time_micros(table.column(self.watermark_column))
-            keep = np.ones(len(ts), np.bool_)
-            if wm_us is not None:
-                late = ts <= wm_us if valid is None else valid & (ts <= wm_us)
-                self._dropped += int(late.sum())
-                keep &= ~late
             if valid is not None:  # a NULL event time is never late (Spark's predicate is NULL); as in
                 # Spark, drop_duplicates keeps its key forever, the within-watermark one lets it expire soon
                 ts = np.where(valid, ts, _NULL_EXPIRED if self.within_watermark else _NULL_KEPT)
-            if not keep.all():
-                table = table.filter(pa.array(keep))
-                ts = ts[keep]
+            table, ts, late = drop_late_rows(table, ts, wm_us, valid=valid)
+            if late is not None:
+                self._dropped += int(late.sum())
             if not table.num_rows:
                 return None
         # the first row of each key in the chunk

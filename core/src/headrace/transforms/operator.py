@@ -16,6 +16,12 @@ Life cycle, per query run::
                                                  # the engine calls it before batch n's marker
     op.close()
 
+An operator may split its work in two stages, as Spark's partial and final aggregates: a
+*partial stage* (``partial_stage()``: a function the engine runs on the rows before they reach
+the operator, in parallel and with no state) and ``process_partial`` (the operator's own step,
+given the partial stage's output instead of the rows). Both are optional: by default there is
+no partial stage and ``process`` gets the rows.
+
 Stateless operators implement only ``output_schema`` and ``process``. Stateful operators keep
 their state in a store under ``<checkpoint>/state/<operator index>/``, versioned by batch id:
 replaying batch n starts again from version n-1, so output is the same as the first time.
@@ -39,7 +45,7 @@ state evicted (Spark's no-data batch).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -119,11 +125,15 @@ class Operator(ABC):
     - ``supports_real_time``: may run inside a real-time batch (processing chunks as they
       arrive and emitting without waiting for the end of the batch).
     - ``output_modes``: the query output modes it allows (Spark's rules), ``None`` for all.
+    - ``aggregation``: a streaming aggregation (``group_by(...).agg``): Spark's rules for
+      aggregations apply (at most one per query; ``complete`` mode needs one; in real-time
+      mode only with ``update``).
     """
 
     stateful: ClassVar[bool] = False
     supports_real_time: ClassVar[bool] = True
     output_modes: ClassVar[tuple[str, ...] | None] = None
+    aggregation: ClassVar[bool] = False
 
     @property
     def name(self) -> str:
@@ -148,6 +158,26 @@ class Operator(ABC):
         """Called once per chunk of the batch's rows, in order, on the engine's consumer
         thread. Returns the rows to pass on now (stateless steps, real-time aggregations), or
         ``None``."""
+
+    def partial_stage(self) -> Callable[[pa.Table], pa.Table] | None:
+        """The operator's partial stage, or ``None`` (this default): a function from a table of
+        input rows (the output of the stateless steps before this operator) to a table the
+        engine hands to :meth:`process_partial` instead of the rows to :meth:`process`; for an
+        aggregation, the rows' partial aggregates per key. The engine uses it when the operator
+        is the plan's first stateful step: in a micro-batch on the consumer thread, over the
+        record batches gathered up to a bound (one call per gathering: its columns may have
+        several chunks), in a real-time batch per chunk in the reader threads. The function
+        must be thread-safe, keep no state and depend only on its input (a replay calls it
+        again on the same rows). Called once per query run, at ``start()``, after
+        ``output_schema``."""
+        return None
+
+    def process_partial(self, partial: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        """One output table of :meth:`partial_stage`, in order, on the engine's consumer
+        thread, in place of :meth:`process`; returns the rows to pass on now, or ``None``.
+        Called only for an operator whose ``partial_stage()`` returned a function; this
+        default hands the table to :meth:`process`."""
+        return self.process(partial, batch)
 
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         """Called once after the batch's last chunk: returns the rows to emit at the end of

@@ -40,7 +40,7 @@ from headrace.transforms.agg_functions import (
 )
 from headrace.transforms.aggregate import AggregateOperator
 from headrace.transforms.operator import BatchInfo
-from headrace.transforms.stateful import StatefulOperator
+from headrace.transforms.stateful import StatefulOperator, drop_late_rows
 from headrace.transforms.window import (
     SessionWindowSpec,
     WindowSpec,
@@ -74,7 +74,7 @@ def _merge_value(kind: str, a: Any, b: Any, name: str) -> Any:
 
 class SessionWindowAggregateOperator(AggregateOperator):
     """``AggregateOperator`` whose keys include a ``session_window``; built by
-    ``AggregateOperator(...)`` itself when it is given one."""
+    ``aggregate_operator(...)`` when it is given one."""
 
     operator_name: ClassVar[str] = "sessionWindowStateStoreSaveExec"
     supports_real_time: ClassVar[bool] = False
@@ -203,7 +203,7 @@ class SessionWindowAggregateOperator(AggregateOperator):
             )
 
     # ------------------------------------------------------------------ per batch
-    def pre_aggregation(self) -> Callable[[pa.Table], pa.Table] | None:
+    def partial_stage(self) -> Callable[[pa.Table], pa.Table] | None:
         """None: sessions are split over the whole batch at once, on the consumer thread."""
         return None
 
@@ -254,15 +254,12 @@ class SessionWindowAggregateOperator(AggregateOperator):
         assert self.session is not None
         gap = self.session.gap_us
         ts, valid = event_time_micros(table.column(self.session.column))
-        keep = np.ones(len(ts), np.bool_) if valid is None else valid.copy()
-        if late_us is not None:
-            late = keep & (ts + gap <= late_us)
-            if late.any():  # counted as Spark does: per (key, session of the row) after partial aggregation
-                self._dropped += _distinct_late(table, self.plain_keys, ts, late)
-            keep &= ~late
-        if not keep.all():
-            table = table.filter(pa.array(keep))
-            ts = ts[keep]
+        if valid is not None and not valid.all():  # a row without an event time has no session
+            table, ts = table.filter(pa.array(valid)), ts[valid]
+        kept, _, late = drop_late_rows(table, ts + gap, late_us)  # a row's own session: [ts, ts + gap)
+        if late is not None:  # counted as Spark does: per (key, session of the row) after partial aggregation
+            self._dropped += _distinct_late(table, self.plain_keys, ts, late)
+            table, ts = kept, ts[~late]
         if not table.num_rows:
             return []
         from headrace.transforms.expressions import ExpressionError

@@ -9,14 +9,37 @@ import time
 from abc import abstractmethod
 from typing import Any, ClassVar
 
+import numpy as np
 import pyarrow as pa
 
 from headrace.errors import CheckpointError, HeadraceError, UnsupportedError
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 
-__all__ = ["OUTPUT_MODES", "StatefulOperator"]
+__all__ = ["OUTPUT_MODES", "StatefulOperator", "drop_late_rows"]
 
 OUTPUT_MODES = ("append", "update", "complete")
+
+
+def drop_late_rows(table: pa.Table, order_us: np.ndarray, late_us: int | None, *, valid: np.ndarray | None = None,
+                   ) -> tuple[pa.Table, np.ndarray, np.ndarray | None]:  # fmt: skip
+    """Spark's late-row rule, shared by every stateful operator: a row whose event-time order
+    (``order_us``, epoch µs: its event time, its window's end, its own session's end) is at or
+    before the watermark for late events (``late_us``, :attr:`BatchInfo.late_ms` in µs; ``None``:
+    nothing is late) is dropped; a row whose event time is NULL (``valid`` False) never is.
+
+    Returns the rows kept, their orders, and the mask of the input rows that were late, or
+    ``None`` when none was (then nothing is copied). Each operator counts the late rows as Spark
+    does for it (``numRowsDroppedByWatermark``: rows, groups, or distinct keys and times).
+    Called per chunk (or per batch) on the consumer thread; pure (thread-safe)."""
+    if late_us is None or not len(order_us):
+        return table, order_us, None
+    late = order_us <= late_us
+    if valid is not None:
+        late &= valid
+    if not late.any():
+        return table, order_us, None
+    keep = ~late
+    return table.filter(pa.array(keep)), order_us[keep], late
 
 
 class StatefulOperator(Operator):

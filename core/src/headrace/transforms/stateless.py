@@ -30,6 +30,7 @@ __all__ = [
     "SchemaUnknown",
     "SelectColumnsOperator",
     "SqlOperator",
+    "Transform",
     "WithColumnOperator",
     "spark_string_casts",
     "select_expr_query",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: a ``map_batches`` function: one table of a batch's rows in, the rows to pass on out
+Transform = Callable[[pa.Table], pa.Table]
 
 # What start() works out per (query, input schema), kept for the process: DuckDB's output
 # schema and the query compiled to Arrow. Both depend only on the key (DuckDB runs with the
