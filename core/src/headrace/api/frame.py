@@ -41,6 +41,7 @@ class StreamFrame(FrameSteps):
     _sources: tuple[SourcePlan, ...]
     _steps: tuple[Operator, ...] = ()
     _schema: pa.Schema | None = None  # the plan's output schema, when known before start()
+    _alias: str | None = None  # the name a stream-stream join's condition qualifies columns by
 
     def _with_step(self, op: Operator) -> StreamFrame:
         return replace(self, _steps=(*self._steps, op), _schema=self._next_schema(self._schema, op))
@@ -54,6 +55,14 @@ class StreamFrame(FrameSteps):
         if self._steps or other._steps:
             raise HeadraceError("union() streams before transforming them; apply the transforms after the union")
         return StreamFrame((*self._sources, *other._sources), (), self._schema)
+
+    def alias(self, name: str) -> StreamFrame:
+        """Name this stream for a stream-stream join's condition (PySpark's ``df.alias("l")``):
+        ``left.alias("l").join(right.alias("r"), "l.k = r.k AND l.ts BETWEEN r.ts - INTERVAL
+        1 HOUR AND r.ts")``."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise HeadraceError(f"alias({name!r}): give a plain name, e.g. alias('l')")
+        return replace(self, _alias=name)
 
     def apply_operator(self, op: Operator) -> StreamFrame:
         """Append a custom operator (a ``headrace.transforms.Operator``) to the plan: Spark's
@@ -113,19 +122,23 @@ class StreamFrame(FrameSteps):
             DropDuplicatesOperator(list(cols), within_watermark=True, watermark_column=column)
         )
 
-    def join(self, other: StaticFrame | pa.Table, on: str | list[str] | Column, how: str = "inner") -> StreamFrame:
+    def join(self, other: StreamFrame | StaticFrame | pa.Table, on: str | list[str] | Column,
+             how: str = "inner") -> StreamFrame:  # fmt: skip
         """Join each micro-batch with a static table: a ``StaticFrame`` (``hr.read...load()``)
         or a ``pyarrow.Table``, read once when the query starts (later changes to it are not
         seen until the query restarts). ``on``: key column(s) or a SQL condition over
-        ``batch`` and ``static``; ``how``: ``inner`` or ``left``."""
+        ``batch`` and ``static``; ``how``: ``inner`` or ``left``.
+
+        With another stream, a stream-stream join (Spark's rules, docs/transforms.md): ``on``
+        key columns or a SQL condition over both sides' columns (qualified by ``alias()``
+        names), with an equality between the sides; ``how``: ``inner``, ``left``, ``right``,
+        ``full`` or ``left_semi`` (outer and semi joins need watermarks and a time-range
+        condition bounding how long a row waits); append output mode only."""
         from headrace.api.static import StaticFrame
         from headrace.transforms.join import StreamStaticJoinOperator
 
         if isinstance(other, StreamFrame):
-            raise HeadraceError(
-                "join() of two streams is not supported (stream-stream joins need state on both sides); "
-                "join a stream with a static frame (hr.read...load()) or a pyarrow.Table"
-            )
+            return self._join_stream(other, on, how)
         if not isinstance(other, StaticFrame | pa.Table):
             raise HeadraceError(f"join() takes a StaticFrame or a pyarrow.Table, not {type(other).__name__}")
         from headrace.functions import Column
@@ -133,6 +146,22 @@ class StreamFrame(FrameSteps):
         if isinstance(on, Column):
             on = on.column_name if on.column_name is not None else on.sql
         return self._with_step(StreamStaticJoinOperator(other, on, how))
+
+    def _join_stream(self, other: StreamFrame, on: Any, how: str) -> StreamFrame:
+        """A stream-stream join (Spark's symmetric hash join; headrace.transforms.stream_join):
+        one frame reading both streams' sources, the left's first."""
+        from headrace.functions import Column
+        from headrace.transforms.stream_join import StreamStreamJoinOperator
+
+        if isinstance(on, Column):
+            on = on.column_name if on.column_name is not None else on.sql
+        op = StreamStreamJoinOperator(self._steps, other._steps, len(self._sources), on, how,
+                                      aliases=(self._alias, other._alias))  # fmt: skip
+        schema = None
+        if self._schema is not None and other._schema is not None:  # checked now, before any I/O
+            op.bind_schemas(self._schema, other._schema)
+            schema = op.output_schema(self._schema)
+        return StreamFrame((*self._sources, *other._sources), (op,), schema)
 
     @property
     def write_stream(self) -> DataStreamWriter:

@@ -28,6 +28,7 @@ import logging
 import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -77,10 +78,21 @@ class PlanRunner:
     """One query run's plan. Built at ``start()`` (validation), opened once, then driven per
     batch by the engine: ``begin`` -> (``apply_prefix`` in readers, ``run`` on the consumer)."""
 
-    def __init__(self, operators: Sequence[Operator], input_schema: pa.Schema) -> None:
+    def __init__(self, operators: Sequence[Operator], input_schema: pa.Schema,
+                 source_schemas: Sequence[pa.Schema] | None = None) -> None:  # fmt: skip
         # a shallow copy per run: one frame may be started by several queries at once
         self.operators = [copy.copy(op) for op in operators]
         self.input_schema = input_schema
+        # a first step reading several inputs (a stream-stream join) resolves each side's own
+        # steps on its sources' schemas, and runs them in the readers (see reader_transform)
+        self.multi_input: Operator | None = None
+        self.source_count = len(source_schemas) if source_schemas else 1
+        for k, op in enumerate(self.operators):
+            if getattr(op, "multi_input", False):
+                if k != 0:
+                    raise HeadraceError(f"{op.name} must be the first step of its plan")
+                op.bind_sources(list(source_schemas or [input_schema]))  # type: ignore[attr-defined]
+                self.multi_input = op
         steps: list[_Step] = []
         schema: pa.Schema | None = input_schema
         unknown_after = ""
@@ -113,9 +125,11 @@ class PlanRunner:
         pre = getattr(self.suffix[0], "pre_aggregation", None) if self.suffix else None
         self.pre_aggregate: Callable[[pa.Table], pa.Table] | None = pre() if callable(pre) else None
         self.stateful: list[tuple[int, Operator]] = [(s.index, s.op) for s in steps if s.op.stateful]
-        self.watermarks: list[tuple[int, WatermarkOperator]] = [
+        self.watermarks: list[tuple[int | str, WatermarkOperator]] = [
             (s.index, s.op) for s in steps if isinstance(s.op, WatermarkOperator)
         ]
+        if self.multi_input is not None:
+            self.watermarks[:0] = self.multi_input.side_watermarks()  # type: ignore[attr-defined]
         self._opened = False
         self.finished = True
 
@@ -213,10 +227,13 @@ class PlanRunner:
         return table
 
     @property
-    def reader_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
+    def reader_transform(self) -> Callable[[pa.Table], pa.Table | None] | list[Callable[[pa.Table], Any]] | None:
         """The readers' transform of each record batch in a micro-batch: the stateless steps
         (the partial aggregation runs in :meth:`run`, over record batches gathered), or None
-        when there is nothing to apply. Called once per batch."""
+        when there is nothing to apply; for a plan reading several inputs (a stream-stream
+        join), one transform per source (its side's steps). Called once per batch."""
+        if self.multi_input is not None:
+            return [self.multi_input.side_transform(i) for i in range(self.source_count)]  # type: ignore[attr-defined]
         if self.pre_aggregate is None:
             return self.prefix_transform
         return self.apply_stateless if self.prefix else None

@@ -93,6 +93,7 @@ class StreamingQuery:
         operators: Sequence[Operator] = (),
         state_store: str = "memory",
         state_snapshot_interval: int = 10,
+        watermark_policy: str = "min",
     ) -> None:
         if not sources:
             raise HeadraceError("a query needs at least one source")
@@ -104,6 +105,7 @@ class StreamingQuery:
         self._operators = ops
         self._state_store = state_store
         self._snapshot_interval = state_snapshot_interval
+        self._watermark_policy = watermark_policy  # multipleWatermarkPolicy (headrace.engine.watermark)
         self._runner: PlanRunner | None = None
         self._tracker = EventTimeTracker(())
         self._sink_connector = sink_connector

@@ -23,10 +23,11 @@ if TYPE_CHECKING:
 __all__ = ["check_real_time", "operator_context", "resolve_plan", "setup_query"]
 
 
-def resolve_plan(q: StreamingQuery, schema: pa.Schema) -> PlanRunner:
+def resolve_plan(q: StreamingQuery, schema: pa.Schema, source_schemas: list[pa.Schema] | None = None) -> PlanRunner:
     """Validate the plan against the input schema (every expression run on an empty
-    table), then its output mode and trigger. Raises before any data is read."""
-    runner = PlanRunner(q._operators, schema)
+    table; ``source_schemas``: every source's, for a plan reading several inputs), then its
+    output mode and trigger. Raises before any data is read."""
+    runner = PlanRunner(q._operators, schema, source_schemas)
     runner.check_output_mode(q.output_mode)
     if q.trigger.kind == "real_time":
         _refuse_real_time(runner.check_real_time(q.output_mode))
@@ -54,8 +55,9 @@ def setup_query(q: StreamingQuery) -> None:
             f"sink '{q._sink_connector}' does not support output mode '{q.output_mode}'; "
             f"it supports: {', '.join(getattr(q._sink_class, 'output_modes', ('append',)))}"
         )
-    if q._plans[0].user_schema is not None:  # validate before the checkpoint is touched
-        resolve_plan(q, q._plans[0].user_schema)
+    user_schemas = [p.user_schema for p in q._plans if p.user_schema is not None]
+    if len(user_schemas) == len(q._plans):  # validate before the checkpoint is touched
+        resolve_plan(q, user_schemas[0], user_schemas)
     cp = Checkpoint(q._checkpoint_location, durable=q._fsync)
     meta = cp.open(
         name=q.name,
@@ -77,9 +79,9 @@ def setup_query(q: StreamingQuery) -> None:
                 has_committed_batches=committed,
             )
             q._sources.append(plan.source_class(plan.options, ctx))
-        runner = resolve_plan(q, q._sources[0].schema)
+        runner = resolve_plan(q, q._sources[0].schema, [s.schema for s in q._sources])
         q._runner = runner  # before open(): operator contexts read it
-        q._tracker = EventTimeTracker(runner.watermarks)
+        q._tracker = EventTimeTracker(runner.watermarks, policy=q._watermark_policy)
         schema = runner.sink_schema
         sctx = SinkContext(
             query_id=q.id,
