@@ -123,6 +123,31 @@ _CASES: tuple[Case, ...] = (
     Case(_q("dedup-within-watermark", _WM, Step("drop_duplicates_within_watermark", ("id",)))),
 )
 
+# ---- stream-stream joins and chained stateful operators (tests/core/transforms/test_stream_join.py
+# tests the operator; these compare it with Spark). The left side is the main input, the right side
+# the second input with its columns renamed, both watermarked; the condition bounds each side's
+# event time by the other's, so every join kind evicts and emits its unmatched rows.
+_LEFT = (Step("select_expr", ("ts", "k", "id", "v")), _WM)
+_RIGHT = (Step("select_expr", ("ts AS rts", "k AS rk", "id AS rid", "n")), Step("watermark", ("rts", f"{DELAY_S} seconds")))
+_RANGE = f"l.k = r.rk AND l.ts BETWEEN r.rts - INTERVAL {2 * WINDOW_S} SECONDS AND r.rts + INTERVAL {DELAY_S} SECONDS"
+
+
+def _join(name: str, how: str, on: object = _RANGE, *after: Step) -> Case:
+    return Case(_q(name, *_LEFT, Step("join_stream", (_RIGHT, on, how)), *after))
+
+
+_STREAM_JOIN_CASES: tuple[Case, ...] = (
+    _join("ss-join-inner", "inner"),
+    _join("ss-join-left", "left"),
+    _join("ss-join-right", "right"),
+    _join("ss-join-full", "full"),
+    _join("ss-join-semi", "left_semi"),
+    _join("ss-join-inner-equality", "inner", "l.k = r.rk"),
+    Case(_q("chained-dedup-window", _WM, Step("drop_duplicates", ("id", "ts")),
+            Step("group_by", ([_TUMBLE], ["count(*) AS n", "sum(id) AS ids"])))),
+)
+_CASES = (*_CASES, *_STREAM_JOIN_CASES)
+
 # the cases that differ today (on the fixed seed of the CI tier, and on most seeds of the deep one)
 KNOWN: dict[str, Known] = {
     "session-append": SESSION_STATE_COUNTS,

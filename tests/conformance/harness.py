@@ -3,7 +3,8 @@ headrace over the same parquet micro-batches, compared batch by batch.
 
 A :class:`QuerySpec` names the steps of a query (:class:`Step`: ``watermark``, ``select_expr``,
 ``where``, ``with_column``, ``join``, ``group_by``, ``drop_duplicates``,
-``drop_duplicates_within_watermark``, ``map_batches``) and its output mode; it is rendered to a
+``drop_duplicates_within_watermark``, ``map_batches``, ``join_stream``: a stream-stream join with
+the second input's stream and its own steps) and its output mode; it is rendered to a
 PySpark query (:func:`spark_frame`) and to a headrace query (:func:`headrace_frame`). Both read
 the same folder of parquet files, one file per trigger (increasing mtimes that agree with the
 names, ``maxFilesPerTrigger=1``, an explicit schema), with the available-now trigger, and collect
@@ -58,6 +59,9 @@ class Step:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
+        if self.kind == "join_stream":
+            right = " -> ".join(["second", *(s.describe() for s in self.args[0])])
+            return f"join_stream(({right}), on={self.args[1]!r}, how={self.args[2]!r})"
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
         return f"{self.kind}({', '.join(parts)})"
 
@@ -178,6 +182,10 @@ def spark_frame(spark: Any, spec: QuerySpec, paths: Paths) -> Any:
             df = df.where(a[0])
         elif step.kind == "with_column":
             df = df.withColumn(a[0], F.expr(a[1]))
+        elif step.kind == "join_stream":  # (right side's steps, on, how), the right side reads `second`
+            right = spark_frame(spark, QuerySpec("right", tuple(a[0])), Paths(paths.second, paths.second, paths.static))
+            on = a[1]
+            df = df.alias("l").join(right.alias("r"), on if isinstance(on, list) else F.expr(on), a[2])
         elif step.kind == "join":
             static = spark.read.schema(STATIC_DDL).parquet(paths.static)
             on = a[0]
@@ -227,6 +235,10 @@ def headrace_frame(spec: QuerySpec, paths: Paths, data: Input) -> Any:
             frame = frame.where(a[0])
         elif step.kind == "with_column":
             frame = frame.with_column(a[0], a[1])
+        elif step.kind == "join_stream":
+            right = headrace_frame(QuerySpec("right", tuple(a[0])), Paths(paths.second, paths.second, paths.static),
+                                   data)  # fmt: skip
+            frame = frame.alias("l").join(right.alias("r"), on=a[1], how=a[2])
         elif step.kind == "join":
             frame = frame.join(data.static, on=a[0], how=step.kwargs.get("how", "inner"))
         elif step.kind == "group_by":

@@ -51,10 +51,20 @@ class StreamFrame(FrameSteps):
         return redact(f"StreamFrame(sources=[{srcs}], steps={[op.name for op in self._steps]})")
 
     def union(self, other: StreamFrame) -> StreamFrame:
-        """Both streams' rows (schemas must match), with offsets for each source checkpointed."""
-        if self._steps or other._steps:
-            raise HeadraceError("union() streams before transforming them; apply the transforms after the union")
-        return StreamFrame((*self._sources, *other._sources), (), self._schema)
+        """Both streams' rows (same column names and types), with offsets for each source
+        checkpointed. Each stream keeps its own steps (e.g. its own ``with_watermark``: the
+        query's watermark then follows the writer option ``multipleWatermarkPolicy``, ``min``
+        or ``max``, as Spark's)."""
+        if not self._steps and not other._steps:
+            return StreamFrame((*self._sources, *other._sources), (), self._schema)
+        from headrace.transforms.stream_union import StreamUnionOperator
+
+        op = StreamUnionOperator(self._steps, other._steps, len(self._sources))
+        schema = None
+        if self._schema is not None and other._schema is not None:  # checked now, before any I/O
+            op.bind_schemas(self._schema, other._schema)
+            schema = op.output_schema(self._schema)
+        return StreamFrame((*self._sources, *other._sources), (op,), schema)
 
     def alias(self, name: str) -> StreamFrame:
         """Name this stream for a stream-stream join's condition (PySpark's ``df.alias("l")``):
@@ -86,6 +96,11 @@ class StreamFrame(FrameSteps):
         from headrace.transforms.watermark import WatermarkOperator
 
         cols = [op.column for op in self._steps if isinstance(op, WatermarkOperator)]
+        if not cols and self._steps and getattr(self._steps[0], "multi_input", False):
+            # a union or a stream-stream join: its sides' event-time columns (the left side's first)
+            sides = [op.column for steps in reversed(self._steps[0].steps)  # type: ignore[attr-defined]
+                     for op in steps if isinstance(op, WatermarkOperator)]  # fmt: skip
+            return sides[-1] if sides else None
         return cols[-1] if cols else None
 
     def group_by(self, *keys: Any) -> GroupedStream:

@@ -232,11 +232,11 @@ class PlanRunner:
         (the partial aggregation runs in :meth:`run`, over record batches gathered), or None
         when there is nothing to apply; for a plan reading several inputs (a stream-stream
         join), one transform per source (its side's steps). Called once per batch."""
-        if self.multi_input is not None:
-            return [self.multi_input.side_transform(i) for i in range(self.source_count)]  # type: ignore[attr-defined]
-        if self.pre_aggregate is None:
-            return self.prefix_transform
-        return self.apply_stateless if self.prefix else None
+        rest = self.prefix_transform if self.pre_aggregate is None else self.apply_stateless if self.prefix else None
+        if self.multi_input is None:
+            return rest
+        sides = [self.multi_input.side_transform(i) for i in range(self.source_count)]  # type: ignore[attr-defined]
+        return sides if rest is None else [_then(side, rest) for side in sides]
 
     def _through(self, start: int, table: pa.Table | None, info: BatchInfo) -> Iterator[pa.Table]:
         if table is None or (table.num_rows == 0 and start < len(self.suffix)):
@@ -354,6 +354,17 @@ class PlanRunner:
             m.setdefault("operatorName", op.name)
             out.append(m)
         return out
+
+
+def _then(first: Callable[[pa.Table], pa.Table | None], then: Callable[[pa.Table], pa.Table | None]
+          ) -> Callable[[pa.Table], pa.Table | None]:  # fmt: skip
+    """``first``, then ``then`` on what it kept (a side's steps, then the plan's stateless steps)."""
+
+    def both(table: pa.Table) -> pa.Table | None:
+        out = first(table)
+        return None if out is None else then(out)
+
+    return both
 
 
 def _fuse(steps: Sequence[_Step]) -> list[Operator]:

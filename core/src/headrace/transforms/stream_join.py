@@ -33,7 +33,6 @@ could never be evicted, any output mode but append, the real-time trigger.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -46,17 +45,14 @@ import pyarrow.compute as pc
 
 from headrace.errors import CheckpointError, HeadraceError, UnsupportedError
 from headrace.transforms.expressions import ExpressionError, quote_ident
+from headrace.transforms.multi_input import TwoInputs, side_of
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 from headrace.transforms.stateful import StatefulOperator
 from headrace.transforms.watermark import WatermarkOperator
 
-__all__ = ["JOIN_TYPES", "SIDE_METADATA", "StreamStreamJoinOperator", "join_type"]
+__all__ = ["JOIN_TYPES", "StreamStreamJoinOperator", "join_type"]
 
 log = logging.getLogger(__name__)
-
-#: the schema metadata key that tags a table with the join side it was read for
-SIDE_METADATA = b"headrace.join_side"
-_SIDE_TAG = ({SIDE_METADATA: b"0"}, {SIDE_METADATA: b"1"})
 
 #: ``how`` spellings (PySpark's) -> the join type
 JOIN_TYPES = {
@@ -127,6 +123,9 @@ class JoinCondition:
     residual: str | None
     bounds: list[_Bound]
     using: bool
+    #: per side, the columns a NULL in which fails the condition (the keys and the columns of
+    #: its comparisons): Spark infers ``IS NOT NULL`` filters on them before the join
+    not_null: tuple[list[str], list[str]] = ([], [])
 
 
 def _interval_us(node: Any, what: str) -> int:
@@ -204,7 +203,7 @@ def parse_condition(on: Any, left: pa.Schema, right: pa.Schema, aliases: tuple[s
                 raise ExpressionError(
                     f"{what}: USING column {n!r} must be on both sides (left has {left.names}, right has {right.names})"
                 )
-        return JoinCondition([(n, n) for n in names], None, [], True)
+        return JoinCondition([(n, n) for n in names], None, [], True, (list(names), list(names)))
     import sqlglot
     from sqlglot import exp
 
@@ -252,9 +251,15 @@ def parse_condition(on: Any, left: pa.Schema, right: pa.Schema, aliases: tuple[s
     keys: list[tuple[str, str]] = []
     rest: list[Any] = []
     bounds: list[_Bound] = []
+    not_null: tuple[list[str], list[str]] = ([], [])
     for c in conjuncts:
-        for col in c.find_all(exp.Column):
-            side_of(col)  # every column resolves
+        refs = [side_of(col) for col in c.find_all(exp.Column)]  # every column resolves
+        if isinstance(c, exp.EQ | exp.LT | exp.LTE | exp.GT | exp.GTE | exp.Between) and all(
+            _linear(x, side_of, what) is not None for x in c.iter_expressions()
+        ):  # null-intolerant: a NULL in any of its columns makes it NULL
+            for ref in refs:
+                if ref is not None and ref[1] not in not_null[ref[0]]:
+                    not_null[ref[0]].append(ref[1])
         if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and isinstance(c.expression, exp.Column):
             a, b = side_of(c.this), side_of(c.expression)
             if a is not None and b is not None and a[0] != b[0]:
@@ -283,7 +288,7 @@ def parse_condition(on: Any, left: pa.Schema, right: pa.Schema, aliases: tuple[s
             residual = to_duckdb(body.sql(dialect="spark"), what=what, kind="expression")
         else:
             residual = body.sql(dialect="duckdb")
-    return JoinCondition(keys, residual, bounds, False)
+    return JoinCondition(keys, residual, bounds, False, not_null)
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -425,7 +430,7 @@ _ORDER_COL = "__evict_us"
 # ------------------------------------------------------------------------------------------ operator
 
 
-class StreamStreamJoinOperator(StatefulOperator):
+class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
     """``left.join(right, on, how)`` where both are streams (see the module's docstring).
 
     ``left_steps``/``right_steps`` are each side's own plan; ``left_sources`` how many of the
@@ -438,7 +443,7 @@ class StreamStreamJoinOperator(StatefulOperator):
         "stream-stream joins are not supported in real-time mode (only broadcast stream-static joins are)"
     )
     output_modes: ClassVar[tuple[str, ...] | None] = ("append",)
-    multi_input: ClassVar[bool] = True
+    what: ClassVar[str] = "join() of two streams"
 
     def __init__(self, left_steps: Sequence[Operator], right_steps: Sequence[Operator], left_sources: int,
                  on: Any, how: str = "inner", aliases: tuple[str | None, str | None] = (None, None),
@@ -447,31 +452,14 @@ class StreamStreamJoinOperator(StatefulOperator):
         self.how = join_type(how)
         self.on = on
         self.aliases = aliases
-        self.left_sources = int(left_sources)
-        self.steps: tuple[tuple[Operator, ...], tuple[Operator, ...]] = (
-            tuple(left_steps),
-            tuple(right_steps),
-        )
-        for side, steps in enumerate(self.steps):
-            for op in steps:
-                if op.stateful:
-                    raise UnsupportedError(
-                        f"join() of two streams: the {('left', 'right')[side]} side has a stateful step ({op.name}) "
-                        "before the join; headrace joins streams whose sides are stateless (projections, filters, "
-                        "with_watermark); aggregate or deduplicate after the join instead"
-                    )
-                if getattr(op, "multi_input", False):
-                    raise UnsupportedError("join() of two streams: a side that is itself a stream-stream join is not "
-                                           "supported; join two streams, then aggregate or deduplicate the result")  # fmt: skip
+        self._init_sides(left_steps, right_steps, left_sources)
         from headrace.transforms.spark_sql import current_sql_dialect
 
         self.dialect = current_sql_dialect()
-        self._side_schemas: tuple[pa.Schema, pa.Schema] | None = None
         self._cond: JoinCondition | None = None
         self._out_schema: pa.Schema | None = None
         self._sides: tuple[_SideState, _SideState] | None = None
         self._buf: tuple[list[pa.Table], list[pa.Table]] = ([], [])
-        self._info: BatchInfo | None = None
 
     # ------------------------------------------------------------------ planning
     @property
@@ -545,38 +533,6 @@ class StreamStreamJoinOperator(StatefulOperator):
         if self.how == "full_outer":
             return bool(self._bounds[0] or self._bounds[1])
         return bool(self._bounds[side])
-
-    def bind_sources(self, schemas: Sequence[pa.Schema]) -> None:
-        """Called by the engine when the query starts, with every source's schema (the left
-        side's sources first): each side's own steps are resolved on its first source's
-        schema. A run's copy of this operator gets its own copies of the side steps."""
-        if len(schemas) <= self.left_sources:
-            raise HeadraceError(
-                f"{self.name}: {len(schemas)} sources, but the left side alone has {self.left_sources}"
-            )
-        self.steps = (
-            tuple(copy.copy(op) for op in self.steps[0]),
-            tuple(copy.copy(op) for op in self.steps[1]),
-        )
-        outs = []
-        for side, schema in ((0, schemas[0]), (1, schemas[self.left_sources])):
-            for op in self.steps[side]:
-                schema = op.output_schema(schema)
-            outs.append(schema)
-        self._side_schemas = (outs[0], outs[1])
-
-    def bind_schemas(self, left: pa.Schema, right: pa.Schema) -> None:
-        """The sides' output schemas, when known where the frame is defined: the condition is
-        checked there, before any I/O (the query checks again when it starts)."""
-        self._side_schemas = (left, right)
-
-    def side_watermarks(self) -> list[tuple[str, WatermarkOperator]]:
-        """The sides' ``with_watermark`` steps, keyed for the checkpoint's event-time maxima."""
-        return [(f"join.{side}.{j}", op) for side in (0, 1) for j, op in enumerate(self.steps[side])
-                if isinstance(op, WatermarkOperator)]  # fmt: skip
-
-    def side_of_source(self, index: int) -> int:
-        return 0 if index < self.left_sources else 1
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         if self._side_schemas is None:
@@ -663,10 +619,7 @@ class StreamStreamJoinOperator(StatefulOperator):
             )
         self.check_output_mode(context.output_mode)
         self._context = context
-        for steps in self.steps:
-            for op in steps:
-                op.open(OperatorContext(index=context.index, query_id=context.query_id, output_mode=context.output_mode,
-                                        options=context.options))  # fmt: skip
+        self._open_sides(context)
         opts = context.options or {}
         last = opts.get("lastCommittedBatch")
         first = os.path.join(context.state_path, "left-rows")
@@ -698,40 +651,15 @@ class StreamStreamJoinOperator(StatefulOperator):
         """Load every store at version ``batch_id - 1``; begin the sides' steps."""
         for s in self._stores():
             s.load(batch.batch_id - 1)
-        for steps in self.steps:
-            for op in steps:
-                op.begin(batch)
-        self._info = batch
+        self._begin_sides(batch)
         self._buf = ([], [])
         self._dropped = 0
         self._t_batch = time.monotonic()
 
-    def side_transform(self, source_index: int) -> Callable[[pa.Table], pa.Table | None]:
-        """The readers' transform of source ``source_index``'s record batches: its side's own
-        steps, then the side's tag. Thread-safe; called per record batch in the readers."""
-        side = self.side_of_source(source_index)
-        steps = self.steps[side]
-        tag = _SIDE_TAG[side]
-
-        def apply(table: pa.Table) -> pa.Table | None:
-            info = self._info or BatchInfo(-1)
-            for op in steps:
-                out = op.process(table, info)
-                if out is None:
-                    return None
-                table = out
-            return table.replace_schema_metadata(tag)
-
-        return apply
-
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
-        meta = table.schema.metadata or {}
-        side = meta.get(SIDE_METADATA)
-        if side is None:
-            raise HeadraceError(f"{self.name}: a table without its side's tag reached the join (the engine must "
-                                "apply side_transform per source)")  # fmt: skip
+        side = side_of(table, self.name)
         if table.num_rows:
-            self._buf[int(side)].append(table.replace_schema_metadata(None))
+            self._buf[side].append(table.replace_schema_metadata(None))
         return None
 
     # ------------------------------------------------------------------ the batch
@@ -750,13 +678,14 @@ class StreamStreamJoinOperator(StatefulOperator):
             if n_late:
                 self._dropped += n_late
                 table = table.filter(pc.invert(late))
-        # an inner or semi join never matches a NULL key (Spark filters them before the join);
-        # an outer join keeps them on its preserved side (they never match)
+        # a row with a NULL in a column of the condition's equalities and comparisons never
+        # matches: Spark filters such rows out before the join, except on the preserved side of
+        # an outer join (where they wait, unmatched)
         preserved = {"left_outer": (0,), "right_outer": (1,), "full_outer": (0, 1)}.get(self.how, ())
         if side not in preserved:
             mask = None
-            for pair in self._cond.keys:
-                v = pc.is_valid(table.column(pair[side]))
+            for name in self._cond.not_null[side]:
+                v = pc.is_valid(table.column(name))
                 mask = v if mask is None else pc.and_(mask, v)
             if mask is not None and not pc.all(mask).as_py():
                 table = table.filter(mask)
@@ -977,12 +906,10 @@ class StreamStreamJoinOperator(StatefulOperator):
         return any(self._state_threshold(s, watermark_ms) is not None for s in (0, 1))
 
     def close(self) -> None:
-        for steps in self.steps:
-            for op in steps:
-                try:
-                    op.close()
-                except Exception as e:
-                    log.warning("closing %s failed: %s", op.name, e)
+        try:
+            self._close_sides()
+        except Exception as e:
+            log.warning("closing %s's sides failed: %s", self.name, e)
         for s in self._stores():
             s.close()
         self._sides = None
