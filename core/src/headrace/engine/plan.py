@@ -55,13 +55,28 @@ def is_aggregation(op: Operator) -> bool:
     return bool(cls is not None and isinstance(op, cls)) or bool(getattr(op, "aggregation", False))
 
 
+def _counts_as_stateful(op: Operator) -> bool:
+    """Whether ``op`` is a stateful operator for Spark's check of chained operators
+    (``UnsupportedOperationChecker.isStatefulOperation``): aggregations, joins,
+    transform_with_state, deduplications within the watermark, and deduplications with the
+    event-time column among their keys."""
+    if not op.stateful:
+        return False
+    if hasattr(op, "within_watermark") and hasattr(op, "columns"):  # drop_duplicates
+        wm = getattr(op, "watermark_column", None)
+        cols = getattr(op, "columns", None) or []
+        return bool(getattr(op, "within_watermark", False)) or (wm is not None and (not cols or wm in cols))
+    return True
+
+
 def real_time_problems(operators: Sequence[Operator], mode: str) -> list[str]:
     """The reasons these operators cannot run in real-time mode (empty when they can). Needs
     no schema: the query checks it before its checkpoint is created, and the plan again."""
     problems = []
     for op in operators:
         if not getattr(op, "supports_real_time", True) or getattr(op, "within_watermark", False):
-            problems.append(f"{op.name} is not supported in real-time mode")
+            reason = getattr(op, "real_time_reason", None)  # the reference's own words, where it has them
+            problems.append(f"{op.name}: {reason}" if reason else f"{op.name} is not supported in real-time mode")
         elif is_aggregation(op) and mode != "update":
             problems.append(f"aggregations ({op.name}) run in real-time mode only with output_mode('update')")
     return problems
@@ -146,11 +161,18 @@ class PlanRunner:
                 "Complete output mode not supported when there are no streaming aggregations on streaming "
                 "DataFrames/Datasets; use output_mode('append') or ('update'), or add a group_by(...).agg(...)"
             )
-        if len(aggs) > 1:
-            raise UnsupportedError(
-                "Multiple streaming aggregations are not supported with streaming DataFrames/Datasets; "
-                "aggregate once per query (write the first aggregation to a table and stream from it)"
-            )
+        if mode != "append":  # chained stateful operators: Spark's check of the global watermark
+            after_agg = False
+            for op in self.operators:
+                if after_agg and _counts_as_stateful(op):
+                    raise UnsupportedError(
+                        "Detected pattern of possible 'correctness' issue due to global watermark. The query "
+                        "contains stateful operation which can emit rows older than the current watermark plus "
+                        "allowed late record delay, which are \"late rows\" in downstream stateful operations and "
+                        f"these rows can be discarded ({op.name} after an aggregation in {mode} mode); run the "
+                        "query in output_mode('append'), or write the aggregation to a table and stream from it"
+                    )
+                after_agg = after_agg or is_aggregation(op)
         for op in self.operators:
             check = getattr(op, "check_output_mode", None)
             if callable(check):

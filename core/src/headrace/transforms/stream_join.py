@@ -316,115 +316,133 @@ def _flat_keys(table: pa.Table, columns: Sequence[str]) -> list[pa.Array]:
 
 
 class _SideState:
-    """One side's rows in two stores: ``keys`` (join key -> list of row numbers) and ``rows``
-    ((join key, row number) -> the row, matched flag; ordered by eviction time)."""
+    """One side's rows in two stores, as Spark's ``SymmetricHashJoinStateManager``: ``keys``
+    (join key -> how many rows it has, ``__n``) and ``rows`` ((join key, index 0..n-1) -> the
+    row and whether it matched, ordered by its eviction time). Every operation is vectorised
+    over the batch's keys and rows; a removal moves the key's last rows into the holes it
+    leaves, so a key's rows stay numbered 0..n-1."""
 
-    def __init__(self, keys: Any, rows: Any, n_key: int, value_names: list[str]) -> None:
+    def __init__(self, keys: Any, rows: Any, n_key: int, order_of: Callable[[pa.Table], pa.Array]) -> None:
         self.keys = keys
         self.rows = rows
         self.n_key = n_key
         self.key_names = [f"__k{i}" for i in range(n_key)]
-        self.value_names = value_names
+        self.order_of = order_of  # a stored row's eviction time, from its values
 
-    def load(self, version: int) -> None:
-        self.keys.load(version)
-        self.rows.load(version)
+    def _counts(self, kt: pa.Table) -> np.ndarray:
+        counts, found = self.keys.get(kt)
+        n = np.asarray(counts.column(0).fill_null(0).to_numpy(zero_copy_only=False), np.int64)
+        return np.where(np.asarray(found, bool), n, 0)
+
+    @staticmethod
+    def _expand(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For counts ``n`` per group: each item's group and its index 0..n-1 within it."""
+        group = np.repeat(np.arange(len(n), dtype=np.int64), n)
+        starts = np.repeat(np.cumsum(n) - n, n)
+        return group, np.arange(int(n.sum()), dtype=np.int64) - starts
+
+    def _distinct(self, table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        """The distinct keys of ``table``'s key columns, and each row's position among them."""
+        keys = table.select(self.key_names).append_column(
+            "__r", pa.array(np.arange(table.num_rows, dtype=np.int64))
+        )
+        grouped = keys.group_by(self.key_names, use_threads=False).aggregate([("__r", "list")])
+        lists = grouped.column("__r_list").combine_chunks()
+        rows = np.asarray(pc.list_flatten(lists).to_numpy(zero_copy_only=False), np.int64)
+        parent = np.asarray(pc.list_parent_indices(lists).to_numpy(zero_copy_only=False), np.int64)
+        pos = np.empty(table.num_rows, np.int64)
+        pos[rows] = parent
+        return grouped.select(self.key_names), pos
+
+    def _probe(self, kt: pa.Table, group: np.ndarray, idx: np.ndarray) -> pa.Table:
+        keys = kt.take(pa.array(group))
+        return keys.append_column(_SEQ, pa.array(idx, pa.int64()))
 
     def candidates(self, key_arrays: list[pa.Array]) -> pa.Table:
-        """The stored rows whose join key is among ``key_arrays`` (rows of distinct keys), with
-        the key columns, ``__seq``, the values and ``__matched``."""
-        kt = pa.Table.from_arrays(key_arrays, names=self.key_names)
-        if kt.num_rows:
-            kt = kt.group_by(self.key_names, use_threads=False).aggregate([])
-        if not kt.num_rows:
-            return self.rows_schema_empty()
-        lists, found = self.keys.get(kt)
-        if not found.any():
-            return self.rows_schema_empty()
-        idx = np.flatnonzero(found)
-        seqs = lists.column(0).take(pa.array(idx))
-        parents = pc.list_parent_indices(seqs)
-        flat = pc.list_flatten(seqs)
-        keys = kt.take(pa.array(idx)).take(parents)
-        probe = keys.append_column(_SEQ, flat)
+        """The stored rows whose join key is among ``key_arrays``: the key columns, ``__seq``
+        (the row's index within its key), the values and ``__matched``."""
+        if not key_arrays or not len(key_arrays[0]):
+            return self.empty()
+        kt, _ = self._distinct(pa.Table.from_arrays(key_arrays, names=self.key_names))
+        n = self._counts(kt)
+        if not n.any():
+            return self.empty()
+        probe = self._probe(kt, *self._expand(n))
         values, ok = self.rows.get(probe)
-        if not ok.all():
-            raise CheckpointError(f"join state {self.rows.path}: a row listed under its key is missing; the state "
+        if not np.asarray(ok, bool).all():
+            raise CheckpointError(f"join state {self.rows.path}: a row counted under its key is missing; the state "
                                   "is damaged; start the query over with a new checkpointLocation")  # fmt: skip
         return pa.Table.from_arrays(
             [*probe.columns, *values.columns], names=[*probe.column_names, *values.column_names]
         )
 
-    def rows_schema_empty(self) -> pa.Table:
-        schema = pa.schema([*self.rows.key_schema, *self.rows.value_schema])
-        return schema.empty_table()
+    def empty(self) -> pa.Table:
+        return pa.schema([*self.rows.key_schema, *self.rows.value_schema]).empty_table()
 
     def add(self, rows: pa.Table, order: pa.Array) -> None:
-        """Store ``rows`` (key columns, ``__seq``, values, ``__matched``), ``order`` their
-        eviction times (µs, null: never)."""
+        """Store ``rows`` (the key columns, then the values and ``__matched``; a ``__seq``
+        column is replaced), ``order`` their eviction times (µs, null: never)."""
         if not rows.num_rows:
             return
-        key_schema, value_schema = self.rows.key_schema, self.rows.value_schema
-        self.rows.put(rows.select(key_schema.names), rows.select(value_schema.names), order)
-        grouped = (
-            rows.select([*self.key_names, _SEQ])
-            .group_by(self.key_names, use_threads=False)
-            .aggregate([(_SEQ, "list")])
-        )
-        kt = grouped.select(self.key_names)
-        new = grouped.column(f"{_SEQ}_list").combine_chunks()
-        old, found = self.keys.get(kt)
-        if found.any():
-            merged = [((o or []) + n) if f else n
-                      for o, n, f in zip(old.column(0).to_pylist(), new.to_pylist(), found, strict=True)]  # fmt: skip
-            new = pa.array(merged, pa.list_(pa.int64()))
-        self.keys.put(kt, pa.table({"__seqs": new.cast(pa.list_(pa.int64()))}))
+        kt, pos = self._distinct(rows)
+        n_old = self._counts(kt)
+        # each row's rank among the batch's rows of its key (rows in order)
+        order_in = np.argsort(pos, kind="stable")
+        sizes = np.bincount(pos, minlength=kt.num_rows)
+        rank = np.empty(rows.num_rows, np.int64)
+        rank[order_in] = np.arange(rows.num_rows, dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        idx = n_old[pos] + rank
+        keys = rows.select(self.key_names).append_column(_SEQ, pa.array(idx, pa.int64()))
+        self.rows.put(keys, rows.select(self.rows.value_schema.names), order)
+        self.keys.put(kt, pa.table({"__n": pa.array(n_old + sizes, pa.int64())}))
 
-    def set_matched(self, rows: pa.Table) -> None:
+    def set_matched(self, rows: pa.Table, order: pa.Array) -> None:
         """Mark stored ``rows`` (from :meth:`candidates`) matched."""
         if not rows.num_rows:
             return
         ks, vs = self.rows.key_schema.names, self.rows.value_schema.names
         rows = rows.set_column(rows.schema.get_field_index(_MATCHED), _MATCHED,
                                pa.array(np.ones(rows.num_rows, bool)))  # fmt: skip
-        self.rows.put(rows.select(ks), rows.select(vs), rows.column(_ORDER_COL).combine_chunks())
+        self.rows.put(rows.select(ks), rows.select(vs), order)
 
     def evict(self, upto: int) -> pa.Table:
-        """Remove every row whose eviction time is ``<= upto`` µs; returns them."""
+        """Remove every row whose eviction time is ``<= upto`` µs; returns them. The key's
+        remaining rows with an index past its new count move into the holes (Spark's
+        compaction)."""
         out = self.rows.evict(upto)
         if not out.num_rows:
             return out
-        grouped = (
-            out.select([*self.key_names, _SEQ])
-            .group_by(self.key_names, use_threads=False)
-            .aggregate([(_SEQ, "list")])
-        )
-        kt = grouped.select(self.key_names)
-        gone = grouped.column(f"{_SEQ}_list").to_pylist()
-        lists, found = self.keys.get(kt)
-        keep_keys: list[int] = []
-        keep_vals: list[list[int]] = []
-        drop: list[int] = []
-        for i, (cur, g) in enumerate(zip(lists.column(0).to_pylist(), gone, strict=True)):
-            if not found[i]:
-                continue
-            gs = set(g)
-            rest = [s for s in cur if s not in gs]
-            (keep_keys if rest else drop).append(i)
-            if rest:
-                keep_vals.append(rest)
-        if keep_keys:
-            self.keys.put(kt.take(pa.array(keep_keys, pa.int64())),
-                          pa.table({"__seqs": pa.array(keep_vals, pa.list_(pa.int64()))}))  # fmt: skip
-        if drop:
-            self.keys.remove(kt.take(pa.array(drop, pa.int64())))
+        kt, pos = self._distinct(out)
+        n = self._counts(kt)
+        gone = np.bincount(pos, minlength=kt.num_rows)
+        m = n - gone
+        base = np.int64(1) << np.int64(40)  # (group, index) as one integer
+        removed = pos * base + np.asarray(out.column(_SEQ).to_numpy(zero_copy_only=False), np.int64)
+        # the tail [m, n) of each key: its rows still there move to the holes below m
+        tg, ti = self._expand(gone)
+        ti = ti + m[tg]
+        tail = tg * base + ti
+        movers = np.sort(tail[~np.isin(tail, removed)])
+        holes = np.sort(removed[(removed % base) < m[removed // base]])
+        if len(movers):
+            src = self._probe(kt, movers // base, movers % base)
+            values, ok = self.rows.get(src)
+            if not np.asarray(ok, bool).all():
+                raise CheckpointError(f"join state {self.rows.path}: a row counted under its key is missing; the "
+                                      "state is damaged; start the query over with a new checkpointLocation")  # fmt: skip
+            dst = self._probe(kt, holes // base, holes % base)
+            self.rows.remove(src)
+            self.rows.put(dst, values, self.order_of(values))
+        keep = np.flatnonzero(m > 0)
+        if len(keep):
+            self.keys.put(kt.take(pa.array(keep)), pa.table({"__n": pa.array(m[keep], pa.int64())}))
+        drop = np.flatnonzero(m <= 0)
+        if len(drop):
+            self.keys.remove(kt.take(pa.array(drop)))
         return out
 
     def __len__(self) -> int:
         return len(self.rows)
-
-
-_ORDER_COL = "__evict_us"
 
 
 # ------------------------------------------------------------------------------------------ operator
@@ -631,7 +649,7 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
             rows_key, value = self._schemas_of(side)
             key_schema = pa.schema(list(rows_key)[:-1])
             stores = []
-            for kind, ks, vs in (("keys", key_schema, pa.schema([pa.field("__seqs", pa.list_(pa.int64()))])),
+            for kind, ks, vs in (("keys", key_schema, pa.schema([pa.field("__n", pa.int64())])),
                                  ("rows", rows_key, value)):  # fmt: skip
                 stores.append(open_state_store(
                     context.state_backend, os.path.join(context.state_path, f"{label}-{kind}"), ks, vs,
@@ -640,7 +658,8 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
                     operator_spec={**spec, "store": f"{label}-{kind}"}, query_id=context.query_id,
                     operator_id=f"{context.index}:{self.operator_name}:{label}-{kind}",
                 ))  # fmt: skip
-            sides.append(_SideState(stores[0], stores[1], len(rows_key) - 1, value.names))
+            sides.append(_SideState(stores[0], stores[1], len(rows_key) - 1,
+                                    lambda t, side=side: self._orders(side, t)))  # type: ignore[misc]  # fmt: skip
         self._sides = (sides[0], sides[1])
         self._store = sides[0].rows  # the base class's metrics and checks look at one store
 
@@ -839,7 +858,7 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
             if len(other_idx) and (self.how != "inner"):
                 hit_rows = cand.take(pa.array(np.unique(other_idx)))
                 hit_rows = hit_rows.filter(pc.invert(hit_rows.column(_MATCHED)))
-                other_state.set_matched(hit_rows.append_column(_ORDER_COL, self._orders(1 - side, hit_rows)))
+                other_state.set_matched(hit_rows, self._orders(1 - side, hit_rows))
             # store this side's rows, unless the watermark would evict them at once
             orders = self._orders(side, this)
             store = np.ones(this.num_rows, bool)
