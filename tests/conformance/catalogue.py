@@ -145,6 +145,18 @@ _STREAM_JOIN_CASES: tuple[Case, ...] = (
     _join("ss-join-inner-equality", "inner", "l.k = r.rk"),
     Case(_q("chained-dedup-window", _WM, Step("drop_duplicates", ("id", "ts")),
             Step("group_by", ([_TUMBLE], ["count(*) AS n", "sum(id) AS ids"])))),
+    # chained time windows: 10 s windows counted into 20 s windows (Spark's window(window_time(window), ...))
+    Case(_q("chained-window-window", _WM, Step("group_by", ([_TUMBLE], ["count(*) AS n", "sum(id) AS ids"])),
+            Step("group_by", ([("window_time", "window", f"{2 * WINDOW_S} seconds")],
+                              ["sum(n) AS total", "count(*) AS windows"])))),
+    # two watermarked inputs (delays 5 s and 2 s): the query's watermark is the minimum of both
+    Case(_q("union-two-watermarks", _WM, Step("union_stream", ((Step("watermark", ("ts", "2 seconds")),),)),
+            Step("group_by", ([_TUMBLE], ["count(*) AS n", "sum(id) AS ids"])))),
+)
+SEMI_STATE_COUNTS = Known(
+    "left semi join's numRowsTotal/numRowsUpdated: Spark holds fewer rows in state than headrace (the output "
+    "rows, watermarks and drops are identical)",
+    (_TOTAL, _UPDATED),
 )
 _CASES = (*_CASES, *_STREAM_JOIN_CASES)
 
@@ -152,6 +164,7 @@ _CASES = (*_CASES, *_STREAM_JOIN_CASES)
 KNOWN: dict[str, Known] = {
     "session-append": SESSION_STATE_COUNTS,
     "session-complete": SESSION_STATE_COUNTS,
+    "ss-join-semi-append": SEMI_STATE_COUNTS,
 }  # fmt: skip
 
 CATALOGUE: tuple[Case, ...] = tuple(Case(c.spec, KNOWN.get(c.id)) for c in _CASES)

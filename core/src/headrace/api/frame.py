@@ -92,9 +92,28 @@ class StreamFrame(FrameSteps):
 
         return self._with_step(WatermarkOperator(event_time, delay))
 
+    def _window_event_column(self) -> str | None:
+        """The window column the event time went on in, when the last stateful step is a
+        windowed aggregation over the watermarked column (Spark's watermark on the window
+        struct): a later aggregation groups by ``hr.window("window", ...)``; else None."""
+        from headrace.transforms.aggregate import AggregateOperator
+        from headrace.transforms.watermark import WatermarkOperator
+
+        current: str | None = None
+        from_window = False
+        for op in self._steps:
+            if isinstance(op, WatermarkOperator):
+                current, from_window = op.column, False
+            elif isinstance(op, AggregateOperator) and op.window is not None and current is not None:
+                current, from_window = (op.window.name, True) if op.window.column == current else (None, False)
+        return current if from_window else None
+
     def _watermark_column(self) -> str | None:
         from headrace.transforms.watermark import WatermarkOperator
 
+        window = self._window_event_column()
+        if window is not None:
+            return window
         cols = [op.column for op in self._steps if isinstance(op, WatermarkOperator)]
         if not cols and self._steps and getattr(self._steps[0], "multi_input", False):
             # a union or a stream-stream join: its sides' event-time columns (the left side's first)
@@ -241,8 +260,22 @@ class GroupedStream:
         from headrace.transforms.aggregate import AggregateOperator
 
         texts = [sql_of(e, "agg()") for e in exprs]
-        op = AggregateOperator(list(self._keys), texts, watermark_column=self._frame._watermark_column())
-        return self._frame._with_step(op)
+        frame, keys, wm = self._frame, list(self._keys), self._frame._watermark_column()
+        if wm is not None and wm == frame._window_event_column():
+            # the event time is a window column (an earlier windowed aggregation's): group by
+            # its window_time, window.end - 1 microsecond, as Spark's window(window_time(window))
+            from dataclasses import replace as _replace
+
+            from headrace.transforms.window import WindowSpec
+            from headrace.transforms.window_time import WindowTimeOperator
+
+            if any(isinstance(k, WindowSpec) and k.column == wm for k in keys):
+                frame = frame._with_step(WindowTimeOperator(wm, f"__{wm}_time"))
+                keys = [_replace(k, column=f"__{wm}_time") if isinstance(k, WindowSpec) and k.column == wm else k
+                        for k in keys]  # fmt: skip
+                wm = f"__{wm}_time"
+        op = AggregateOperator(keys, texts, watermark_column=wm)
+        return frame._with_step(op)
 
     def count(self) -> StreamFrame:
         """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""

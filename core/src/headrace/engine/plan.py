@@ -366,9 +366,10 @@ class PlanRunner:
         return out
 
     def state_metrics(self) -> list[dict[str, object]]:
-        """Spark's ``stateOperators``: one entry per stateful operator, after a batch."""
+        """Spark's ``stateOperators``: one entry per stateful operator, after a batch, in Spark's
+        order (the last operator of the plan first: Spark lists them from the plan's root)."""
         out = []
-        for _, op in self.stateful:
+        for _, op in reversed(self.stateful):
             try:
                 m = dict(op.metrics())
             except Exception as e:  # metrics must never fail a batch

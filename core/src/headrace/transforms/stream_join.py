@@ -65,7 +65,7 @@ JOIN_TYPES = {
 _SPARK_NAME = {"inner": "Inner", "left_outer": "LeftOuter", "right_outer": "RightOuter",
                "full_outer": "FullOuter", "left_semi": "LeftSemi"}  # fmt: skip
 
-_SEQ = "__seq"
+_SEQ = "__index"
 _MATCHED = "__matched"
 _ROW = "__i"
 _NO_ORDER = None
@@ -359,7 +359,7 @@ class _SideState:
         return keys.append_column(_SEQ, pa.array(idx, pa.int64()))
 
     def candidates(self, key_arrays: list[pa.Array]) -> pa.Table:
-        """The stored rows whose join key is among ``key_arrays``: the key columns, ``__seq``
+        """The stored rows whose join key is among ``key_arrays``: the key columns, ``__index``
         (the row's index within its key), the values and ``__matched``."""
         if not key_arrays or not len(key_arrays[0]):
             return self.empty()
@@ -380,7 +380,7 @@ class _SideState:
         return pa.schema([*self.rows.key_schema, *self.rows.value_schema]).empty_table()
 
     def add(self, rows: pa.Table, order: pa.Array) -> None:
-        """Store ``rows`` (the key columns, then the values and ``__matched``; a ``__seq``
+        """Store ``rows`` (the key columns, then the values and ``__matched``; a ``__index``
         column is replaced), ``order`` their eviction times (µs, null: never)."""
         if not rows.num_rows:
             return
@@ -740,7 +740,7 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
         return _time_us(table.column(event_col))
 
     def _with_keys(self, side: int, table: pa.Table, seq0: int) -> pa.Table:
-        """``table`` with the flat key columns ``__k*`` and ``__seq`` in front."""
+        """``table`` with the flat key columns ``__k*`` and ``__index`` in front."""
         assert self._cond is not None
         keys = _flat_keys(table, [p[side] for p in self._cond.keys])
         keys = [
@@ -757,7 +757,10 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
             return np.empty(0, np.int64), np.empty(0, np.int64)
         lt = left.append_column(_ROW, pa.array(np.arange(left.num_rows, dtype=np.int64)))
         rt = right.append_column(_ROW, pa.array(np.arange(right.num_rows, dtype=np.int64)))
-        on = " AND ".join(f"l.{quote_ident(a)} = r.{quote_ident(b)}" for a, b in self._cond.keys)
+        # a full outer join matches NULL keys with each other, as Spark's does (it compares the
+        # keys' bytes, and infers no IS NOT NULL filter for a full outer join)
+        eq = "IS NOT DISTINCT FROM" if self.how == "full_outer" else "="
+        on = " AND ".join(f"l.{quote_ident(a)} {eq} r.{quote_ident(b)}" for a, b in self._cond.keys)
         if self._cond.residual:
             on += f" AND ({self._cond.residual})"
         query = f"SELECT l.{_ROW} AS li, r.{_ROW} AS ri FROM l JOIN r ON {on}"
