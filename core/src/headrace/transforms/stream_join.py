@@ -343,6 +343,17 @@ class _SideState:
 
     def _distinct(self, table: pa.Table) -> tuple[pa.Table, np.ndarray]:
         """The distinct keys of ``table``'s key columns, and each row's position among them."""
+        if self.n_key == 1:  # one integer or temporal key without NULLs: numpy's hash unique
+            col = table.column(self.key_names[0])
+            t = col.type
+            if not col.null_count and (pa.types.is_integer(t) or pa.types.is_temporal(t)) and t.bit_width == 64:
+                arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+                ints = np.asarray(arr.view(pa.int64()).to_numpy(zero_copy_only=False))
+                uniq, inverse = np.unique(ints, return_inverse=True)
+                keys_arr = pa.array(uniq, pa.int64())
+                return pa.table({self.key_names[0]: keys_arr.view(t) if t != pa.int64() else keys_arr}), inverse.astype(
+                    np.int64, copy=False
+                )
         keys = table.select(self.key_names).append_column(
             "__r", pa.array(np.arange(table.num_rows, dtype=np.int64))
         )
