@@ -143,3 +143,16 @@ def test_a_union_of_two_watermarked_streams_waits_for_both_with_min(tmp_path: Pa
     )
     _, progress = drive(frame, [[(a, rows((100, 1)))], [(a, rows((200, 2)))]], tmp_path / "chk")
     assert {p["eventTime"]["watermark"] for p in progress} == {"1970-01-01T00:00:00.000Z"}
+
+
+def test_after_a_restart_the_inputs_maxima_are_kept(tmp_path: Path) -> None:
+    # a difference from Spark (docs/transforms.md): Spark forgets each input's watermark when
+    # the query restarts (an input without new rows counts as 0 again, holding the min policy's
+    # watermark), headrace continues from the maxima its last commit recorded
+    a, fa = stream()
+    b, fb = stream()
+    frame = fa.with_watermark("ts", "0 seconds").union(fb.with_watermark("ts", "0 seconds")).drop_duplicates("id", "ts")
+    drive(frame, [[(a, rows((100, 1))), (b, rows((50, 2)))]], tmp_path / "chk")
+    _, progress = drive(frame, [[(a, rows((200, 3)))], [(a, rows((300, 4)))]], tmp_path / "chk")
+    # b's recorded 50 s still counts: the watermark is min(a, b) = 50 s, not held back at 0
+    assert progress[-1]["eventTime"]["watermark"] == "2026-01-01T00:00:50.000Z"
