@@ -350,3 +350,61 @@ def test_a_full_outer_join_matches_null_keys_as_spark_does(backend: str, tmp_pat
     inner.left_stream.add(left_rows)
     inner.right_stream.add(right_rows)
     assert run(inner.left.join(inner.right, RANGE), inner, [], tmp_path / "chk2", backend).values() == []
+
+
+# ------------------------------------------------------------------------------------ cost per batch
+
+
+def _work_of_small_batch(state_rows: int, backend: str, path: Path) -> dict[str, int]:
+    """The stores' work for a batch of 10 rows a side, with ``state_rows`` rows a side in state."""
+    import numpy as np
+
+    from headrace.transforms.operator import BatchInfo, OperatorContext
+    from headrace.transforms.stream_join import StreamStreamJoinOperator
+    from headrace.transforms.watermark import WatermarkOperator
+
+    ls = pa.schema([("lk", pa.int64()), ("lts", TS)])
+    rs = pa.schema([("rk", pa.int64()), ("rts", TS)])
+    op = StreamStreamJoinOperator([WatermarkOperator("lts", "1 minute")], [WatermarkOperator("rts", "1 minute")], 1,
+                                  "l.lk = r.rk AND l.lts BETWEEN r.rts - INTERVAL 10 MINUTES AND r.rts", "inner",
+                                  aliases=("l", "r"))  # fmt: skip
+    op.bind_sources([ls, rs])
+    op.output_schema(ls)
+    op.open(
+        OperatorContext(
+            index=0, state_path=str(path), state_backend=backend, options={"checkpointFsync": False}
+        )
+    )
+    ts0 = int(at(0).timestamp()) * 1_000_000
+
+    def batch(b: int, keys: np.ndarray) -> None:
+        info = BatchInfo(b, watermark_ms=0, late_watermark_ms=0)
+        op.begin(info)
+        ts = pa.array(np.full(len(keys), ts0, np.int64)).cast(TS)
+        op.process(pa.table({"lk": keys, "lts": ts}, schema=ls).replace_schema_metadata({b"headrace.input_side": b"0"}),
+                   info)  # fmt: skip
+        op.process(pa.table({"rk": keys + 10**9, "rts": ts}, schema=rs).replace_schema_metadata(
+            {b"headrace.input_side": b"1"}), info)  # fmt: skip
+        op.finish(info)
+        w = op.state_write()
+        if w is not None:
+            w.result()
+
+    try:
+        batch(0, np.arange(state_rows, dtype=np.int64))
+        before = [s.work.copy() for s in op._stores()]
+        batch(1, np.arange(10, dtype=np.int64) * 7)
+        total: dict[str, int] = {}
+        for s, b in zip(op._stores(), before, strict=True):
+            for k, v in s.work.minus(b).items():
+                total[k] = total.get(k, 0) + v
+        return total
+    finally:
+        op.close()
+
+
+def test_a_batch_costs_the_same_whatever_the_state_size(backend: str, tmp_path: Path) -> None:
+    small = _work_of_small_batch(1_000, backend, tmp_path / "small")
+    large = _work_of_small_batch(20_000, backend, tmp_path / "large")
+    for key in ("rows_looked_up", "rows_written", "rows_scanned", "changelog_rows"):
+        assert large[key] == small[key], (key, small, large)
