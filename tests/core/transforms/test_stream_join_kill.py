@@ -65,6 +65,7 @@ def expected() -> Counter[tuple[int, int | None]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # a dozen subprocess runs, each importing headrace: minutes on a loaded machine
 @pytest.mark.parametrize("backend", ["memory", "rocksdb"])
 def test_left_outer_join_to_delta_exactly_once_across_kills(tmp_path: Path, backend: str) -> None:
     out = str(tmp_path / "out")
