@@ -346,14 +346,18 @@ class _SideState:
         if self.n_key == 1:  # one integer or temporal key without NULLs: numpy's hash unique
             col = table.column(self.key_names[0])
             t = col.type
-            if not col.null_count and (pa.types.is_integer(t) or pa.types.is_temporal(t)) and t.bit_width == 64:
+            if (
+                not col.null_count
+                and (pa.types.is_integer(t) or pa.types.is_temporal(t))
+                and t.bit_width == 64
+            ):
                 arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
                 ints = np.asarray(arr.view(pa.int64()).to_numpy(zero_copy_only=False))
                 uniq, inverse = np.unique(ints, return_inverse=True)
                 keys_arr = pa.array(uniq, pa.int64())
-                return pa.table({self.key_names[0]: keys_arr.view(t) if t != pa.int64() else keys_arr}), inverse.astype(
-                    np.int64, copy=False
-                )
+                return pa.table(
+                    {self.key_names[0]: keys_arr.view(t) if t != pa.int64() else keys_arr}
+                ), inverse.astype(np.int64, copy=False)
         keys = table.select(self.key_names).append_column(
             "__r", pa.array(np.arange(table.num_rows, dtype=np.int64))
         )
@@ -873,14 +877,20 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
                 hit_rows = cand.take(pa.array(np.unique(other_idx)))
                 hit_rows = hit_rows.filter(pc.invert(hit_rows.column(_MATCHED)))
                 other_state.set_matched(hit_rows, self._orders(1 - side, hit_rows))
-            # store this side's rows, unless the watermark would evict them at once
+            # store this side's rows (Spark's rule): the left rows always (this batch's right rows
+            # are still to come), but a left semi row that matched; the right rows unless the
+            # watermark evicts them at the end of this batch, except an unmatched row of a right
+            # or full outer join (its eviction emits it)
             orders = self._orders(side, this)
             store = np.ones(this.num_rows, bool)
             th = thresholds[side]
-            if th is not None:
-                store &= ~np.asarray(
+            if side == 1 and th is not None:
+                evicting = np.asarray(
                     pc.fill_null(pc.less_equal(orders, th), False).to_numpy(zero_copy_only=False)
                 )
+                if self.how in ("right_outer", "full_outer"):
+                    evicting &= matched
+                store &= ~evicting
             if semi and side == 0:
                 store &= ~matched
             idx = np.flatnonzero(store)
