@@ -240,12 +240,11 @@ def test_update_mode_is_refused(tmp_path: Path) -> None:
         writer.option("checkpointLocation", str(tmp_path / "chk")).start()
 
 
-def test_real_time_mode_is_refused() -> None:
-    from headrace.engine.plan import real_time_problems
-
+def test_real_time_mode_is_refused_with_the_references_reason(tmp_path: Path) -> None:
     s = Streams()
-    problems = real_time_problems(s.left.join(s.right, RANGE)._steps, "append")
-    assert problems and "not supported in real-time mode" in problems[0]
+    writer = s.left.join(s.right, RANGE).write_stream.format("memory").query_name(f"rt-{uuid.uuid4().hex[:6]}")
+    with pytest.raises(UnsupportedError, match="stream-stream joins are not supported in real-time mode"):
+        writer.option("checkpointLocation", str(tmp_path / "chk")).trigger(real_time="5 seconds").start()
 
 
 def test_columns_on_both_sides_must_be_renamed() -> None:

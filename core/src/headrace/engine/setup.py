@@ -47,9 +47,11 @@ def setup_query(q: StreamingQuery) -> None:
     sink and the dead-letter sinks of ``q``. Called once per run by ``StreamingQuery.start``;
     raises configuration errors before any data is read (closing what was opened)."""
     if q.trigger.kind == "real_time":
-        check_real_time(q)
-        # the operators' own refusals need no schema: before the checkpoint is created
+        # the operators' own refusals first (a stream-stream join reads two sources: its own
+        # reason says more than the one-source rule); they need no schema: before the
+        # checkpoint is created
         _refuse_real_time(real_time_problems(q._operators, q.output_mode))
+        check_real_time(q)
     if q.output_mode not in getattr(q._sink_class, "output_modes", ("append",)):
         raise UnsupportedError(
             f"sink '{q._sink_connector}' does not support output mode '{q.output_mode}'; "
