@@ -151,7 +151,11 @@ def test_after_a_restart_the_inputs_maxima_are_kept(tmp_path: Path) -> None:
     # watermark), headrace continues from the maxima its last commit recorded
     a, fa = stream()
     b, fb = stream()
-    frame = fa.with_watermark("ts", "0 seconds").union(fb.with_watermark("ts", "0 seconds")).drop_duplicates("id", "ts")
+    frame = (
+        fa.with_watermark("ts", "0 seconds")
+        .union(fb.with_watermark("ts", "0 seconds"))
+        .drop_duplicates("id", "ts")
+    )
     drive(frame, [[(a, rows((100, 1))), (b, rows((50, 2)))]], tmp_path / "chk")
     _, progress = drive(frame, [[(a, rows((200, 3)))], [(a, rows((300, 4)))]], tmp_path / "chk")
     # b's recorded 50 s still counts: the watermark is min(a, b) = 50 s, not held back at 0

@@ -242,7 +242,9 @@ def test_update_mode_is_refused(tmp_path: Path) -> None:
 
 def test_real_time_mode_is_refused_with_the_references_reason(tmp_path: Path) -> None:
     s = Streams()
-    writer = s.left.join(s.right, RANGE).write_stream.format("memory").query_name(f"rt-{uuid.uuid4().hex[:6]}")
+    writer = (
+        s.left.join(s.right, RANGE).write_stream.format("memory").query_name(f"rt-{uuid.uuid4().hex[:6]}")
+    )
     with pytest.raises(UnsupportedError, match="stream-stream joins are not supported in real-time mode"):
         writer.option("checkpointLocation", str(tmp_path / "chk")).trigger(real_time="5 seconds").start()
 
@@ -415,7 +417,9 @@ def test_an_aggregation_after_a_join_runs_with_the_query_watermark(tmp_path: Pat
     # query's watermark, so a window closes as soon as the watermark passes its end
     s = Streams()
     frame = s.left.join(s.right, RANGE).group_by(hr.window("lts", "10 seconds")).agg("count(*) AS n")
-    got = run(frame, s, [([("a", 10, 1)], [("a", 15, 10)]), ([("z", 40, 2)], [("y", 40, 20)])], tmp_path / "chk")
+    got = run(
+        frame, s, [([("a", 10, 1)], [("a", 15, 10)]), ([("z", 40, 2)], [("y", 40, 20)])], tmp_path / "chk"
+    )
     emitted = [(b, r["n"]) for b in sorted(got.out) for r in got.out[b].to_pylist()]
     # [10, 20) closes in the first batch whose watermark (35 s) passes 20 s
     assert [n for _, n in emitted] == [1]
