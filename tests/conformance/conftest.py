@@ -28,6 +28,7 @@ CI_TIER: dict[str, frozenset[str]] = {
         "select-where", "join-left-condition", "join-left-anti-keys", "union-tumbling", "tumbling-append", "sliding-update",
         "session-append", "group-by-key-update", "every-aggregate-update", "dedup-event-time-append",
         "dedup-within-watermark-append",
+        "ss-join-left-append",  # stream-stream joins: an outer join (late, matched and unmatched rows)
     }),
     "test_spark_engine.py": frozenset({"select-where", "tumbling-append", "dedup-id-append"}),
     "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append"}),

@@ -3,7 +3,8 @@ headrace over the same parquet micro-batches, compared batch by batch.
 
 A :class:`QuerySpec` names the steps of a query (:class:`Step`: ``watermark``, ``select_expr``,
 ``where``, ``with_column``, ``join``, ``group_by``, ``drop_duplicates``,
-``drop_duplicates_within_watermark``, ``map_batches``) and its output mode; it is rendered to a
+``drop_duplicates_within_watermark``, ``map_batches``, ``join_stream``: a stream-stream join with
+the second input's stream and its own steps) and its output mode; it is rendered to a
 PySpark query (:func:`spark_frame`) and to a headrace query (:func:`headrace_frame`). Both read
 the same folder of parquet files, one file per trigger (increasing mtimes that agree with the
 names, ``maxFilesPerTrigger=1``, an explicit schema), with the available-now trigger, and collect
@@ -58,6 +59,11 @@ class Step:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
+        if self.kind == "union_stream":
+            return f"union_stream({' -> '.join(['second', *(s.describe() for s in self.args[0])])})"
+        if self.kind == "join_stream":
+            right = " -> ".join(["second", *(s.describe() for s in self.args[0])])
+            return f"join_stream(({right}), on={self.args[1]!r}, how={self.args[2]!r})"
         parts = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
         return f"{self.kind}({', '.join(parts)})"
 
@@ -178,6 +184,13 @@ def spark_frame(spark: Any, spec: QuerySpec, paths: Paths) -> Any:
             df = df.where(a[0])
         elif step.kind == "with_column":
             df = df.withColumn(a[0], F.expr(a[1]))
+        elif step.kind == "union_stream":  # (the second input's own steps,)
+            other = spark_frame(spark, QuerySpec("other", tuple(a[0])), Paths(paths.second, paths.second, paths.static))
+            df = df.union(other)
+        elif step.kind == "join_stream":  # (right side's steps, on, how), the right side reads `second`
+            right = spark_frame(spark, QuerySpec("right", tuple(a[0])), Paths(paths.second, paths.second, paths.static))
+            on = a[1]
+            df = df.alias("l").join(right.alias("r"), on if isinstance(on, list) else F.expr(on), a[2])
         elif step.kind == "join":
             static = spark.read.schema(STATIC_DDL).parquet(paths.static)
             on = a[0]
@@ -201,6 +214,8 @@ def _spark_key(F: Any, key: Any) -> Any:
         return F.col(key)
     if key[0] == "window":
         return F.window(*key[1:])
+    if key[0] == "window_time":  # a window over an earlier windowed aggregation's window column
+        return F.window(F.window_time(key[1]), *key[2:])
     if key[0] == "session":
         return F.session_window(key[1], key[2])
     raise ValueError(f"unknown group_by key {key!r}")
@@ -227,6 +242,14 @@ def headrace_frame(spec: QuerySpec, paths: Paths, data: Input) -> Any:
             frame = frame.where(a[0])
         elif step.kind == "with_column":
             frame = frame.with_column(a[0], a[1])
+        elif step.kind == "union_stream":
+            other = headrace_frame(QuerySpec("other", tuple(a[0])), Paths(paths.second, paths.second, paths.static),
+                                   data)  # fmt: skip
+            frame = frame.union(other)
+        elif step.kind == "join_stream":
+            right = headrace_frame(QuerySpec("right", tuple(a[0])), Paths(paths.second, paths.second, paths.static),
+                                   data)  # fmt: skip
+            frame = frame.alias("l").join(right.alias("r"), on=a[1], how=a[2])
         elif step.kind == "join":
             frame = frame.join(data.static, on=a[0], how=step.kwargs.get("how", "inner"))
         elif step.kind == "group_by":
@@ -246,7 +269,7 @@ def headrace_frame(spec: QuerySpec, paths: Paths, data: Input) -> Any:
 def _headrace_key(hr: Any, key: Any) -> Any:
     if isinstance(key, str):
         return key
-    if key[0] == "window":
+    if key[0] in ("window", "window_time"):  # headrace groups by the window column's time itself
         return hr.window(*key[1:])
     if key[0] == "session":
         return hr.session_window(key[1], key[2])

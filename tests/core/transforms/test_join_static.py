@@ -216,10 +216,14 @@ def test_columns_on_both_sides_are_refused_naming_them() -> None:
         stream.join(clash, on="customer_id")
 
 
-def test_a_stream_cannot_be_the_static_side() -> None:
+def test_a_stream_on_the_other_side_makes_a_stream_stream_join() -> None:
+    # (tests/core/transforms/test_stream_join.py covers those joins)
+    from headrace.transforms.stream_join import StreamStreamJoinOperator
+
     stream = hr.read_stream.format("memory").option("name", "x").load()
-    with pytest.raises(HeadraceError, match="stream-stream joins"):
-        stream.join(stream, on="customer_id")  # type: ignore[arg-type]
+    joined = stream.join(stream, on="customer_id")
+    assert [type(op) for op in joined._steps] == [StreamStreamJoinOperator]
+    assert len(joined._sources) == 2
 
 
 def test_snapshot_semantics_with_a_delta_dimension_table(tmp_path: Path) -> None:

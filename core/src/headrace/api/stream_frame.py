@@ -41,6 +41,7 @@ class StreamFrame(FrameSteps):
     _sources: tuple[SourcePlan, ...]
     _steps: tuple[Operator, ...] = ()
     _schema: pa.Schema | None = None  # the plan's output schema, when known before start()
+    _alias: str | None = None  # the name a stream-stream join's condition qualifies columns by
 
     def _with_step(self, op: Operator) -> StreamFrame:
         return replace(self, _steps=(*self._steps, op), _schema=self._next_schema(self._schema, op))
@@ -50,10 +51,28 @@ class StreamFrame(FrameSteps):
         return redact(f"StreamFrame(sources=[{srcs}], steps={[op.name for op in self._steps]})")
 
     def union(self, other: StreamFrame) -> StreamFrame:
-        """Both streams' rows (schemas must match), with offsets for each source checkpointed."""
-        if self._steps or other._steps:
-            raise HeadraceError("union() streams before transforming them; apply the transforms after the union")
-        return StreamFrame((*self._sources, *other._sources), (), self._schema)
+        """Both streams' rows (same column names and types), with offsets for each source
+        checkpointed. Each stream keeps its own steps (e.g. its own ``with_watermark``: the
+        query's watermark then follows the writer option ``multipleWatermarkPolicy``, ``min``
+        or ``max``, as Spark's)."""
+        if not self._steps and not other._steps:
+            return StreamFrame((*self._sources, *other._sources), (), self._schema)
+        from headrace.transforms.stream_union import StreamUnionOperator
+
+        op = StreamUnionOperator(self._steps, other._steps, len(self._sources))
+        schema = None
+        if self._schema is not None and other._schema is not None:  # checked now, before any I/O
+            op.bind_schemas(self._schema, other._schema)
+            schema = op.output_schema(self._schema)
+        return StreamFrame((*self._sources, *other._sources), (op,), schema)
+
+    def alias(self, name: str) -> StreamFrame:
+        """Name this stream for a stream-stream join's condition (PySpark's ``df.alias("l")``):
+        ``left.alias("l").join(right.alias("r"), "l.k = r.k AND l.ts BETWEEN r.ts - INTERVAL
+        1 HOUR AND r.ts")``."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise HeadraceError(f"alias({name!r}): give a plain name, e.g. alias('l')")
+        return replace(self, _alias=name)
 
     def apply_operator(self, op: Operator) -> StreamFrame:
         """Append a custom operator (a ``headrace.transforms.Operator``) to the plan: Spark's
@@ -73,10 +92,34 @@ class StreamFrame(FrameSteps):
 
         return self._with_step(WatermarkOperator(event_time, delay))
 
+    def _window_event_column(self) -> str | None:
+        """The window column the event time went on in, when the last stateful step is a
+        windowed aggregation over the watermarked column (Spark's watermark on the window
+        struct): a later aggregation groups by ``hr.window("window", ...)``; else None."""
+        from headrace.transforms.aggregate import AggregateOperator
+        from headrace.transforms.watermark import WatermarkOperator
+
+        current: str | None = None
+        from_window = False
+        for op in self._steps:
+            if isinstance(op, WatermarkOperator):
+                current, from_window = op.column, False
+            elif isinstance(op, AggregateOperator) and op.window is not None and current is not None:
+                current, from_window = (op.window.name, True) if op.window.column == current else (None, False)
+        return current if from_window else None
+
     def _watermark_column(self) -> str | None:
         from headrace.transforms.watermark import WatermarkOperator
 
+        window = self._window_event_column()
+        if window is not None:
+            return window
         cols = [op.column for op in self._steps if isinstance(op, WatermarkOperator)]
+        if not cols and self._steps and getattr(self._steps[0], "multi_input", False):
+            # a union or a stream-stream join: its sides' event-time columns (the left side's first)
+            sides = [op.column for steps in reversed(self._steps[0].steps)  # type: ignore[attr-defined]
+                     for op in steps if isinstance(op, WatermarkOperator)]  # fmt: skip
+            return sides[-1] if sides else None
         return cols[-1] if cols else None
 
     def group_by(self, *keys: Any) -> GroupedStream:
@@ -113,19 +156,23 @@ class StreamFrame(FrameSteps):
             DropDuplicatesOperator(list(cols), within_watermark=True, watermark_column=column)
         )
 
-    def join(self, other: StaticFrame | pa.Table, on: str | list[str] | Column, how: str = "inner") -> StreamFrame:
+    def join(self, other: StreamFrame | StaticFrame | pa.Table, on: str | list[str] | Column,
+             how: str = "inner") -> StreamFrame:  # fmt: skip
         """Join each micro-batch with a static table: a ``StaticFrame`` (``hr.read...load()``)
         or a ``pyarrow.Table``, read once when the query starts (later changes to it are not
         seen until the query restarts). ``on``: key column(s) or a SQL condition over
-        ``batch`` and ``static``; ``how``: ``inner`` or ``left``."""
+        ``batch`` and ``static``; ``how``: ``inner`` or ``left``.
+
+        With another stream, a stream-stream join (Spark's rules, docs/transforms.md): ``on``
+        key columns or a SQL condition over both sides' columns (qualified by ``alias()``
+        names), with an equality between the sides; ``how``: ``inner``, ``left``, ``right``,
+        ``full`` or ``left_semi`` (outer and semi joins need watermarks and a time-range
+        condition bounding how long a row waits); append output mode only."""
         from headrace.api.static import StaticFrame
         from headrace.transforms.join import StreamStaticJoinOperator
 
         if isinstance(other, StreamFrame):
-            raise HeadraceError(
-                "join() of two streams is not supported (stream-stream joins need state on both sides); "
-                "join a stream with a static frame (hr.read...load()) or a pyarrow.Table"
-            )
+            return self._join_stream(other, on, how)
         if not isinstance(other, StaticFrame | pa.Table):
             raise HeadraceError(f"join() takes a StaticFrame or a pyarrow.Table, not {type(other).__name__}")
         from headrace.functions import Column
@@ -133,6 +180,22 @@ class StreamFrame(FrameSteps):
         if isinstance(on, Column):
             on = on.column_name if on.column_name is not None else on.sql
         return self._with_step(StreamStaticJoinOperator(other, on, how))
+
+    def _join_stream(self, other: StreamFrame, on: Any, how: str) -> StreamFrame:
+        """A stream-stream join (Spark's symmetric hash join; headrace.transforms.stream_join):
+        one frame reading both streams' sources, the left's first."""
+        from headrace.functions import Column
+        from headrace.transforms.stream_join import StreamStreamJoinOperator
+
+        if isinstance(on, Column):
+            on = on.column_name if on.column_name is not None else on.sql
+        op = StreamStreamJoinOperator(self._steps, other._steps, len(self._sources), on, how,
+                                      aliases=(self._alias, other._alias))  # fmt: skip
+        schema = None
+        if self._schema is not None and other._schema is not None:  # checked now, before any I/O
+            op.bind_schemas(self._schema, other._schema)
+            schema = op.output_schema(self._schema)
+        return StreamFrame((*self._sources, *other._sources), (op,), schema)
 
     @property
     def write_stream(self) -> DataStreamWriter:
@@ -197,8 +260,22 @@ class GroupedStream:
         from headrace.transforms.aggregate import aggregate_operator
 
         texts = [sql_of(e, "agg()") for e in exprs]
-        op = aggregate_operator(list(self._keys), texts, watermark_column=self._frame._watermark_column())
-        return self._frame._with_step(op)
+        frame, keys, wm = self._frame, list(self._keys), self._frame._watermark_column()
+        if wm is not None and wm == frame._window_event_column():
+            # the event time is a window column (an earlier windowed aggregation's): group by
+            # its window_time, window.end - 1 microsecond, as Spark's window(window_time(window))
+            from dataclasses import replace as _replace
+
+            from headrace.transforms.window import WindowSpec
+            from headrace.transforms.window_time import WindowTimeOperator
+
+            if any(isinstance(k, WindowSpec) and k.column == wm for k in keys):
+                frame = frame._with_step(WindowTimeOperator(wm, f"__{wm}_time"))
+                keys = [_replace(k, column=f"__{wm}_time") if isinstance(k, WindowSpec) and k.column == wm else k
+                        for k in keys]  # fmt: skip
+                wm = f"__{wm}_time"
+        op = aggregate_operator(keys, texts, watermark_column=wm)
+        return frame._with_step(op)
 
     def count(self) -> StreamFrame:
         """The number of rows per group, in a column ``count`` (Spark's ``groupBy(...).count()``)."""

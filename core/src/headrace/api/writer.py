@@ -30,7 +30,10 @@ __all__ = ["DataStreamWriter", "ENGINE_WRITER_OPTIONS", "EngineWriterOptions", "
 log = logging.getLogger(__name__)
 
 # Options the engine consumes itself on the writer side (not passed to the sink's schema).
-ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync", "stateStore", "stateSnapshotInterval")
+ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync", "stateStore", "stateSnapshotInterval",
+                         "multipleWatermarkPolicy", "spark.sql.streaming.multipleWatermarkPolicy")  # fmt: skip
+#: Spark's spark.sql.streaming.multipleWatermarkPolicy values
+WATERMARK_POLICIES = ("min", "max")
 STATE_STORES = BACKENDS  # the state store backends, defined once in headrace.state.backends
 #: Spark's spark.sql.streaming.stateStore.minDeltasForSnapshot
 DEFAULT_SNAPSHOT_INTERVAL = 10
@@ -40,11 +43,15 @@ DEFAULT_SNAPSHOT_INTERVAL = 10
 class EngineWriterOptions:
     """The engine's own writer options, parsed: ``checkpointFsync`` (fsync checkpoint and state
     files), ``stateStore`` (``memory`` or ``rocksdb``), ``stateSnapshotInterval`` (the least
-    number of changelogs a stateful operator writes between two snapshots of its state)."""
+    number of changelogs a stateful operator writes between two snapshots of its state),
+    ``multipleWatermarkPolicy`` (``min`` or ``max``: how the watermarks of several
+    watermarked inputs make the query's, Spark's ``spark.sql.streaming.multipleWatermarkPolicy``;
+    also read under that Spark name)."""
 
     checkpoint_fsync: bool = True
     state_store: str = "memory"
     state_snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
+    watermark_policy: str = "min"
 
 
 def parse_engine_options(options: Mapping[str, Any]) -> tuple[EngineWriterOptions, list[OptionProblem]]:
@@ -66,6 +73,17 @@ def parse_engine_options(options: Mapping[str, Any]) -> tuple[EngineWriterOption
         problems.append(OptionProblem(
             "stateStore", f"{lower.get('statestore')!r} is not one of {', '.join(STATE_STORES)} "
             "(memory: state in memory with a changelog in the checkpoint; rocksdb: state larger than memory)"))  # fmt: skip
+    policy_key = next((k for k in ("multiplewatermarkpolicy", "spark.sql.streaming.multiplewatermarkpolicy")
+                       if k in lower), None)  # fmt: skip
+    if policy_key is not None:
+        policy = str(lower[policy_key]).strip().lower()
+        if policy in WATERMARK_POLICIES:
+            out = replace(out, watermark_policy=policy)
+        else:
+            problems.append(OptionProblem(
+                "multipleWatermarkPolicy", f"{lower[policy_key]!r} is not one of {', '.join(WATERMARK_POLICIES)} "
+                "(min: the query's watermark follows the slowest watermarked input, the default; max: the "
+                "fastest, dropping more of the slower inputs' rows as late)"))  # fmt: skip
     if "statesnapshotinterval" in lower:
         try:
             n = Integer(min=1).parse(lower["statesnapshotinterval"])
@@ -244,6 +262,7 @@ class DataStreamWriter:
             sources=plans,
             operators=self._frame._steps,
             state_store=engine.state_store,
+            watermark_policy=engine.watermark_policy,
             state_snapshot_interval=engine.state_snapshot_interval,
             sink_connector=spec.name,
             sink_class=sink_class,

@@ -28,6 +28,7 @@ import copy
 import logging
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -52,13 +53,28 @@ def is_aggregation(op: Operator) -> bool:
     return bool(op.aggregation)
 
 
+def _counts_as_stateful(op: Operator) -> bool:
+    """Whether ``op`` is a stateful operator for Spark's check of chained operators
+    (``UnsupportedOperationChecker.isStatefulOperation``): aggregations, joins,
+    transform_with_state, deduplications within the watermark, and deduplications with the
+    event-time column among their keys."""
+    if not op.stateful:
+        return False
+    if hasattr(op, "within_watermark") and hasattr(op, "columns"):  # drop_duplicates
+        wm = getattr(op, "watermark_column", None)
+        cols = getattr(op, "columns", None) or []
+        return bool(getattr(op, "within_watermark", False)) or (wm is not None and (not cols or wm in cols))
+    return True
+
+
 def real_time_problems(operators: Sequence[Operator], mode: str) -> list[str]:
     """The reasons these operators cannot run in real-time mode (empty when they can). Needs
     no schema: the query checks it before its checkpoint is created, and the plan again."""
     problems = []
     for op in operators:
         if not getattr(op, "supports_real_time", True) or getattr(op, "within_watermark", False):
-            problems.append(f"{op.name} is not supported in real-time mode")
+            reason = getattr(op, "real_time_reason", None)  # the reference's own words, where it has them
+            problems.append(f"{op.name}: {reason}" if reason else f"{op.name} is not supported in real-time mode")
         elif is_aggregation(op) and mode != "update":
             problems.append(f"aggregations ({op.name}) run in real-time mode only with output_mode('update')")
     return problems
@@ -75,10 +91,21 @@ class PlanRunner:
     """One query run's plan. Built at ``start()`` (validation), opened once, then driven per
     batch by the engine: ``begin`` -> (``apply_prefix`` in readers, ``run`` on the consumer)."""
 
-    def __init__(self, operators: Sequence[Operator], input_schema: pa.Schema) -> None:
+    def __init__(self, operators: Sequence[Operator], input_schema: pa.Schema,
+                 source_schemas: Sequence[pa.Schema] | None = None) -> None:  # fmt: skip
         # a shallow copy per run: one frame may be started by several queries at once
         self.operators = [copy.copy(op) for op in operators]
         self.input_schema = input_schema
+        # a first step reading several inputs (a stream-stream join) resolves each side's own
+        # steps on its sources' schemas, and runs them in the readers (see reader_transform)
+        self.multi_input: Operator | None = None
+        self.source_count = len(source_schemas) if source_schemas else 1
+        for k, op in enumerate(self.operators):
+            if getattr(op, "multi_input", False):
+                if k != 0:
+                    raise HeadraceError(f"{op.name} must be the first step of its plan")
+                op.bind_sources(list(source_schemas or [input_schema]))  # type: ignore[attr-defined]
+                self.multi_input = op
         steps: list[_Step] = []
         schema: pa.Schema | None = input_schema
         unknown_after = ""
@@ -112,9 +139,11 @@ class PlanRunner:
             self.suffix[0].partial_stage() if self.suffix else None
         )
         self.stateful: list[tuple[int, Operator]] = [(s.index, s.op) for s in steps if s.op.stateful]
-        self.watermarks: list[tuple[int, WatermarkOperator]] = [
+        self.watermarks: list[tuple[int | str, WatermarkOperator]] = [
             (s.index, s.op) for s in steps if isinstance(s.op, WatermarkOperator)
         ]
+        if self.multi_input is not None:
+            self.watermarks[:0] = self.multi_input.side_watermarks()  # type: ignore[attr-defined]
         self._opened = False
         self.finished = True
 
@@ -131,11 +160,18 @@ class PlanRunner:
                 "Complete output mode not supported when there are no streaming aggregations on streaming "
                 "DataFrames/Datasets; use output_mode('append') or ('update'), or add a group_by(...).agg(...)"
             )
-        if len(aggs) > 1:
-            raise UnsupportedError(
-                "Multiple streaming aggregations are not supported with streaming DataFrames/Datasets; "
-                "aggregate once per query (write the first aggregation to a table and stream from it)"
-            )
+        if mode != "append":  # chained stateful operators: Spark's check of the global watermark
+            after_agg = False
+            for op in self.operators:
+                if after_agg and _counts_as_stateful(op):
+                    raise UnsupportedError(
+                        "Detected pattern of possible 'correctness' issue due to global watermark. The query "
+                        "contains stateful operation which can emit rows older than the current watermark plus "
+                        "allowed late record delay, which are \"late rows\" in downstream stateful operations and "
+                        f"these rows can be discarded ({op.name} after an aggregation in {mode} mode); run the "
+                        "query in output_mode('append'), or write the aggregation to a table and stream from it"
+                    )
+                after_agg = after_agg or is_aggregation(op)
         for op in self.operators:
             check = getattr(op, "check_output_mode", None)
             if callable(check):
@@ -212,13 +248,16 @@ class PlanRunner:
         return table
 
     @property
-    def reader_transform(self) -> Callable[[pa.Table], pa.Table | None] | None:
+    def reader_transform(self) -> Callable[[pa.Table], pa.Table | None] | list[Callable[[pa.Table], Any]] | None:
         """The readers' transform of each record batch in a micro-batch: the stateless steps
         (the partial aggregation runs in :meth:`run`, over record batches gathered), or None
-        when there is nothing to apply. Called once per batch."""
-        if self.partial_stage is None:
-            return self.prefix_transform
-        return self.apply_stateless if self.prefix else None
+        when there is nothing to apply; for a plan reading several inputs (a stream-stream
+        join), one transform per source (its side's steps). Called once per batch."""
+        rest = self.prefix_transform if self.partial_stage is None else self.apply_stateless if self.prefix else None
+        if self.multi_input is None:
+            return rest
+        sides = [self.multi_input.side_transform(i) for i in range(self.source_count)]  # type: ignore[attr-defined]
+        return sides if rest is None else [_then(side, rest) for side in sides]
 
     def _through(self, start: int, table: pa.Table | None, info: BatchInfo) -> Iterator[pa.Table]:
         if table is None or (table.num_rows == 0 and start < len(self.suffix)):
@@ -326,9 +365,10 @@ class PlanRunner:
         return out
 
     def state_metrics(self) -> list[dict[str, object]]:
-        """Spark's ``stateOperators``: one entry per stateful operator, after a batch."""
+        """Spark's ``stateOperators``: one entry per stateful operator, after a batch, in Spark's
+        order (the last operator of the plan first: Spark lists them from the plan's root)."""
         out = []
-        for _, op in self.stateful:
+        for _, op in reversed(self.stateful):
             try:
                 m = dict(op.metrics())
             except Exception as e:  # metrics must never fail a batch
@@ -336,6 +376,17 @@ class PlanRunner:
             m.setdefault("operatorName", op.name)
             out.append(m)
         return out
+
+
+def _then(first: Callable[[pa.Table], pa.Table | None], then: Callable[[pa.Table], pa.Table | None]
+          ) -> Callable[[pa.Table], pa.Table | None]:  # fmt: skip
+    """``first``, then ``then`` on what it kept (a side's steps, then the plan's stateless steps)."""
+
+    def both(table: pa.Table) -> pa.Table | None:
+        out = first(table)
+        return None if out is None else then(out)
+
+    return both
 
 
 def _fuse(steps: Sequence[_Step]) -> list[Operator]:

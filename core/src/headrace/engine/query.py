@@ -84,6 +84,7 @@ class StreamingQuery:
         operators: Sequence[Operator] = (),
         state_store: str = "memory",
         state_snapshot_interval: int = 10,
+        watermark_policy: str = "min",
     ) -> None:
         if not sources:
             raise HeadraceError("a query needs at least one source")
@@ -106,6 +107,7 @@ class StreamingQuery:
             state_store=state_store,
             state_snapshot_interval=state_snapshot_interval,
             keep_progress=keep_progress,
+            watermark_policy=watermark_policy,
         )
         self.name = name
         self.output_mode = output_mode

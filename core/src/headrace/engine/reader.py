@@ -115,6 +115,13 @@ class BatchCounts:
     output_rows: int = 0
 
 
+def transform_of(transform: Any, source_index: int) -> Callable[[pa.Table], Any] | None:
+    """The transform of source ``source_index``'s batches: ``transform`` itself, or its
+    item for that source when it is a list (a plan reading several inputs, e.g. a
+    stream-stream join, applies each side's own steps to its sources)."""
+    return transform[source_index] if isinstance(transform, list) else transform
+
+
 def apply_transform(transform: Callable[[pa.Table], Any] | None, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
     """The user's per-batch function applied to one record batch (a Table in, a Table out)."""
     if transform is None:
@@ -135,12 +142,13 @@ def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
 
 
-def empty_output(sources: Sequence[Source], transform: Callable[[pa.Table], Any] | None) -> pa.RecordBatch | None:
+def empty_output(sources: Sequence[Source], transform: Any) -> pa.RecordBatch | None:
     """A 0-row batch of what the sink gets: the first source's schema, or with a transform what
     the transform makes of an empty table of that schema. None when the transform fails on an
     empty table (its schema is then unknown). Called once per batch that yields nothing."""
     if not sources:
         return None
+    transform = transform_of(transform, 0)
     try:
         schema = sources[0].schema
         empty = empty_batch(schema)
@@ -160,7 +168,7 @@ def empty_output(sources: Sequence[Source], transform: Callable[[pa.Table], Any]
 def read_partitions(
     sources: Sequence[Source],
     parts: Sequence[tuple[int, Partition]],
-    transform: Callable[[pa.Table], Any] | None,
+    transform: Any,
     counts: BatchCounts,
     *,
     batch_id: int,
@@ -190,7 +198,7 @@ def read_partitions(
 def _read_partitions(
     sources: Sequence[Source],
     parts: Sequence[tuple[int, Partition]],
-    transform: Callable[[pa.Table], Any] | None,
+    transform: Any,
     counts: BatchCounts,
     *,
     batch_id: int,
@@ -218,8 +226,9 @@ def _read_partitions(
         i, p = parts[k]
         q = queues[k]
         try:
+            fn = transform_of(transform, i)
             for b in sources[i].read(p):
-                if cancelled.is_set() or not put(q, (b.num_rows, list(apply_transform(transform, b)))):
+                if cancelled.is_set() or not put(q, (b.num_rows, list(apply_transform(fn, b)))):
                     return
             put(q, done)
         except BaseException as e:
@@ -274,7 +283,7 @@ def _read_partitions(
             i = parts[k][0]
             if claim_inline(k):
                 for b in sources[i].read(parts[k][1]):
-                    yield from emit(i, b.num_rows, list(apply_transform(transform, b)))
+                    yield from emit(i, b.num_rows, list(apply_transform(transform_of(transform, i), b)))
                 continue
             while True:
                 item = q.get()
@@ -292,7 +301,7 @@ def _read_partitions(
 def _read_serially(
     sources: Sequence[Source],
     parts: Sequence[tuple[int, Partition]],
-    transform: Callable[[pa.Table], Any] | None,
+    transform: Any,
     counts: BatchCounts,
     batch_id: int,
     crash: CrashHook,
@@ -301,7 +310,7 @@ def _read_serially(
     for i, p in parts:
         for b in sources[i].read(p):
             counts.input_rows[i] += b.num_rows
-            for o in apply_transform(transform, b):
+            for o in apply_transform(transform_of(transform, i), b):
                 n_out += 1
                 if n_out == 2:
                     crash("mid_write", batch_id)

@@ -69,6 +69,7 @@ class QuerySpec:
     state_store: str = "memory"
     state_snapshot_interval: int = 10
     keep_progress: int = 100
+    watermark_policy: str = "min"  # multipleWatermarkPolicy (headrace.engine.watermark)
 
 
 class RunStatus:

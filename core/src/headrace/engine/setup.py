@@ -38,10 +38,11 @@ __all__ = ["check_real_time", "operator_context", "resolve_plan", "setup_query"]
 log = logging.getLogger(__name__)
 
 
-def resolve_plan(spec: QuerySpec, schema: pa.Schema) -> PlanRunner:
+def resolve_plan(spec: QuerySpec, schema: pa.Schema, source_schemas: list[pa.Schema] | None = None) -> PlanRunner:
     """Validate the plan against the input schema (every expression run on an empty
-    table), then its output mode and trigger. Raises before any data is read."""
-    runner = PlanRunner(spec.operators, schema)
+    table; ``source_schemas``: every source's, for a plan reading several inputs), then its
+    output mode and trigger. Raises before any data is read."""
+    runner = PlanRunner(spec.operators, schema, source_schemas)
     runner.check_output_mode(spec.output_mode)
     if spec.trigger.kind == "real_time":
         _refuse_real_time(runner.check_real_time(spec.output_mode))
@@ -60,16 +61,19 @@ def check_definition(spec: QuerySpec) -> None:
     """What can be refused from the definition alone (trigger, output mode, a declared
     schema), before the checkpoint is created or touched."""
     if spec.trigger.kind == "real_time":
-        check_real_time(spec)
-        # the operators' own refusals need no schema: before the checkpoint is created
+        # the operators' own refusals first (a stream-stream join reads two sources: its own
+        # reason says more than the one-source rule); they need no schema: before the
+        # checkpoint is created
         _refuse_real_time(real_time_problems(spec.operators, spec.output_mode))
+        check_real_time(spec)
     if spec.output_mode not in getattr(spec.sink_class, "output_modes", ("append",)):
         raise UnsupportedError(
             f"sink '{spec.sink_connector}' does not support output mode '{spec.output_mode}'; "
             f"it supports: {', '.join(getattr(spec.sink_class, 'output_modes', ('append',)))}"
         )
-    if spec.plans[0].user_schema is not None:  # validate before the checkpoint is touched
-        resolve_plan(spec, spec.plans[0].user_schema)
+    user_schemas = [p.user_schema for p in spec.plans if p.user_schema is not None]
+    if len(user_schemas) == len(spec.plans):  # validate before the checkpoint is touched
+        resolve_plan(spec, user_schemas[0], user_schemas)
 
 
 def setup_query(spec: QuerySpec, *, run_id: str, stop: threading.Event, status: RunStatus,
@@ -106,8 +110,8 @@ def setup_query(spec: QuerySpec, *, run_id: str, stop: threading.Event, status: 
                 has_committed_batches=committed,
             )
             sources.append(plan.source_class(plan.options, ctx))
-        runner = resolve_plan(spec, sources[0].schema)
-        tracker = EventTimeTracker(runner.watermarks)
+        runner = resolve_plan(spec, sources[0].schema, [s.schema for s in sources])
+        tracker = EventTimeTracker(runner.watermarks, policy=spec.watermark_policy)
         sctx = SinkContext(
             query_id=query_id,
             run_id=run_id,

@@ -14,9 +14,12 @@ stateful operators produce the same output (an entry written before the late-eve
 was recorded takes it from the previous entry, :func:`late_events_ms`); a restart after a
 committed batch continues from the maxima recorded with it.
 
-As in Spark: each step's watermark is ``max event time - delay`` over the rows it has seen,
-the query's is the minimum over its steps that have seen rows, and it never goes backwards.
-The first batch runs with watermark 0 (1970-01-01).
+As in Spark: each step's watermark is ``max event time - delay`` over the rows it has seen (0
+while it has seen none), the query's is the minimum over its steps (``multipleWatermarkPolicy``
+``min``, the default) or the maximum (``max``), and it never goes backwards. With several
+watermarked inputs (the two sides of a stream-stream join), ``min`` therefore holds the
+watermark at 0 until every input has seen a row. The first batch runs with watermark 0
+(1970-01-01).
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ from typing import Any
 from headrace.checkpoint.entries import LATE_EVENTS_KEY
 from headrace.transforms.watermark import WatermarkOperator
 
-__all__ = ["EventTimeTracker", "iso_ms", "late_events_ms"]
+__all__ = ["WATERMARK_POLICIES", "EventTimeTracker", "iso_ms", "late_events_ms"]
+
+#: ``multipleWatermarkPolicy`` values (Spark's ``spark.sql.streaming.multipleWatermarkPolicy``)
+WATERMARK_POLICIES = ("min", "max")
 
 
 def iso_ms(ms: float) -> str:
@@ -58,7 +64,10 @@ def late_events_ms(metadata: Mapping[str, Any], batch_id: int,
 class EventTimeTracker:
     """The watermark state of one query run (driver side)."""
 
-    def __init__(self, ops: Sequence[tuple[int, WatermarkOperator]]) -> None:
+    def __init__(self, ops: Sequence[tuple[int | str, WatermarkOperator]], policy: str = "min") -> None:
+        if policy not in WATERMARK_POLICIES:
+            raise ValueError(f"multipleWatermarkPolicy {policy!r} is not one of {', '.join(WATERMARK_POLICIES)}")
+        self.policy = policy
         self.ops = list(ops)
         self.max_ms: dict[str, int] = {}
         self.watermark_ms: int | None = 0 if self.ops else None
@@ -94,9 +103,11 @@ class EventTimeTracker:
             self._recompute()
 
     def _recompute(self) -> None:
-        marks = [self.max_ms[str(i)] - op.delay_ms for i, op in self.ops if str(i) in self.max_ms]
+        # a step that has seen no row counts as 0 (Spark's WatermarkTracker)
+        marks = [self.max_ms[str(i)] - op.delay_ms if str(i) in self.max_ms else 0 for i, op in self.ops]
         if marks:
-            self.watermark_ms = max(self.watermark_ms or 0, min(marks))
+            chosen = min(marks) if self.policy == "min" else max(marks)
+            self.watermark_ms = max(self.watermark_ms or 0, chosen)
 
     def after_batch(self, batch_watermark_ms: int | None) -> dict[str, str]:
         """Fold the batch's event times in and move the watermark for the next batch.

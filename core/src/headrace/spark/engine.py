@@ -340,6 +340,9 @@ def refusal(op: Operator) -> str | None:
         return ("a headrace StatefulProcessor (Arrow tables, headrace's state variables) is not a pyspark "
                 "StatefulProcessor; write it with pyspark.sql.streaming.StatefulProcessor and "
                 "transformWithStateInPandas, or run this query on headrace")  # fmt: skip
+    if getattr(op, "multi_input", False) or type(op).__name__ == "WindowTimeOperator":
+        return ("stream-stream joins, unions of transformed streams and chained time windows are not translated "
+                "to Spark yet; run this query on headrace")  # fmt: skip
     known = (SqlOperator, SelectColumnsOperator, RenameColumnOperator, DropColumnsOperator, MapBatchesOperator,
              FilterFunctionOperator, WatermarkOperator, AggregateOperator, DropDuplicatesOperator,
              StreamStaticJoinOperator)  # fmt: skip
