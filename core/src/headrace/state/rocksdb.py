@@ -320,17 +320,13 @@ class RocksDBStateStore(StateStore):
 
     def _evict(self, upto: int) -> pa.Table:
         self._last = self._last_orders = None
-        it = self._db.iter()
-        it.seek(b"o")
-        end = enc_order(upto)
-        index_keys: list[bytes] = []
-        while it.valid():
-            k = it.key()
-            if k[:1] != b"o" or k[1:9] > end:
-                break
-            index_keys.append(k)
-            it.next()
-        del it
+        # the index keys up to ``upto``: one native iteration bounded by ``upper`` (no Python
+        # call per key), then deleted as one range (iterating over many point tombstones would
+        # cost every later seek of the index until a compaction drops them)
+        upper = b"o" + enc_order(upto + 1) if upto < 2**63 - 1 else b"p"
+        read_opt = self._rocksdict.ReadOptions()
+        read_opt.set_iterate_upper_bound(upper)
+        index_keys = list(self._db.keys(from_key=b"o", read_opt=read_opt))
         if not index_keys:
             return self._decode_rows([], [])
         kbs = [k[9:] for k in index_keys]
@@ -338,14 +334,13 @@ class RocksDBStateStore(StateStore):
         raw = list(map(self._db.get, dks))
         self.work.rows_scanned += len(kbs)
         wb = self._write_batch()
-        for k in index_keys:
-            wb.delete(k)
-        live_kbs, live_raw = [], []
-        for kb, dk, r in zip(kbs, dks, raw, strict=True):
-            if r is not None:
-                wb.delete(dk)
-                live_kbs.append(kb)
-                live_raw.append(r)
+        wb.delete_range(b"o", upper)
+        live = [i for i, r in enumerate(raw) if r is not None]
+        if len(live) == len(raw):
+            live_kbs, live_raw, live_dks = kbs, raw, dks
+        else:
+            live_kbs, live_raw, live_dks = [kbs[i] for i in live], [raw[i] for i in live], [dks[i] for i in live]
+        list(map(wb.delete, live_dks))
         self._rows -= len(live_kbs)
         self._write(wb)
         return self._decode_rows(live_kbs, live_raw)
