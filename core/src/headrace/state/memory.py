@@ -3,8 +3,8 @@
 The working state is a key index from key to slot (:mod:`headrace.state.keyindex`: a numpy
 hash table for keys of integer, temporal and boolean columns, a dict otherwise) plus columnar
 numpy storage per key and value column (:mod:`headrace.state.columns`); an event-time index
-(order value -> slots, with a heap of order values) makes eviction by watermark cost the rows
-evicted. Durability comes from the changelog files written by :meth:`StateStore.commit`; once
+of sorted numpy runs of (order value, slot) (:mod:`headrace.state.orderindex`) makes eviction
+by watermark a slice per run, costing the rows evicted. Durability comes from the changelog files written by :meth:`StateStore.commit`; once
 at least ``snapshot_interval`` changelogs holding at least half as many rows as the state were
 written since the last snapshot, a background thread writes a new one: from a copy of the
 live rows taken at the commit when the state is small (up to ``COPY_SNAPSHOT_ROWS`` rows of
