@@ -327,6 +327,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--json", help="also write the report (rows/s, CPU, missing peers and why) here")
+    ap.add_argument("--chart", help="write a PNG chart of rows/s per workload and system here (needs matplotlib)")
     ap.add_argument("--install", action="store_true", help="make bench/.peers/<peer> virtualenvs with pip")
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -386,7 +388,38 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ratio = f"; headrace / {s} = {r['median_s'] / base['median_s']:.2f}" if base and s != "headrace" else ""
                 print(f"  {s:12s} {r['rows_per_s']:12,.0f} rows/s (median {r['median_s']:.2f} s, CPU {r['cpu_s']:.2f} s){ratio}")
             report["results"][workload] = {"systems": res, "errors": errors, "load": load}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    if args.chart:
+        chart(report, args.chart)
     return report
+
+
+def chart(report: dict[str, Any], path: str) -> None:
+    """Rows/s per workload and system (log scale); a missing system is named in the legend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = list(report["results"])
+    shown = [s for s in SYSTEMS if any(s in report["results"][w]["systems"] for w in workloads)]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(shown))
+    for i, s in enumerate(shown):
+        xs = [j for j, w in enumerate(workloads) if s in report["results"][w]["systems"]]
+        ys = [report["results"][workloads[j]]["systems"][s]["rows_per_s"] / 1000 for j in xs]
+        ax.bar([x + (i - (len(shown) - 1) / 2) * width for x in xs], ys, width, label=s)
+    ax.set_xticks(range(len(workloads)), workloads)
+    ax.set_ylabel("thousand rows/s (higher is better)")
+    ax.set_yscale("log")
+    loads = [report["results"][w]["load"][0] for w in workloads]
+    ax.set_title(f"stream processors, {report['rows']:,} rows, medians (2 cores, load average up to {max(loads):.0f})",
+                 fontsize=9)  # fmt: skip
+    missing = ", ".join(sorted(report["missing"]))
+    ax.legend(title=f"not run: {missing}" if missing else None, fontsize=8, title_fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
