@@ -28,7 +28,10 @@ the load average:
   ``bench/.peers/<name>`` (``--install`` makes them with pip). Bytewax: the rows of each
   Parquet batch fed by its testing source (its Python API processes one item at a time),
   ``fold_window`` with an event clock waiting 10 s, ``stateful_map`` for dedup (a key is kept
-  forever: Bytewax has no watermark expiry for it). Pathway: the rows read with
+  forever: Bytewax has no watermark expiry for it). Bytewax's event clock is per key and
+  advances a key's watermark with the system time since its last row: when more than 10 s of
+  wall time pass between two rows of one key (a slow or loaded machine), later rows of that
+  window are dropped as late and the windowed check fails; that is reported, not hidden. Pathway: the rows read with
   ``pw.debug.table_from_pandas`` (static mode), ``windowby`` tumbling with a 10 s cutoff,
   ``deduplicate``. Quix Streams reads only Kafka topics and PyFlink needs its JVM jars: a peer
   that is not installed or cannot run these workloads is printed as missing with the reason,
