@@ -16,8 +16,8 @@ all the input at once):
   data); the first row per id passes. Checked: rows and ``sum(id)`` equal DuckDB's
   ``DISTINCT ON (id)``.
 
-Systems, each timed from just before it starts reading (imports done) to the end of its
-output, interleaved round by round after a warm-up round, medians and CPU time printed with
+Systems, each timed from just before it starts reading the files (imports done) to the end
+of its output, interleaved round by round after a warm-up round, medians and CPU time printed with
 the load average:
 
 - ``headrace``: this checkout (``cloudFiles`` Parquet, one file per trigger, available_now,
@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -192,16 +193,15 @@ def w_pyspark(workload: str, folder: str) -> tuple[float, float, Any]:
     return dt, cpu, pa.concat_tables(got) if got else None
 
 
-def _parquet_rows(folder: str) -> list[list[tuple[Any, ...]]]:
-    """Each file's rows as Python tuples (read before the clock: the peer is fed rows)."""
+def _parquet_rows(folder: str, fix: Any = None) -> Iterator[list[tuple[Any, ...]]]:
+    """Each file's rows as Python tuples, read as the peer asks for them (on its clock, as
+    headrace's reading is on its own); ``fix`` maps a row first."""
     import pyarrow.parquet as pq
 
-    out = []
     for p in sorted(Path(folder).iterdir()):
         t = pq.read_table(p)
-        cols = [t.column(c).to_pylist() for c in t.column_names]
-        out.append(list(zip(*cols, strict=True)))
-    return out
+        rows = list(zip(*(t.column(c).to_pylist() for c in t.column_names), strict=True))
+        yield [fix(r) for r in rows] if fix is not None else rows
 
 
 def w_bytewax(workload: str, folder: str) -> tuple[float, float, Any]:
@@ -213,10 +213,10 @@ def w_bytewax(workload: str, folder: str) -> tuple[float, float, Any]:
     from bytewax.operators.windowing import EventClock, TumblingWindower, fold_window
     from bytewax.testing import TestingSink, TestingSource, run_main
 
-    # event times as Bytewax's clocks want them (tzinfo datetime.timezone.utc), before the clock
-    files = [[(r[0].replace(tzinfo=UTC), *r[1:]) for r in rows] for rows in _parquet_rows(folder)]
     out: list[Any] = []
     t0, c0 = time.perf_counter(), time.process_time()
+    # event times as Bytewax's clocks want them (tzinfo datetime.timezone.utc)
+    files = _parquet_rows(folder, (lambda r: (r[0].replace(tzinfo=UTC), *r[1:])) if workload != "etl" else None)
     flow = Dataflow("peers")
     rows = op.flat_map("rows", op.input("in", flow, TestingSource(files)), lambda b: b)
     if workload == "windowed":
@@ -258,11 +258,11 @@ def w_pathway(workload: str, folder: str) -> tuple[float, float, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    t0, c0 = time.perf_counter(), time.process_time()  # reading the files is on Pathway's clock too
     table = pq.read_table(folder)
     table = table.set_column(table.column_names.index("ts"), "ts", table.column("ts").cast(pa.int64()))
     frame = table.to_pandas()  # ts as epoch microseconds (Pathway's windows over integers)
     frame = frame.rename(columns={"id": "eid"})  # ("id" is Pathway's row pointer)
-    t0, c0 = time.perf_counter(), time.process_time()
     t = pw.debug.table_from_pandas(frame)
     if workload == "windowed":
         res = t.windowby(t.ts, window=pw.temporal.tumbling(duration=WINDOW_US), instance=t.k,
