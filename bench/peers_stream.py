@@ -216,7 +216,7 @@ def w_bytewax(workload: str, folder: str) -> tuple[float, float, Any]:
     out: list[Any] = []
     t0, c0 = time.perf_counter(), time.process_time()
     # event times as Bytewax's clocks want them (tzinfo datetime.timezone.utc)
-    files = _parquet_rows(folder, (lambda r: (r[0].replace(tzinfo=UTC), *r[1:])) if workload != "etl" else None)
+    files = _parquet_rows(folder, (lambda r: (r[0].replace(tzinfo=UTC), *r[1:])) if workload == "windowed" else None)
     flow = Dataflow("peers")
     rows = op.flat_map("rows", op.input("in", flow, TestingSource(files)), lambda b: b)
     if workload == "windowed":
