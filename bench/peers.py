@@ -19,6 +19,8 @@ round, medians of ``--rounds`` after a warm-up round:
 - ``dlt`` and ``quix`` (Quix Streams): run from a separate virtualenv (``--peers-python``, made
   by ``--install-peers`` at ``bench/.peers-venv``: they pin versions of libraries headrace also
   uses). A peer that is not installed is reported as missing, not faked.
+- Stream processors (Bytewax, Pathway, PySpark, Quix Streams, PyFlink) on windowed
+  aggregation, ETL and dedup: ``bench/peers_stream.py``.
 - PySpark: see ``bench/spark.py`` (Parquet -> Parquet, native vs the adapter). Spark's own
   Delta, JDBC and Kafka connectors are JVM packages fetched from Maven at session start; this
   machine cannot reach Maven, so native Spark is reported as missing for these workloads.

@@ -3,8 +3,8 @@
 The working state is a key index from key to slot (:mod:`headrace.state.keyindex`: a numpy
 hash table for keys of integer, temporal and boolean columns, a dict otherwise) plus columnar
 numpy storage per key and value column (:mod:`headrace.state.columns`); an event-time index
-(order value -> slots, with a heap of order values) makes eviction by watermark cost the rows
-evicted. Durability comes from the changelog files written by :meth:`StateStore.commit`; once
+of sorted numpy runs of (order value, slot) (:mod:`headrace.state.orderindex`) makes eviction
+by watermark a slice per run, costing the rows evicted. Durability comes from the changelog files written by :meth:`StateStore.commit`; once
 at least ``snapshot_interval`` changelogs holding at least half as many rows as the state were
 written since the last snapshot, a background thread writes a new one: from a copy of the
 live rows taken at the commit when the state is small (up to ``COPY_SNAPSHOT_ROWS`` rows of
@@ -15,8 +15,6 @@ not copied, so the batch does not wait for it).
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 import os
 import threading
@@ -29,6 +27,7 @@ import pyarrow.compute as pc
 
 from headrace.state.columns import Column
 from headrace.state.keyindex import key_index
+from headrace.state.orderindex import OrderIndex
 from headrace.state.store import PendingWrite, StateStore
 from headrace.state.version_files import OP_COLUMN, OP_PUT, ORDER_COLUMN, write_state_file
 
@@ -88,9 +87,9 @@ class MemoryStateStore(StateStore):
         self._vals = [Column(f.type, capacity) for f in self.value_schema]
         self._order = np.zeros(capacity, np.int64)
         self._has_order = np.zeros(capacity, np.bool_)
-        self._buckets: dict[int, set[int]] = {}
-        self._heap: list[int] = []
+        self._event_index = OrderIndex(self._current_order, self._live_orders)
         self._free = np.zeros(capacity, np.int64)  # a stack of freed slots, reused first
+        self._mark = np.zeros(capacity, np.int64)  # scratch: one entry per slot (_current_order)
         self._nfree = 0
         self._next = 0
         self._capacity = capacity
@@ -102,7 +101,7 @@ class MemoryStateStore(StateStore):
         cap = max(need, self._capacity * 2)
         for c in (*self._keys, *self._vals):
             c.grow(cap)
-        for name in ("_order", "_has_order", "_free"):
+        for name in ("_order", "_has_order", "_free", "_mark"):
             old = getattr(self, name)
             new = np.zeros(cap, old.dtype)
             new[: self._capacity] = old
@@ -131,8 +130,8 @@ class MemoryStateStore(StateStore):
         return pa.Table.from_arrays(cols, schema=self.value_schema), found
 
     def earliest_order(self) -> int | None:
-        """The top of the event-time heap (an order whose bucket may have emptied since)."""
-        return self._heap[0] if self._heap else None
+        """The smallest order in the event-time index (possibly of a row removed since)."""
+        return self._event_index.earliest()
 
     def add(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> pa.Table | None:
         """In the numpy columns, when every value column is int64 or float64 without nulls on
@@ -214,43 +213,55 @@ class MemoryStateStore(StateStore):
         if order.null_count == len(order):
             had = self._has_order[slots]
             if had.any():
-                self._unindex(slots[had])
                 self._has_order[slots] = False
+                self._event_index.stale(int(had.sum()))
             return
-        valid = order.is_valid().to_numpy(zero_copy_only=False) if order.null_count else np.ones(len(order), np.bool_)
-        ords = order.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        valid = order.is_valid().to_numpy(zero_copy_only=False) if order.null_count else None
+        ords = (order.fill_null(0) if valid is not None else order).to_numpy(zero_copy_only=False)
+        ords = ords.astype(np.int64, copy=False)
         had = self._has_order[slots]
+        if not had.any() and valid is None:  # new rows (the common case): index them all
+            self._order[slots] = ords
+            self._has_order[slots] = True
+            self._event_index.add(ords, slots)
+            return
+        if valid is None:
+            valid = np.ones(len(ords), np.bool_)
         changed = (had != valid) | (had & valid & (self._order[slots] != ords))
         if not changed.any():
             return
         cs = slots[changed]
-        self._unindex(cs[had[changed]])
+        stale = int(had[changed].sum())
         self._order[cs] = ords[changed]
         self._has_order[cs] = valid[changed]
         add = valid[changed]
-        buckets = self._buckets
-        for o, grp in _by_order(cs[add], ords[changed][add]):
-            b = buckets.get(o)
-            if b is None:
-                buckets[o] = b = set()
-                heapq.heappush(self._heap, o)
-            b.update(grp)
+        self._event_index.add(ords[changed][add], cs[add])
+        if stale:
+            self._event_index.stale(stale)
 
-    def _unindex(self, slots: np.ndarray) -> None:
-        buckets = self._buckets
-        for o, grp in _by_order(slots, self._order[slots]):
-            b = buckets.get(o)
-            if b is not None:
-                b.difference_update(grp)
+    def _current_order(self, orders: np.ndarray, slots: np.ndarray) -> np.ndarray:
+        """Which ``(order, slot)`` entries of the event-time index still hold: the slot's order
+        is that one, and the entry is the slot's last among ``slots`` (one per slot)."""
+        ok = self._has_order[slots] & (self._order[slots] == orders)
+        idx = np.flatnonzero(ok)
+        held = slots[idx]
+        self._mark[held] = idx  # the last entry of each slot wins
+        ok[idx] = self._mark[held] == idx
+        return ok
+
+    def _live_orders(self) -> tuple[np.ndarray, np.ndarray]:
+        slots = self._index.live_slots()
+        slots = slots[self._has_order[slots]]
+        return self._order[slots], slots
 
     def _free_slots(self, slots: np.ndarray) -> None:
         if not len(slots):
             return
         self._index.remove(slots)
-        had = self._has_order[slots]
-        if had.any():
-            self._unindex(slots[had])
+        had = int(self._has_order[slots].sum())
         self._has_order[slots] = False
+        if had:
+            self._event_index.stale(had)  # (after: a rebuild it starts reads these slots as free)
         for c in (*self._keys, *self._vals):
             c.clear(slots)
         self._free[self._nfree : self._nfree + len(slots)] = slots
@@ -271,17 +282,11 @@ class MemoryStateStore(StateStore):
         return pa.Table.from_arrays(cols, names=names)
 
     def _evict(self, upto: int) -> pa.Table:
-        heap, buckets = self._heap, self._buckets
-        out: list[int] = []
-        while heap and heap[0] <= upto:
-            o = heapq.heappop(heap)
-            b = buckets.pop(o, None)
-            if b:
-                out.extend(b)
-        slots = np.asarray(sorted(out), dtype=np.int64)
+        slots = self._event_index.pop_upto(upto)
         self.work.rows_scanned += len(slots)
         rows = self._rows(slots)
         self._last = None
+        self._has_order[slots] = False  # (their index entries are gone: not stale)
         self._free_slots(slots)
         return rows
 
@@ -292,7 +297,8 @@ class MemoryStateStore(StateStore):
 
     def memory_used_bytes(self) -> int:
         cols = sum(c.nbytes() for c in (*self._keys, *self._vals))
-        return int(cols + self._index.nbytes() + self._order.nbytes + self._has_order.nbytes + self._free.nbytes)
+        index = self._index.nbytes() + self._event_index.nbytes()
+        return int(cols + index + self._order.nbytes + self._has_order.nbytes + self._free.nbytes)
 
     # ------------------------------------------------------------------ restore / snapshot
     def _restore(self, version: int) -> None:
@@ -371,19 +377,6 @@ def _overflows(a: np.ndarray, b: np.ndarray, total: np.ndarray) -> bool:
     """Whether int64 ``total = a + b`` (numpy wraps) overflowed somewhere: the sum's sign
     differs from both addends' signs."""
     return bool((((a ^ total) & (b ^ total)) < 0).any())
-
-
-def _by_order(slots: np.ndarray, ords: np.ndarray) -> list[tuple[int, list[int]]]:
-    """``slots`` grouped by their order value, as Python lists (one group per window end, so
-    the event-time index is updated by a set operation per group, not a call per row)."""
-    if not len(slots):
-        return []
-    if ords.min() == ords.max():
-        return [(int(ords[0]), slots.tolist())]
-    by = np.argsort(ords, kind="stable")
-    so, ss = ords[by], slots[by]
-    bounds = [0, *(np.flatnonzero(so[1:] != so[:-1]) + 1).tolist(), len(so)]
-    return [(int(so[a]), ss[a:b].tolist()) for a, b in itertools.pairwise(bounds)]
 
 
 def consolidate(tables: list[pa.Table], schema: pa.Schema, key_names: list[str]) -> pa.Table:

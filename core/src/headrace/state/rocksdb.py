@@ -60,6 +60,18 @@ class _Unopenable(CheckpointError):
     the verified changelogs and checkpoints; a checkpoint is refused."""
 
 
+def _present(raws: list[Any]) -> np.ndarray:
+    """Which lookups found a row (not None): C-level ``list.count`` when all or none did,
+    an object-array comparison otherwise (no Python call per row)."""
+    n = len(raws)
+    missing = raws.count(None)
+    if not missing:
+        return np.ones(n, np.bool_)
+    if missing == n:
+        return np.zeros(n, np.bool_)
+    return np.array(raws, dtype=object) != None  # noqa: E711  (element-wise)
+
+
 def _link_or_copy(src: str, dst: str) -> None:
     if src.endswith(".sst"):
         try:
@@ -95,6 +107,11 @@ class RocksDBStateStore(StateStore):
         self._db_dirty = False
         self._last: tuple[pa.Table, list[bytes], list[Any]] | None = None
         self._last_orders: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
+        # the rows this batch and the one before wrote (data key -> encoded row, as in the
+        # database): a batch mostly touches the keys the one before did (open windows), so
+        # their lookups skip RocksDB; bounded by two batches' keys, forgotten by a restore
+        self._hot: dict[bytes, bytes] = {}
+        self._hot_prev: dict[bytes, bytes] = {}
         self._write_opts = self._rocksdict.WriteOptions()
         # no RocksDB write-ahead log: the changelog files are the durable record. A process
         # that dies loses the memtable, so the database reopens as of its last flush: a
@@ -238,14 +255,19 @@ class RocksDBStateStore(StateStore):
         if last is not None and last[0] is keys:
             return last[1], last[2]
         kbs = self._keys.encode(keys)
-        raw = list(map(self._db.get, self._keys.data_keys(kbs)))  # faster than rocksdict's multi-get
+        dks = self._keys.data_keys(kbs)
+        hot, prev, get = self._hot, self._hot_prev, self._db.get  # (map(get) is faster than rocksdict's multi-get)
+        if hot or prev:
+            raw = [r if (r := hot.get(k)) is not None or (r := prev.get(k)) is not None else get(k) for k in dks]
+        else:
+            raw = list(map(get, dks))
         self._last = (keys, kbs, raw)
         return kbs, raw
 
     def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
         _, raw = self._lookup(keys)
         self.work.rows_looked_up += len(raw)
-        found = np.fromiter((r is not None for r in raw), dtype=np.bool_, count=len(raw))
+        found = _present(raw)
         with self._decoding():
             ords, has, arrays = self._codec.decode(raw)
         self._last_orders = (keys, ords, has)
@@ -275,14 +297,17 @@ class RocksDBStateStore(StateStore):
         okeys = self._keys.order_keys(kbs, add, new_o[add])
         put = wb.put
         list(map(put, okeys, [b""] * len(okeys)))
-        list(map(put, self._keys.data_keys(kbs), self._codec.encode(values, order)))
-        self._rows += int(np.count_nonzero(np.fromiter((r is None for r in old), np.bool_, count=len(old))))
+        dks = self._keys.data_keys(kbs)
+        rows = self._codec.encode(values, order)
+        list(map(put, dks, rows))
+        self._hot.update(zip(dks, rows, strict=True))
+        self._rows += old.count(None)
         self._write(wb)
 
     def _remove(self, keys: pa.Table) -> int:
         kbs, old = self._lookup(keys)
         self._last = self._last_orders = None
-        hit = np.fromiter((r is not None for r in old), np.bool_, count=len(old))
+        hit = _present(old)
         rows = np.flatnonzero(hit)
         if not len(rows):
             return 0
@@ -292,6 +317,8 @@ class RocksDBStateStore(StateStore):
         hit_kbs = [kbs[i] for i in rows.tolist()]
         for k in self._keys.data_keys(hit_kbs):
             wb.delete(k)
+            self._hot.pop(k, None)
+            self._hot_prev.pop(k, None)
         indexed = np.flatnonzero(has)
         for k in self._keys.order_keys(hit_kbs, indexed, ords[indexed]):
             wb.delete(k)
@@ -320,17 +347,13 @@ class RocksDBStateStore(StateStore):
 
     def _evict(self, upto: int) -> pa.Table:
         self._last = self._last_orders = None
-        it = self._db.iter()
-        it.seek(b"o")
-        end = enc_order(upto)
-        index_keys: list[bytes] = []
-        while it.valid():
-            k = it.key()
-            if k[:1] != b"o" or k[1:9] > end:
-                break
-            index_keys.append(k)
-            it.next()
-        del it
+        # the index keys up to ``upto``: one native iteration bounded by ``upper`` (no Python
+        # call per key), then deleted as one range (iterating over many point tombstones would
+        # cost every later seek of the index until a compaction drops them)
+        upper = b"o" + enc_order(upto + 1) if upto < 2**63 - 1 else b"p"
+        read_opt = self._rocksdict.ReadOptions()
+        read_opt.set_iterate_upper_bound(upper)
+        index_keys = list(self._db.keys(from_key=b"o", read_opt=read_opt))
         if not index_keys:
             return self._decode_rows([], [])
         kbs = [k[9:] for k in index_keys]
@@ -338,14 +361,17 @@ class RocksDBStateStore(StateStore):
         raw = list(map(self._db.get, dks))
         self.work.rows_scanned += len(kbs)
         wb = self._write_batch()
-        for k in index_keys:
-            wb.delete(k)
-        live_kbs, live_raw = [], []
-        for kb, dk, r in zip(kbs, dks, raw, strict=True):
-            if r is not None:
-                wb.delete(dk)
-                live_kbs.append(kb)
-                live_raw.append(r)
+        wb.delete_range(b"o", upper)
+        live = [i for i, r in enumerate(raw) if r is not None]
+        if len(live) == len(raw):
+            live_kbs, live_raw, live_dks = kbs, raw, dks
+        else:
+            live_kbs, live_raw, live_dks = [kbs[i] for i in live], [raw[i] for i in live], [dks[i] for i in live]
+        list(map(wb.delete, live_dks))
+        if self._hot or self._hot_prev:
+            for k in live_dks:
+                self._hot.pop(k, None)
+                self._hot_prev.pop(k, None)
         self._rows -= len(live_kbs)
         self._write(wb)
         return self._decode_rows(live_kbs, live_raw)
@@ -378,6 +404,7 @@ class RocksDBStateStore(StateStore):
 
     # ------------------------------------------------------------------ versions
     def _commit_backend(self, version: int) -> None:
+        self._hot_prev, self._hot = self._hot, {}
         wb = self._write_batch()
         self._db_version = version
         self._db_dirty = False
@@ -401,6 +428,7 @@ class RocksDBStateStore(StateStore):
 
     def _restore(self, version: int) -> None:
         self._last = self._last_orders = None
+        self._hot, self._hot_prev = {}, {}
         if self._db is None:
             try:
                 self._open()

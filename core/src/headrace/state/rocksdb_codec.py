@@ -32,7 +32,7 @@ import base64
 import json
 import struct
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -540,7 +540,10 @@ class FixedRows:
         if not n:
             return np.zeros((0, self.width), np.uint8)
         blank = self.blank
-        data = b"".join(r if r is not None else blank for r in raws)
+        if None not in raws:
+            data = b"".join(cast("list[bytes]", raws))
+        else:
+            data = b"".join(r if r is not None else blank for r in raws)
         if len(data) != n * self.width:
             raise Damaged(f"a row is not {self.width} bytes long")
         return np.frombuffer(data, np.uint8).reshape(n, self.width)

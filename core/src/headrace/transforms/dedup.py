@@ -11,8 +11,11 @@
   key; a key's state expires at its first row's event time plus the watermark delay, once the
   watermark passes that. Rows older than the watermark for late events are dropped as late.
 
-Per chunk, vectorised: the chunk's first row per key (Arrow ``group_by``), one state lookup
-for those keys, the unseen ones emitted and stored. Rows are emitted as they are processed,
+Per chunk, vectorised: the chunk's first row per key (Arrow's hash-based
+``dictionary_encode``), one state lookup for those keys, the unseen
+ones emitted and stored (one ``take``; none when every row is new). The state evicts by an
+event-time index of sorted runs (see :mod:`headrace.state.orderindex`), so a batch costs
+its rows, whatever the state's size. Rows are emitted as they are processed,
 so a real-time batch emits per chunk.
 """
 
@@ -23,6 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headrace.errors import HeadraceError, UnsupportedError
 from headrace.options import Duration
@@ -161,25 +165,20 @@ class DropDuplicatesOperator(StatefulOperator):
                 self._dropped += int(late.sum())
             if not table.num_rows:
                 return None
-        # the first row of each key in the chunk
-        idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
-        keyed = table.select(self._keys).append_column("__i", idx)
-        first = keyed.group_by(self._keys, use_threads=False).aggregate([("__i", "min")]).column("__i_min")
-        pos = np.sort(first.to_numpy())
-        if len(pos) != table.num_rows:
-            table = table.take(pa.array(pos))
+        # the first row of each key in the chunk, then those whose key is not in state: one take
+        first = _first_rows(table.select(self._keys))
+        keys = table.select(self._keys) if first is None else table.select(self._keys).take(pa.array(first))
+        _, found = self.store.get(keys)
+        if found.all():
+            return None
+        if first is None and not found.any():  # every row is new (the common case): no copy
+            pos = None
+        else:
+            new = np.flatnonzero(~found)
+            pos = new if first is None else first[new]
+            table, keys = table.take(pa.array(pos)), keys.take(pa.array(new))
             if ts is not None:
                 ts = ts[pos]
-        keys = table.select(self._keys)
-        _, found = self.store.get(keys)
-        new = ~found
-        if not new.any():
-            return None
-        if not new.all():
-            sel = pa.array(new)
-            table, keys = table.filter(sel), keys.filter(sel)
-            if ts is not None:
-                ts = ts[new]
         order = None
         if ts is not None:
             order = ts + self.delay_us if self.within_watermark and self.delay_us is not None else ts
@@ -214,6 +213,42 @@ class DropDuplicatesOperator(StatefulOperator):
 # the watermark: Spark's stored expiry for it, evicted by the first watermark past the delay)
 _NULL_KEPT = np.iinfo(np.int64).max
 _NULL_EXPIRED = 0
+
+
+def _first_rows(keys: pa.Table) -> np.ndarray | None:
+    """The positions (ascending) of the first row of each key in ``keys``; None when every
+    row's key differs. NULLs are equal to each other (as Arrow's ``group_by`` groups them).
+
+    Hash-based, O(rows): Arrow's ``dictionary_encode`` numbers a column's values in order of
+    first appearance, so a row is its key's first exactly when its code exceeds every code
+    before it. Several key columns are folded into one code column by column (the pair of
+    codes so far and the next column's code, encoded again). Types Arrow cannot
+    dictionary-encode fall back to ``group_by``."""
+    n = keys.num_rows
+    if n <= 1:
+        return None
+    try:
+        codes: np.ndarray | None = None
+        for c in keys.columns:
+            enc = pc.dictionary_encode(c, null_encoding="encode")
+            enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+            idx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            if codes is None:
+                codes = idx
+            else:
+                folded = pc.dictionary_encode(pa.array(codes * len(enc.dictionary) + idx))
+                codes = folded.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    except pa.ArrowNotImplementedError:
+        pos = pa.array(np.arange(n, dtype=np.int64))
+        first = keys.append_column("__i", pos).group_by(keys.column_names, use_threads=False).aggregate([("__i", "min")])
+        return None if first.num_rows == n else np.sort(first.column("__i_min").to_numpy())
+    assert codes is not None
+    if int(codes[-1]) == n - 1:  # n distinct codes: every key differs
+        return None
+    head = np.empty(n, np.bool_)
+    head[0] = True
+    np.greater(codes[1:], np.maximum.accumulate(codes)[:-1], out=head[1:])
+    return np.flatnonzero(head)
 
 
 def _no_values(n: int) -> pa.Table:

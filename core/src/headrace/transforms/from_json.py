@@ -19,7 +19,6 @@ ignored; a missing field is null.
 
 from __future__ import annotations
 
-import io
 import json
 from typing import Any
 
@@ -67,12 +66,12 @@ class FromJson:
                 "give the column that holds the JSON text"
             )
         col = table.column(self.column)
-        if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
-            texts = [None if v is None else v.decode("utf-8", "replace") for v in col.to_pylist()]
-        else:
-            texts = col.to_pylist()
-        parsed = self._fast(texts)
+        parsed = self._fast(col)
         if parsed is None:
+            if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+                texts = [None if v is None else v.decode("utf-8", "replace") for v in col.to_pylist()]
+            else:
+                texts = col.to_pylist()
             parsed, keep = self._slow(table, texts)
             if not all(keep):
                 mask = pa.array(keep)
@@ -84,19 +83,32 @@ class FromJson:
             out = out.append_column(f, parsed.column(f.name))
         return out
 
-    def _fast(self, texts: list[Any]) -> pa.Table | None:
-        """Every record parses and converts: one pyarrow JSON read (None otherwise)."""
-        if any(t is None or "\n" in t or not t.strip() for t in texts):
-            return None
+    def _fast(self, col: pa.ChunkedArray) -> pa.Table | None:
+        """Every record parses and converts: one pyarrow JSON read of the records' bytes
+        joined by newlines (built by numpy from the column's buffers, no Python object per
+        record); None otherwise (a NULL, blank or multi-line record, invalid UTF-8, a record
+        that does not convert)."""
         from pyarrow import json as pj
 
-        data = "\n".join(texts).encode()
+        n = len(col)
+        if not n or col.null_count:
+            return None
+        arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         try:
-            got = pj.read_json(io.BytesIO(data), parse_options=pj.ParseOptions(
+            text = arr.cast(pa.large_string())  # checks UTF-8
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        if pc.any(pc.match_substring(text, "\n")).as_py():
+            return None
+        if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)).as_py():
+            return None
+        data = _newline_joined(text)
+        try:
+            got = pj.read_json(pa.BufferReader(data), parse_options=pj.ParseOptions(
                 explicit_schema=self.schema, unexpected_field_behavior="ignore"))  # fmt: skip
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return None
-        if got.num_rows != len(texts):
+        if got.num_rows != n:
             return None
         return got.select(self.schema.names).cast(self.schema)
 
@@ -157,3 +169,18 @@ def _locations(table: pa.Table) -> Any:
                 return lambda i: f"{v[0][i]}/{v[1][i]}@{v[2][i]}"
             return lambda i: f"messageId {v[0][i]}"
     return lambda i: f"row {i} of a batch"
+
+
+def _newline_joined(text: pa.LargeStringArray) -> pa.Buffer:
+    """The values of ``text`` (no nulls) each followed by a newline, as one buffer: Arrow's
+    ``binary_join_element_wise`` appends the newline to every value, and the result's data
+    buffer is the joined text (no Python object per record)."""
+    import numpy as np
+
+    nl, empty = pa.scalar("\n", pa.large_string()), pa.scalar("", pa.large_string())
+    joined = pc.binary_join_element_wise(text, nl, empty)
+    n = len(joined)
+    offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset : joined.offset + n + 1]
+    data = joined.buffers()[2]
+    assert data is not None
+    return data[int(offsets[0]) : int(offsets[-1])]
