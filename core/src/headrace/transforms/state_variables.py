@@ -10,14 +10,15 @@ per store (:meth:`_Variable.flush`). A row's ``order`` in its store is its earli
 (timers: the earliest timer), so expiry and firing walk the stores' ordered index and cost
 what expires, not the state's size.
 
-Stored rows (``value.<field>``, ``__items``, ``__entries``, ``__timers`` are columns of the
+Stored rows (``value.<field>``, ``__items``, ``__entries``, ``__timer`` are columns of the
 store):
 
 - value state: ``value.<field>`` per field of the variable's schema (flat columns: no Python
   object per value in either backend), ``__expires`` (ms, or null);
 - list state: ``__items``, a list of structs ``{value, expires}``;
 - map state: ``__entries``, a list of structs ``{key, value, expires}``;
-- timers: ``__timers``, the key's timer timestamps (ms), sorted.
+- timers: ``__timer``, the key's earliest timer (ms), and ``__later``, the others, sorted (null
+  when none).
 
 TTL is Spark's: an update sets the value's (element's, entry's) expiry to the batch's
 processing time plus the TTL; an expired value is not returned, and is removed at the end of
@@ -687,30 +688,76 @@ class MapState(_Variable):
 
 
 class Timers(_Variable):
-    """The timers of each grouping key: sorted timestamps (ms), the earliest as the order."""
+    """The timers of each grouping key: sorted timestamps (ms), the earliest as the order.
+    Stored as ``__timer`` (the earliest, int64) and ``__later`` (the others, a list; null when
+    none): a key with one timer, the common case, is one integer in either store."""
 
     kind = "timers"
 
     def value_schema(self) -> pa.Schema:
-        return pa.schema([pa.field("__timers", pa.list_(pa.int64()))])
+        return pa.schema([pa.field("__timer", pa.int64()), pa.field("__later", pa.list_(pa.int64()))])
 
     def _decode(self, row: Mapping[str, Any] | None) -> Any:
-        return list((row or {}).get("__timers") or [])
+        if row is None or row.get("__timer") is None:
+            return []
+        return [row["__timer"], *(row.get("__later") or [])]
 
     def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
         if not entry:
             return None, None
-        return {"__timers": list(entry)}, entry[0]
+        return {"__timer": entry[0], "__later": list(entry[1:]) or None}, entry[0]
 
     def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
-        lists = values.column("__timers").to_pylist()
-        return [list(t or []) if f else [] for t, f in zip(lists, found, strict=True)]
+        parent, times = self.flatten(values)
+        out: list[list[int]] = [[] for _ in range(values.num_rows)]
+        for p, t in zip(parent.tolist(), times.tolist(), strict=True):
+            out[p].append(t)
+        return out
 
     def _encode_many(self, entries: list[Any]) -> tuple[pa.Table, pa.Array]:
-        lists = pa.array(entries, pa.list_(pa.int64()))
-        return pa.Table.from_arrays([lists], schema=self.value_schema()), pa.array(
-            [e[0] for e in entries], pa.int64()
-        )
+        parent = np.repeat(np.arange(len(entries), dtype=np.int64), [len(e) for e in entries])
+        times = np.fromiter((t for e in entries for t in e), np.int64, count=len(parent))
+        table, order, _ = self.build(len(entries), parent, times)
+        return table, order
+
+    @staticmethod
+    def flatten(values: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """The stored rows' timers as ``(row position, timestamp)`` arrays, sorted by both."""
+        first = values.column("__timer").combine_chunks()
+        later = values.column("__later").combine_chunks()
+        has = first.is_valid().to_numpy(zero_copy_only=False)
+        p0 = np.flatnonzero(has).astype(np.int64)
+        t0 = first.to_numpy(zero_copy_only=False)[has].astype(np.int64) if len(p0) else np.zeros(0, np.int64)
+        if later.null_count == len(later):
+            return p0, t0
+        p1 = pc.list_parent_indices(later).to_numpy(zero_copy_only=False).astype(np.int64)
+        t1 = pc.list_flatten(later).to_numpy(zero_copy_only=False).astype(np.int64)
+        parent, times = np.concatenate([p0, p1]), np.concatenate([t0, t1])
+        order = np.lexsort((times, parent))
+        return parent[order], times[order]
+
+    def build(self, m: int, parent: np.ndarray, times: np.ndarray) -> tuple[pa.Table, pa.Array, np.ndarray]:
+        """Stored rows of ``m`` keys from sorted ``(row position, timestamp)`` arrays: the
+        value table, the order (earliest timer) and which keys have a timer."""
+        counts = np.bincount(parent, minlength=m)
+        offsets = np.zeros(m + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        has = counts > 0
+        first = np.zeros(m, np.int64)
+        first[has] = times[offsets[:-1][has]]
+        first_arr = pa.array(first, pa.int64(), mask=~has)
+        rest = counts > 1
+        if rest.any():
+            is_first = np.zeros(len(times), np.bool_)
+            is_first[offsets[:-1][has]] = True
+            later_counts = np.maximum(counts - 1, 0)
+            later_off = np.zeros(m + 1, np.int32)
+            np.cumsum(later_counts, out=later_off[1:])
+            later = pa.ListArray.from_arrays(pa.array(later_off), pa.array(times[~is_first], pa.int64()),
+                                             mask=pa.array(~rest))  # fmt: skip
+        else:
+            later = pa.nulls(m, pa.list_(pa.int64()))
+        return pa.Table.from_arrays([first_arr, later], schema=self.value_schema()), first_arr, has
 
     def _empty(self) -> Any:
         return []
@@ -739,9 +786,7 @@ class Timers(_Variable):
         if not m:
             return
         values, found = self.store.get(keys)
-        lists = values.column("__timers").combine_chunks()
-        parent = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
-        times = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+        parent, times = self.flatten(values)
         if add:
             parent = np.concatenate([parent, np.arange(m, dtype=np.int64)])
             times = np.concatenate([times, ts])
@@ -751,26 +796,22 @@ class Timers(_Variable):
             keep[1:] = (parent[1:] != parent[:-1]) | (times[1:] != times[:-1])
         else:
             keep = times != ts[parent]
-        parent, times = parent[keep], times[keep]
-        counts = np.bincount(parent, minlength=m)
-        offsets = np.zeros(m + 1, np.int32)
-        np.cumsum(counts, out=offsets[1:])
-        new = pa.ListArray.from_arrays(pa.array(offsets), pa.array(times, pa.int64()))
-        has = counts > 0
+        table, first, has = self.build(m, parent[keep], times[keep])
         if has.any():
-            idx = np.flatnonzero(has)
-            self.store.put(keys.take(idx), pa.Table.from_arrays([new.take(idx)], schema=self.value_schema()),
-                           pa.array(times[offsets[:-1][idx]]))  # fmt: skip
+            idx = pa.array(np.flatnonzero(has))
+            self.store.put(keys.take(idx), table.take(idx), first.take(idx))
         gone = np.flatnonzero(~has & np.asarray(found, np.bool_))
         if len(gone):
-            self.store.remove(keys.take(gone))
+            self.store.remove(keys.take(pa.array(gone)))
 
     def lists_batch(self, keys: pa.Table) -> pa.ListArray:
         """The timers of each of ``keys`` (an empty list where none)."""
         assert self.store is not None
         values, _ = self.store.get(keys)
-        lists = values.column("__timers").combine_chunks()
-        return pc.fill_null(lists, pa.scalar([], pa.list_(pa.int64())))  # type: ignore[no-any-return]
+        parent, times = self.flatten(values)
+        offsets = np.zeros(keys.num_rows + 1, np.int32)
+        np.cumsum(np.bincount(parent, minlength=keys.num_rows), out=offsets[1:])
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(times, pa.int64()))
 
     def expired(self, before: int) -> list[tuple[int, tuple[Any, ...]]]:
         """Take the timers earlier than ``before`` (Spark fires a timer once the time passes
@@ -783,10 +824,10 @@ class Timers(_Variable):
             return []
         out = self.store.evict(before - 1)
         fired: list[tuple[int, tuple[Any, ...]]] = []
-        for key, timers in zip(self._handle._keys_of(out), out.column("__timers").to_pylist(), strict=True):
-            self._cache[key] = list(timers or [])
+        for key, timers in zip(self._handle._keys_of(out), self._decode_many(out, None), strict=True):
+            self._cache[key] = timers
             self._dirty.add(key)  # evicted: written back with what is left
-            fired.extend((t, key) for t in timers or [] if t < before)
+            fired.extend((t, key) for t in timers if t < before)
         fired.sort(key=lambda p: p[0])
         return fired
 
