@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pytest
 
 import headrace as hr
+from tests.conformance.conftest import selected_cases
 from tests.conformance.generator import DDL, DELAY_S, generate
 from tests.conformance.harness import _unmatched, rows_of, write_input
 
@@ -38,12 +39,16 @@ def _ms(col: Any) -> list[int | None]:
 
 
 class HrAllState(hr.StatefulProcessor):
-    """Per key: rows seen (value), ids seen (list), the sum of n per parity of id (map)."""
+    """Per key: rows seen (value), ids seen (list), the sum of n per parity of id (map); with
+    ``ttl_ms``, each of them expires that long after its update."""
+
+    def __init__(self, ttl_ms: int | None = None) -> None:
+        self.ttl_ms = ttl_ms
 
     def init(self, handle: hr.StatefulProcessorHandle) -> None:
-        self.count = handle.get_value_state("count", "c BIGINT")
-        self.ids = handle.get_list_state("ids", "id BIGINT")
-        self.sums = handle.get_map_state("sums", "parity BIGINT", "total BIGINT")
+        self.count = handle.get_value_state("count", "c BIGINT", ttl=self.ttl_ms)
+        self.ids = handle.get_list_state("ids", "id BIGINT", ttl=self.ttl_ms)
+        self.sums = handle.get_map_state("sums", "parity BIGINT", "total BIGINT", ttl=self.ttl_ms)
 
     def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Iterator[Any]:
         c = (self.count.get() or (0,))[0] + rows.num_rows
@@ -95,10 +100,13 @@ def _spark_processors() -> dict[str, Any]:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class SparkAllState(StatefulProcessor):
+        def __init__(self, ttl_ms: int | None = None) -> None:
+            self.ttl_ms = ttl_ms
+
         def init(self, handle: Any) -> None:
-            self.count = handle.getValueState("count", "c BIGINT")
-            self.ids = handle.getListState("ids", "id BIGINT")
-            self.sums = handle.getMapState("sums", "parity BIGINT", "total BIGINT")
+            self.count = handle.getValueState("count", "c BIGINT", self.ttl_ms)
+            self.ids = handle.getListState("ids", "id BIGINT", self.ttl_ms)
+            self.sums = handle.getMapState("sums", "parity BIGINT", "total BIGINT", self.ttl_ms)
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
             c = self.count.get()[0] if self.count.exists() else 0
@@ -156,20 +164,22 @@ def _spark_processors() -> dict[str, Any]:
 
 ALL_OUT = "k STRING, c BIGINT, ids BIGINT, total BIGINT, even BOOLEAN"
 TIMER_OUT = "k STRING, c BIGINT, fired BIGINT"
+TTL_MS = 1  # a value lives within the batch that wrote it: expired by the next batch's time
 CASES = {
-    # name: (headrace processor, output, output mode, time mode, initial state?, watermark?)
-    "all-state": (HrAllState, ALL_OUT, "update", "none", False, False),
-    "initial-state": (HrAllState, ALL_OUT, "update", "none", True, False),
-    "event-time-timers": (HrTimers, TIMER_OUT, "append", "event_time", False, True),
+    # name: (headrace processor, output, output mode, time mode, initial state?, watermark?, TTL)
+    "all-state": (HrAllState, ALL_OUT, "update", "none", False, False, None),
+    "initial-state": (HrAllState, ALL_OUT, "update", "none", True, False, None),
+    "ttl-expiry": (HrAllState, ALL_OUT, "update", "processing_time", False, False, TTL_MS),
+    "event-time-timers": (HrTimers, TIMER_OUT, "append", "event_time", False, True, None),
 }
-_SPARK_TIME = {"none": "None", "event_time": "EventTime"}
+_SPARK_TIME = {"none": "None", "processing_time": "ProcessingTime", "event_time": "EventTime"}
 
 
 class _SparkQuery:
     """One case started on Spark (available-now, each batch collected by id)."""
 
     def __init__(self, spark: Any, case: str, paths: Any, checkpoint: str) -> None:
-        _, out, mode, time_mode, initial, watermark = CASES[case]
+        _, out, mode, time_mode, initial, watermark, ttl = CASES[case]
         proc = _spark_processors()["timers" if time_mode == "event_time" else "all_state"]
         df = spark.readStream.schema(DDL).option("maxFilesPerTrigger", 1).parquet(paths.main)
         if watermark:
@@ -177,7 +187,8 @@ class _SparkQuery:
         kw: dict[str, Any] = {}
         if initial:
             kw["initialState"] = spark.read.parquet(paths.static).groupBy("k")
-        frame = df.groupBy("k").transformWithStateInPandas(proc(), out, mode, _SPARK_TIME[time_mode], **kw)
+        processor = proc(ttl) if ttl is not None else proc()
+        frame = df.groupBy("k").transformWithStateInPandas(processor, out, mode, _SPARK_TIME[time_mode], **kw)
         self.case = case
         self.got: dict[int, pa.Table] = {}
         self.query = (frame.writeStream.foreachBatch(self._collect).outputMode(mode)
@@ -196,14 +207,15 @@ class _SparkQuery:
         return self.got
 
 
-def _run_headrace(case: str, paths: Any, checkpoint: str) -> dict[int, pa.Table]:
-    proc, out, mode, time_mode, initial, watermark = CASES[case]
+def _run_headrace(case: str, paths: Any, data: Any, checkpoint: str) -> dict[int, pa.Table]:
+    proc, out, mode, time_mode, initial, watermark, ttl = CASES[case]
     s = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "parquet")
          .option("maxFilesPerTrigger", 1).schema(DDL).load(paths.main))  # fmt: skip
     if watermark:
         s = s.with_watermark("ts", f"{DELAY_S} seconds")
-    init = hr.read.format("parquet").load(paths.static) if initial else None
-    frame = s.group_by("k").transform_with_state(proc(), out, mode, time_mode, initial_state=init)
+    init = data.static if initial else None
+    processor = proc(ttl) if ttl is not None else proc()
+    frame = s.group_by("k").transform_with_state(processor, out, mode, time_mode, initial_state=init)
     got: dict[int, pa.Table] = {}
 
     def collect(table: pa.Table, batch_id: int) -> None:
@@ -237,9 +249,11 @@ def _differences(spark: dict[int, pa.Table], mine: dict[int, pa.Table]) -> list[
 _FLAKY = ("failed to connect back", "CANNOT_OPEN_SOCKET")
 
 
-def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 3) -> dict[int, pa.Table]:
+def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 5) -> dict[int, pa.Table]:
     """Run one case on Spark; again from a new checkpoint (up to ``attempts`` times) when its
-    Python worker missed the deadline to connect to Spark, which a loaded machine causes."""
+    Python worker missed the deadline to connect to Spark: Spark waits a fixed 10 s for the
+    driver-side runner that calls the processor's ``init`` (``StreamingPythonRunner``, not
+    configurable), which a loaded machine can miss."""
     for attempt in range(attempts):
         try:
             return _SparkQuery(spark, case, paths, str(folder / f"spark-{case}-{attempt}")).result()
@@ -250,21 +264,22 @@ def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int =
 
 
 @pytest.fixture(scope="module")
-def spark_results(conformance_spark: Any) -> Iterator[dict[str, Any]]:
-    """Every case over the seed's input on Spark, then on headrace; {case: (spark batches,
-    headrace batches)}."""
+def spark_results(conformance_spark: Any, request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """The selected cases over the seed's input on Spark, then on headrace; {case: (spark
+    batches, headrace batches)}."""
     conformance_spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    cases = [c for c in CASES if c in selected_cases(request)]
     data = generate(SEED, batches=BATCHES)
     with tempfile.TemporaryDirectory(prefix="tws-conf-") as d:
         paths = write_input(data, d)
         try:
             # one at a time: started together on a loaded machine, Spark's Python workers missed
             # their deadline to connect back ("Python worker failed to connect back")
-            spark = {c: _spark_case(conformance_spark, c, paths, Path(d)) for c in CASES}
+            spark = {c: _spark_case(conformance_spark, c, paths, Path(d)) for c in cases}
         finally:
             conformance_spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
-        mine = {c: _run_headrace(c, paths, str(Path(d) / f"headrace-{c}")) for c in CASES}
-        yield {"data": data, **{c: (spark[c], mine[c]) for c in CASES}}
+        mine = {c: _run_headrace(c, paths, data, str(Path(d) / f"headrace-{c}")) for c in cases}
+        yield {"data": data, **{c: (spark[c], mine[c]) for c in cases}}
 
 
 @pytest.mark.slow

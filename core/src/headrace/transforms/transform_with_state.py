@@ -49,6 +49,7 @@ from headrace.transforms.state_variables import (
     parse_state_schema,
 )
 from headrace.transforms.stateful import StatefulOperator
+from headrace.transforms.window import event_time_micros
 
 __all__ = [
     "TIME_MODES",
@@ -346,6 +347,7 @@ class TransformWithStateOperator(StatefulOperator):
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         """Micro-batch: keep the chunk for ``finish``. Real-time: ``handle_input_rows`` per row
         now, returning what it emits."""
+        table = self._drop_late(table, batch)
         if not table.num_rows:
             return None
         if not batch.real_time:
@@ -373,6 +375,24 @@ class TransformWithStateOperator(StatefulOperator):
         for v in handle._all():
             v.flush()
         return out.table()
+
+    def _drop_late(self, table: pa.Table, batch: BatchInfo) -> pa.Table:
+        """Event time: drop the rows whose event time the watermark for late events (the
+        previous batch's) has passed (``<=``), as Spark's ``TransformWithStateExec`` does; a
+        NULL event time is kept."""
+        if self.time_mode != "event_time" or batch.late_ms is None or self.watermark_column is None:
+            return table
+        if not table.num_rows or self.watermark_column not in table.column_names:
+            return table
+        ts, valid = event_time_micros(table.column(self.watermark_column))
+        late = ts <= int(batch.late_ms) * 1000
+        if valid is not None:
+            late &= valid
+        n = int(late.sum())
+        if not n:
+            return table
+        self._dropped += n
+        return table.filter(pa.array(~late))
 
     def _settle_caches(self) -> None:
         """Write back and forget what per-key calls cached, so that batched calls (which
@@ -511,12 +531,11 @@ class TransformWithStateOperator(StatefulOperator):
         if not due.num_rows:
             return
         keys = due.select(self.keys)
-        lists = due.column("__timers").combine_chunks()
         # back into the store: each timer is deleted after its call, as handle_expired_timer's
-        store.put(keys, due.select(["__timers"]), due.column("__order"))
-        parent = pc.list_parent_indices(lists).to_numpy(zero_copy_only=False).astype(np.int64)
-        times = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int64)
-        starts = lists.offsets.to_numpy()[:-1].astype(np.int64) - int(lists.offsets[0].as_py())
+        store.put(keys, due.select(timers.value_schema().names), due.column("__order"))
+        parent, times = timers.flatten(due)
+        starts = np.zeros(due.num_rows, np.int64)  # the position of each key's first timer
+        np.cumsum(np.bincount(parent, minlength=due.num_rows)[:-1], out=starts[1:])
         rank = np.arange(len(times), dtype=np.int64) - starts[parent]
         fired = times < before
         if not fired.any():
