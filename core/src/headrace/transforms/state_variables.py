@@ -289,6 +289,7 @@ class _Variable:
         self.store: StateStore | None = None
         self._cache: dict[tuple[Any, ...], Any] = {}
         self._dirty: set[tuple[Any, ...]] = set()
+        self._last_read: tuple[KeyBatch, pa.Table, np.ndarray] | None = None
 
     # -------------------------------------------------------------- what the store holds
     def value_schema(self) -> pa.Schema:
@@ -316,6 +317,7 @@ class _Variable:
     def reset(self) -> None:
         self._cache.clear()
         self._dirty.clear()
+        self._last_read = None
 
     def prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
         """Read the rows of ``keys`` (not yet cached) in one ``get``."""
@@ -480,6 +482,9 @@ class ValueState(_Variable):
     def _read_batch(self) -> tuple[pa.Table, np.ndarray]:
         batch = self._handle._current_batch()
         assert self.store is not None
+        last = self._last_read
+        if last is not None and last[0] is batch:
+            return last[1], last[2]
         values, found = self.store.get(batch.keys)
         valid = np.asarray(found, np.bool_)
         if self.ttl_ms is not None:
@@ -491,11 +496,13 @@ class ValueState(_Variable):
         if not valid.all():
             mask = pa.array(valid)
             cols = [pc.if_else(mask, c, pa.nulls(len(c), c.type)) for c in cols]
-        return pa.Table.from_arrays(cols, schema=self.schema), valid
+        out = pa.Table.from_arrays(cols, schema=self.schema)
+        self._last_read = (batch, out, valid)  # until a write: exists_batch then get_batch read once
+        return out, valid
 
     def exists_batch(self) -> np.ndarray:
         """Batched :meth:`exists`: one bool per key of the :class:`KeyBatch`."""
-        return self._read_batch()[1]
+        return self._read_batch()[1].copy()
 
     def get_batch(self) -> pa.Table:
         """Batched :meth:`get`: a table of the variable's fields, one row per key of the
@@ -508,6 +515,7 @@ class ValueState(_Variable):
         boolean array per key) selects the keys updated (default all). Resets their TTL."""
         batch = self._handle._current_batch()
         assert self.store is not None
+        self._last_read = None
         n = batch.num_keys
         what = f"value state {self.name!r} update_batch"
         table = _as_table(values, self.schema, n, what)
@@ -530,6 +538,7 @@ class ValueState(_Variable):
         ``where`` selects, default all)."""
         batch = self._handle._current_batch()
         assert self.store is not None
+        self._last_read = None
         idx = _where(where, batch.num_keys, f"value state {self.name!r} clear_batch")
         self.store.remove(batch.keys if idx is None else batch.keys.take(idx))
 

@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.errors import HeadraceError, UnsupportedError
+from headrace.state.columns import to_int64
 from headrace.transforms.operator import BatchInfo, OperatorContext, StateWrite
 from headrace.transforms.state_variables import (
     ExpiredTimerInfo,
@@ -634,6 +635,10 @@ class _Groups:
 
 
 def _group(key_cols: pa.Table, table: pa.Table) -> _Groups:
+    if key_cols.num_columns == 1 and table.num_rows > 1:
+        col = key_cols.column(0)
+        if col.null_count == 0 and (pa.types.is_integer(col.type) or pa.types.is_temporal(col.type)):
+            return _group_integers(key_cols, table)
     idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
     g = key_cols.append_column("__i", idx).group_by(key_cols.column_names, use_threads=False)
     agg = g.aggregate([("__i", "list")])
@@ -644,6 +649,20 @@ def _group(key_cols: pa.Table, table: pa.Table) -> _Groups:
     keys = agg.select(key_cols.column_names)
     rows = table.take(order) if table.num_rows > 1 else table
     return _Groups(keys, rows, offsets)
+
+
+def _group_integers(key_cols: pa.Table, table: pa.Table) -> _Groups:
+    """:func:`_group` for one integer (or temporal) key column without nulls, in numpy: a
+    stable sort and the runs of equal keys (keys in ascending order)."""
+    col = key_cols.column(0).combine_chunks()
+    ints = to_int64(col).to_numpy(zero_copy_only=False)
+    order = np.argsort(ints, kind="stable")
+    sorted_ints = ints[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_ints[1:] != sorted_ints[:-1]]))
+    offsets = np.concatenate([starts, [len(sorted_ints)]]).astype(np.int64)
+    idx = pa.array(order)
+    keys = pa.Table.from_arrays([col.take(pa.array(order[starts]))], schema=key_cols.schema)
+    return _Groups(keys, table.take(idx), offsets)
 
 
 class _Output:
