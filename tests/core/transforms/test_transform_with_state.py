@@ -531,3 +531,37 @@ def test_a_processing_time_timer_fires_in_a_batch_without_data(tmp_path: Path) -
         assert q.last_progress is not None and q.last_progress["numInputRows"] == 0
     finally:
         q.stop()
+
+
+class Lifecycle(hr.StatefulProcessor):
+    """Counts its init and close calls; per key a list of the values and a timer per row."""
+
+    inits = 0
+    closes = 0
+
+    def init(self, handle: hr.StatefulProcessorHandle) -> None:
+        type(self).inits += 1
+        self.values = handle.get_list_state("values", "v BIGINT")
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Iterator[Any]:
+        for v in rows.column("v").to_pylist():
+            self.values.append_value((v,))
+            self.handle.register_timer(T0 + 60_000 + v)
+        return iter(())
+
+    def close(self) -> None:
+        type(self).closes += 1
+
+
+def test_differences_from_spark_init_once_per_run_and_state_rows_per_key(tmp_path: Path) -> None:
+    """Pins two documented differences (docs/transforms.md "Differences from Spark"): ``init``
+    and ``close`` run once per query run (Spark: per batch and partition), and the state
+    metrics count one row per key and variable (Spark: one per value, element, entry, timer)."""
+    d = Driver(tws(Lifecycle()), tmp_path, "memory")
+    for n in range(3):
+        d.batch(n, rows(("a", 3 * n + 1, 0), ("a", 3 * n + 2, 0), ("b", 3 * n + 3, 0)), ts=T0 + n)
+    m = d.op.metrics()
+    d.close()
+    assert (Lifecycle.inits, Lifecycle.closes) == (1, 1)
+    # a: 6 list elements and 6 timers, b: 3 and 3; Spark would count 9 + 9 rows
+    assert m["numRowsTotal"] == 4 and m["numRegisteredTimers"] == 2
