@@ -169,7 +169,9 @@ CASES = {
     # name: (headrace processor, output, output mode, time mode, initial state?, watermark?, TTL)
     "all-state": (HrAllState, ALL_OUT, "update", "none", False, False, None),
     "initial-state": (HrAllState, ALL_OUT, "update", "none", True, False, None),
-    "ttl-expiry": (HrAllState, ALL_OUT, "update", "processing_time", False, False, TTL_MS),
+    # event time, not processing time: in ProcessingTime mode Spark runs a batch without data
+    # after every batch (shouldRunAnotherBatch is true), so an available-now query never ends
+    "ttl-expiry": (HrAllState, ALL_OUT, "update", "event_time", False, True, TTL_MS),
     "event-time-timers": (HrTimers, TIMER_OUT, "append", "event_time", False, True, None),
 }
 _SPARK_TIME = {"none": "None", "processing_time": "ProcessingTime", "event_time": "EventTime"}
@@ -179,8 +181,8 @@ class _SparkQuery:
     """One case started on Spark (available-now, each batch collected by id)."""
 
     def __init__(self, spark: Any, case: str, paths: Any, checkpoint: str) -> None:
-        _, out, mode, time_mode, initial, watermark, ttl = CASES[case]
-        proc = _spark_processors()["timers" if time_mode == "event_time" else "all_state"]
+        hr_proc, out, mode, time_mode, initial, watermark, ttl = CASES[case]
+        proc = _spark_processors()["all_state" if hr_proc is HrAllState else "timers"]
         df = spark.readStream.schema(DDL).option("maxFilesPerTrigger", 1).parquet(paths.main)
         if watermark:
             df = df.withWatermark("ts", f"{DELAY_S} seconds")

@@ -565,3 +565,20 @@ def test_differences_from_spark_init_once_per_run_and_state_rows_per_key(tmp_pat
     assert (Lifecycle.inits, Lifecycle.closes) == (1, 1)
     # a: 6 list elements and 6 timers, b: 3 and 3; Spark would count 9 + 9 rows
     assert m["numRowsTotal"] == 4 and m["numRegisteredTimers"] == 2
+
+
+def test_differences_from_spark_processing_time_runs_no_batch_without_a_due_timer(tmp_path: Path) -> None:
+    """Pins a documented difference: in processing-time mode Spark runs a batch without data
+    after every batch (so its available-now query does not end); headrace runs one only when a
+    timer or a TTL is due, and an available-now query ends after its data."""
+    name = f"tws-{uuid.uuid4().hex[:6]}"
+    stream = memory_stream(name, pa.schema([("user", pa.string()), ("v", pa.int64()),
+                                            ("ts", pa.timestamp("us", tz="UTC"))]))  # fmt: skip
+    stream.add(rows(("a", 1, 0), ("b", 1, 0)))
+    frame = (hr.read_stream.format("memory").option("name", name).load()
+             .group_by("user").transform_with_state(Counting(ttl="1 hour"), "user STRING, n BIGINT", "update",
+                                                    "processing_time"))  # fmt: skip
+    q = (frame.write_stream.format("memory").query_name(name + "-out").output_mode("update")
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start())  # fmt: skip
+    assert q.await_termination(60), "an available-now query in processing-time mode did not end"
+    assert [p["batchId"] for p in q.recent_progress] == [0]
