@@ -309,51 +309,59 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--full", action="store_true", help="the issue's sizes (1M rows, 100k keys, 1M keys in state)"
     )
     ap.add_argument("--no-spark", action="store_true", help="skip PySpark")
+    ap.add_argument(
+        "--only", choices=["query", "state"], help="run only part 1 (the query) or 2 (state size)"
+    )
     args = ap.parse_args(argv)
     scale = 1 if args.full else 10
     rows, keys, per = 1_000_000 // scale, 100_000 // scale, 100_000 // scale
     res: dict[str, Any] = {}
     print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
-    print(f"1. per-key count + event-time timer: {rows:,} rows over {keys:,} keys, {per:,} rows per batch")
-    headrace_run(per, per, keys // 10)  # warm-up
-    headrace_run(per, per, keys // 10, batched=True)
-    d, dc, emitted = dict_loop(rows, per, keys)
-    print(f"   dict loop (no checkpoint) {d:.2f} s, CPU {dc:.2f} s ({emitted:,} timers)")
-    for batched in (False, True):
-        h, hc, out = headrace_run(rows, per, keys, batched=batched)
-        name = "batched" if batched else "per-key"
-        print(f"   headrace {name:8s} {h:.2f} s, CPU {hc:.2f} s ({rows / h:,.0f} rows/s, {out:,} rows out): vs dict "
-              f"loop {d / h:.2f} (CPU {dc / hc:.2f}; goal >= 0.5)")  # fmt: skip
-        res.update({f"headrace_{name}_s": h, f"headrace_{name}_cpu": hc, f"vs_dict_{name}": d / h,
-                    f"vs_dict_{name}_cpu": dc / hc})  # fmt: skip
-    res.update(dict_loop_s=d, dict_loop_cpu=dc)
-    spark = None if args.no_spark else spark_session()
-    if spark is None:
-        print("   PySpark: skipped (--no-spark, or no pyspark/Java)")
-    else:
-        try:
-            spark_run(spark, per, per, keys // 10)  # warm-up
-            s, sc = spark_run(spark, rows, per, keys)
-            print(
-                f"   PySpark local[2] transformWithStateInPandas {s:.2f} s, CPU {sc:.2f} s (JVM + Python workers)"
-            )
-            for name in ("per-key", "batched"):
-                h, hc = res[f"headrace_{name}_s"], res[f"headrace_{name}_cpu"]
-                print(f"   headrace {name:8s} vs PySpark: {s / h:.1f}x (CPU {sc / hc:.1f}x; goal >= 10x)")
-                res.update({f"vs_spark_{name}": s / h, f"vs_spark_{name}_cpu": sc / hc})
-            res.update(spark_s=s, spark_cpu=sc)
-        finally:
-            spark.stop()
-    big = 1_000_000 // scale
-    print(f"2. one batch touching 1k keys: {big:,} keys in state vs 10,000")
-    for backend in ("memory", "rocksdb"):
+    if args.only != "state":
+        print(
+            f"1. per-key count + event-time timer: {rows:,} rows over {keys:,} keys, {per:,} rows per batch"
+        )
+        headrace_run(per, per, keys // 10)  # warm-up
+        headrace_run(per, per, keys // 10, batched=True)
+        d, dc, emitted = dict_loop(rows, per, keys)
+        print(f"   dict loop (no checkpoint) {d:.2f} s, CPU {dc:.2f} s ({emitted:,} timers)")
         for batched in (False, True):
-            small, large = state_cost(backend, 10_000, batched), state_cost(backend, big, batched)
-            name = f"{backend} {'batched' if batched else 'per-key'}"
-            print(
-                f"   {name:16s} {small * 1e3:.1f} ms vs {large * 1e3:.1f} ms: {large / small:.2f}x (goal <= 2x)"
-            )
-            res[f"state_{backend}_{'batched' if batched else 'per_key'}"] = large / small
+            h, hc, out = headrace_run(rows, per, keys, batched=batched)
+            name = "batched" if batched else "per-key"
+            print(f"   headrace {name:8s} {h:.2f} s, CPU {hc:.2f} s ({rows / h:,.0f} rows/s, {out:,} rows out): vs dict "
+                  f"loop {d / h:.2f} (CPU {dc / hc:.2f}; goal >= 0.5)")  # fmt: skip
+            res.update({f"headrace_{name}_s": h, f"headrace_{name}_cpu": hc, f"vs_dict_{name}": d / h,
+                        f"vs_dict_{name}_cpu": dc / hc})  # fmt: skip
+        res.update(dict_loop_s=d, dict_loop_cpu=dc)
+        spark = None if args.no_spark else spark_session()
+        if spark is None:
+            print("   PySpark: skipped (--no-spark, or no pyspark/Java)")
+        else:
+            try:
+                spark_run(spark, per, per, keys // 10)  # warm-up
+                s, sc = spark_run(spark, rows, per, keys)
+                print(
+                    f"   PySpark local[2] transformWithStateInPandas {s:.2f} s, CPU {sc:.2f} s (JVM + Python workers)"
+                )
+                for name in ("per-key", "batched"):
+                    h, hc = res[f"headrace_{name}_s"], res[f"headrace_{name}_cpu"]
+                    print(f"   headrace {name:8s} vs PySpark: {s / h:.1f}x (CPU {sc / hc:.1f}x; goal >= 10x)")
+                    res.update({f"vs_spark_{name}": s / h, f"vs_spark_{name}_cpu": sc / hc})
+                res.update(spark_s=s, spark_cpu=sc)
+            finally:
+                spark.stop()
+    if args.only != "query":
+        big = 1_000_000 // scale
+        print(f"2. one batch touching 1k keys: {big:,} keys in state vs 10,000")
+        for backend in ("memory", "rocksdb"):
+            for batched in (False, True):
+                small, small_cpu = state_cost(backend, 10_000, batched)
+                large, large_cpu = state_cost(backend, big, batched)
+                name = f"{backend} {'batched' if batched else 'per-key'}"
+                print(f"   {name:16s} {small * 1e3:.1f} ms vs {large * 1e3:.1f} ms: {large / small:.2f}x; CPU "
+                      f"{small_cpu * 1e3:.1f} vs {large_cpu * 1e3:.1f} ms: {large_cpu / small_cpu:.2f}x (goal <= 2x)")  # fmt: skip
+                key = f"state_{backend}_{'batched' if batched else 'per_key'}"
+                res[key], res[key + "_cpu"] = large / small, large_cpu / small_cpu
     print("(the figures of one run on this machine; a loaded machine makes them indicative only)")
     return res
 

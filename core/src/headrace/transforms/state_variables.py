@@ -250,6 +250,8 @@ def _spark_schema(schema: pa.Schema) -> str:
 def _as_tuple(value: Any, schema: pa.Schema, what: str) -> tuple[Any, ...]:
     """A value given by the processor as the tuple of its fields (PySpark's), a mapping by
     field name, or, for a one-field schema, the bare value."""
+    if type(value) is tuple and len(value) == len(schema):  # the common case, before the ABC check
+        return value
     if isinstance(value, Mapping):
         missing = [n for n in schema.names if n not in value]
         if missing:
