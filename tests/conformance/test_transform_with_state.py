@@ -11,6 +11,7 @@ several column families, headrace one row per key and variable.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,18 +170,18 @@ CASES = {
     # name: (headrace processor, output, output mode, time mode, initial state?, watermark?, TTL)
     "all-state": (HrAllState, ALL_OUT, "update", "none", False, False, None),
     "initial-state": (HrAllState, ALL_OUT, "update", "none", True, False, None),
-    # event time, not processing time: in ProcessingTime mode Spark runs a batch without data
-    # after every batch (shouldRunAnotherBatch is true), so an available-now query never ends
-    "ttl-expiry": (HrAllState, ALL_OUT, "update", "event_time", False, True, TTL_MS),
+    "ttl-expiry": (HrAllState, ALL_OUT, "update", "processing_time", False, False, TTL_MS),
     "event-time-timers": (HrTimers, TIMER_OUT, "append", "event_time", False, True, None),
 }
 _SPARK_TIME = {"none": "None", "processing_time": "ProcessingTime", "event_time": "EventTime"}
 
 
 class _SparkQuery:
-    """One case started on Spark (available-now, each batch collected by id)."""
+    """One case started on Spark, each batch collected by id: available-now, or in processing
+    time mode (where Spark runs a batch without data after every batch, so an available-now
+    query never ends) a processing-time trigger stopped once the last file's batch is done."""
 
-    def __init__(self, spark: Any, case: str, paths: Any, checkpoint: str) -> None:
+    def __init__(self, spark: Any, case: str, paths: Any, checkpoint: str, files: int) -> None:
         hr_proc, out, mode, time_mode, initial, watermark, ttl = CASES[case]
         proc = _spark_processors()["all_state" if hr_proc is HrAllState else "timers"]
         df = spark.readStream.schema(DDL).option("maxFilesPerTrigger", 1).parquet(paths.main)
@@ -192,18 +193,37 @@ class _SparkQuery:
         processor = proc(ttl) if ttl is not None else proc()
         frame = df.groupBy("k").transformWithStateInPandas(processor, out, mode, _SPARK_TIME[time_mode], **kw)
         self.case = case
+        self.files = files
+        self.endless = time_mode == "processing_time"
         self.got: dict[int, pa.Table] = {}
-        self.query = (frame.writeStream.foreachBatch(self._collect).outputMode(mode)
-                      .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())  # fmt: skip
+        writer = (
+            frame.writeStream.foreachBatch(self._collect)
+            .outputMode(mode)
+            .option("checkpointLocation", checkpoint)
+        )
+        trigger = {"processingTime": "0 seconds"} if self.endless else {"availableNow": True}
+        self.query = writer.trigger(**trigger).start()
 
     def _collect(self, batch: Any, batch_id: int) -> None:
         self.got[int(batch_id)] = batch.toArrow()
 
+    def _input_done(self) -> bool:
+        """Every file's batch has run: batches 0 to ``files - 1`` each read one file (a batch
+        without data runs only once none is left)."""
+        return any(p["batchId"] >= self.files - 1 for p in self.query.recentProgress)
+
     def result(self) -> dict[int, pa.Table]:
         q = self.query
         try:
-            assert q.awaitTermination(600), f"Spark query {self.case} did not finish"
-            assert q.exception() is None, f"Spark query {self.case} failed: {q.exception()}"
+            if self.endless:
+                deadline = time.monotonic() + 600
+                while not self._input_done() and q.exception() is None and time.monotonic() < deadline:
+                    q.awaitTermination(0.2)
+                assert q.exception() is None, f"Spark query {self.case} failed: {q.exception()}"
+                assert self._input_done(), f"Spark query {self.case} did not read its input"
+            else:
+                assert q.awaitTermination(600), f"Spark query {self.case} did not finish"
+                assert q.exception() is None, f"Spark query {self.case} failed: {q.exception()}"
         finally:
             q.stop()
         return self.got
@@ -258,7 +278,7 @@ def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int =
     configurable), which a loaded machine can miss."""
     for attempt in range(attempts):
         try:
-            return _SparkQuery(spark, case, paths, str(folder / f"spark-{case}-{attempt}")).result()
+            return _SparkQuery(spark, case, paths, str(folder / f"spark-{case}-{attempt}"), BATCHES).result()
         except Exception as e:  # awaitTermination raises the query's StreamingQueryException
             if attempt == attempts - 1 or not any(f in str(e) for f in _FLAKY):
                 raise

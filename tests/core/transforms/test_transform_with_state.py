@@ -388,8 +388,11 @@ class TimerWithoutTime(Counting):
 
 
 def test_ttl_and_timers_need_a_time_mode(tmp_path: Path) -> None:
-    with pytest.raises(UnsupportedError, match="TTL needs processing time"):
+    with pytest.raises(UnsupportedError, match="TTL needs time_mode 'processing_time'"):
         Driver(tws(TtlWithoutTime(), time_mode="none"), tmp_path / "a", "memory")
+    # as in Spark (STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL): not in event-time mode either
+    with pytest.raises(UnsupportedError, match="INCORRECT_TIME_MODE_TO_ASSIGN_TTL"):
+        Driver(tws(TtlWithoutTime(), time_mode="event_time", watermark_column="ts"), tmp_path / "e", "memory")
     d = Driver(tws(TimerWithoutTime(), time_mode="none"), tmp_path / "b", "memory")
     with pytest.raises(UnsupportedError, match="timers need time_mode"):
         d.batch(0, rows(("a", 1, 0)))

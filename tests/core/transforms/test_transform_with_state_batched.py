@@ -27,7 +27,7 @@ class PerKey(hr.StatefulProcessor):
     and clears the count."""
 
     def init(self, handle: hr.StatefulProcessorHandle) -> None:
-        self.count = handle.get_value_state("count", "n BIGINT", ttl="1 hour")
+        self.count = handle.get_value_state("count", "n BIGINT")
 
     def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Iterator[Any]:
         cur = self.count.get()
@@ -54,7 +54,7 @@ class Batched(hr.StatefulProcessor):
     """:class:`PerKey` with the batched methods."""
 
     def init(self, handle: hr.StatefulProcessorHandle) -> None:
-        self.count = handle.get_value_state("count", "n BIGINT", ttl="1 hour")
+        self.count = handle.get_value_state("count", "n BIGINT")
 
     def handle_input_batch(self, batch: hr.KeyBatch, tv: hr.TimerValues) -> Iterator[Any]:
         exists = self.count.exists_batch()

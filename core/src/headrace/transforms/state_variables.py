@@ -871,10 +871,10 @@ class StatefulProcessorHandle:
                                 "starting with a digit), e.g. 'count'")  # fmt: skip
         if var.name in self._variables:
             raise HeadraceError(f"{what} is declared twice in init(); give each state variable its own name")
-        if var.ttl_ms is not None and self._time_mode == "none":
-            raise UnsupportedError(f"{what}: a TTL needs processing time, and time_mode is 'none' (Spark's "
-                                   "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE); use "
-                                   "time_mode='processing_time' or 'event_time', or drop the ttl")  # fmt: skip
+        if var.ttl_ms is not None and self._time_mode != "processing_time":
+            raise UnsupportedError(f"{what}: a TTL needs time_mode 'processing_time', and time_mode is "
+                                   f"{self._time_mode!r} (Spark's STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL); "
+                                   "use time_mode='processing_time', or drop the ttl")  # fmt: skip
         self._variables[var.name] = var
         return var
 
