@@ -292,6 +292,7 @@ class _Variable:
         self._cache: dict[tuple[Any, ...], Any] = {}
         self._dirty: set[tuple[Any, ...]] = set()
         self._last_read: tuple[KeyBatch, pa.Table, np.ndarray] | None = None
+        self._read_for: object = None  # the handle's pending keys this variable has read
 
     # -------------------------------------------------------------- what the store holds
     def value_schema(self) -> pa.Schema:
@@ -320,6 +321,7 @@ class _Variable:
         self._cache.clear()
         self._dirty.clear()
         self._last_read = None
+        self._read_for = None
 
     def prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
         """Read the rows of ``keys`` (not yet cached) in one ``get``."""
@@ -352,6 +354,12 @@ class _Variable:
         try:
             return self._cache[key]
         except KeyError:
+            pending = self._handle._pending
+            if pending is not None and self._read_for is not pending:
+                self._read_for = pending  # the first read among the pending keys reads them all
+                self.prefetch(*pending)
+                if key in self._cache:
+                    return self._cache[key]
             self.prefetch([key], self._handle._key_table([key]))
             return self._cache[key]
 
@@ -856,6 +864,8 @@ class StatefulProcessorHandle:
         self._declaring = declaring
         self._key: tuple[Any, ...] | None = None
         self._batch: KeyBatch | None = None
+        # (keys, key table) the coming per-key calls are for, read by each variable at its first use
+        self._pending: tuple[list[tuple[Any, ...]], pa.Table] | None = None
         self._timer_values = TimerValues()
         self._timers = Timers(self, "__timers", pa.schema([pa.field("t", pa.int64())]), None)
         self._purge: list[str] = []

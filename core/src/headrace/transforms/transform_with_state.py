@@ -318,6 +318,7 @@ class TransformWithStateOperator(StatefulOperator):
             var.store.load(batch.batch_id - 1)
         for v in handle._all():
             v.reset()
+        handle._pending = None
         if self._first_batch_of_run:
             for name in handle._purge:
                 handle._variables[name].purge()
@@ -411,8 +412,9 @@ class TransformWithStateOperator(StatefulOperator):
             handle._batch = None
 
     def _prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
-        for v in self.handle_._all():
-            v.prefetch(keys, key_table)
+        """The keys the coming per-key calls are for: a variable's first read of one of them
+        reads all of them in one ``get`` (a variable the calls never read costs nothing)."""
+        self.handle_._pending = (keys, key_table)
 
     def _run_initial_state(self, out: _Output) -> None:
         from headrace.transforms.join import StaticTable
