@@ -271,7 +271,7 @@ def _differences(spark: dict[int, pa.Table], mine: dict[int, pa.Table]) -> list[
 _FLAKY = ("failed to connect back", "CANNOT_OPEN_SOCKET")
 
 
-def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 5) -> dict[int, pa.Table]:
+def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 8) -> dict[int, pa.Table]:
     """Run one case on Spark; again from a new checkpoint (up to ``attempts`` times) when its
     Python worker missed the deadline to connect to Spark: Spark waits a fixed 10 s for the
     driver-side runner that calls the processor's ``init`` (``StreamingPythonRunner``, not
