@@ -27,6 +27,11 @@ from tests.conformance.harness import _unmatched, rows_of, write_input
 
 pytest.importorskip("pandas")
 
+# every selected case runs on Spark in the module fixture (seconds to minutes per query on a
+# loaded machine, retried when Spark's Python worker misses its connect-back): it counts towards
+# the first test's timeout
+pytestmark = pytest.mark.timeout(3000)
+
 SEED = 3
 BATCHES = 5  # Spark takes seconds per TWS batch: a few batches keep the module near 2 minutes
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
