@@ -585,3 +585,16 @@ def test_differences_from_spark_processing_time_runs_no_batch_without_a_due_time
          .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start())  # fmt: skip
     assert q.await_termination(60), "an available-now query in processing-time mode did not end"
     assert [p["batchId"] for p in q.recent_progress] == [0]
+
+
+def test_event_time_mode_drops_rows_the_late_watermark_passed(tmp_path: Path) -> None:
+    """As Spark's TransformWithStateExec in EventTime mode: rows at or before the watermark
+    for late events never reach the processor, and are counted as dropped."""
+    op = tws(Counting(), time_mode="event_time", watermark_column="ts")
+    d = Driver(op, tmp_path, "memory")
+    assert by_user(d.batch(0, rows(("a", 1, 5_000), ("a", 1, 10_000), ("a", 1, 20_000)), wm=T0 + 10_000)) == [
+        ("a", 1)
+    ]
+    assert d.op.metrics()["numRowsDroppedByWatermark"] == 2
+    assert by_user(d.batch(1, rows(("a", 1, 10_001)), wm=T0 + 10_000)) == [("a", 2)]
+    d.close()
