@@ -157,6 +157,7 @@ def test_timers_to_delta_exactly_once_across_random_kills(tmp_path: Path, backen
 
 
 @pytest.mark.deep
+@pytest.mark.timeout(1800)  # ten runs of the pipeline, each a fresh interpreter
 @pytest.mark.parametrize("seed", [1, 2, 3])
 @pytest.mark.parametrize("backend", ["memory", "rocksdb"])
 def test_timers_to_delta_exactly_once_across_many_random_kills(
