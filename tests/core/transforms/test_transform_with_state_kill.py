@@ -118,7 +118,7 @@ def _committed(spec: dict[str, Any]) -> int:
     return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.is_dir() else 0
 
 
-def _kill_at_random_moments(tmp_path: Path, backend: str, kills: int, seed: int) -> None:
+def _kill_at_random_moments(tmp_path: Path, backend: str, kills: int, seed: int) -> list[str]:
     """A reference run (traced: when its first batch starts, how long the batches take), then
     runs SIGKILLed from outside at a random moment of what is left of the work, until
     ``kills`` runs died by SIGKILL (a run that finishes first ends the loop), then a run to
@@ -148,6 +148,7 @@ def _kill_at_random_moments(tmp_path: Path, backend: str, kills: int, seed: int)
     dup = [r for r, n in Counter(got).items() if n > 1]
     assert not dup, f"alerts written more than once (kills {killed}): {dup[:5]}"
     assert sorted(got) == sorted(want), f"kills {killed}"
+    return killed
 
 
 @pytest.mark.slow
@@ -163,7 +164,8 @@ def test_timers_to_delta_exactly_once_across_random_kills(tmp_path: Path, backen
 def test_timers_to_delta_exactly_once_across_many_random_kills(
     tmp_path: Path, backend: str, seed: int
 ) -> None:
-    _kill_at_random_moments(tmp_path, backend, kills=8, seed=seed)
+    killed = _kill_at_random_moments(tmp_path, backend, kills=8, seed=seed)
+    assert len(killed) >= 4, f"only {len(killed)} runs were killed mid-way: {killed}"
 
 
 class Stamp(hr.StatefulProcessor):
