@@ -32,7 +32,7 @@ CI_TIER: dict[str, frozenset[str]] = {
     }),
     "test_spark_engine.py": frozenset({"select-where", "tumbling-append", "dedup-id-append"}),
     "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append"}),
-    "test_transform_with_state.py": frozenset(),
+    "test_transform_with_state.py": frozenset({"event-time-timers"}),
 }  # fmt: skip
 
 
@@ -66,9 +66,11 @@ def selected_cases(request: pytest.FixtureRequest) -> set[str]:
     return {cid for item in request.session.items if Path(str(item.fspath)) == module and (cid := _case_id(item))}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def conformance_spark() -> Iterator[Any]:
-    """The conformance harness's Spark session (local[2], UTC, 2 shuffle partitions)."""
+    """The conformance harness's Spark session (local[2], UTC, 2 shuffle partitions), one per
+    module: a module's Python workers and state stores do not outlive it, and a module that
+    sets session configuration leaves none behind."""
     from tests.conformance.harness import spark_session
 
     session = spark_session()

@@ -333,6 +333,9 @@ def spark_session() -> Any:
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.python.worker.reuse", "true")
+        # a Python worker connecting back to the JVM waits this long (default 15 s); on a loaded
+        # 2-core machine it can take longer to start (tests/spark/conftest.py does the same)
+        .config("spark.python.authenticate.socketTimeout", "120s")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.ui.showConsoleProgress", "false")
         # every row of a file counts as input (with pushdown, Spark skips row groups a filter

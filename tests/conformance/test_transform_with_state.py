@@ -11,6 +11,7 @@ several column families, headrace one row per key and variable.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,16 @@ import pyarrow.compute as pc
 import pytest
 
 import headrace as hr
+from tests.conformance.conftest import selected_cases
 from tests.conformance.generator import DDL, DELAY_S, generate
 from tests.conformance.harness import _unmatched, rows_of, write_input
 
 pytest.importorskip("pandas")
+
+# every selected case runs on Spark in the module fixture (seconds to minutes per query on a
+# loaded machine, retried when Spark's Python worker misses its connect-back): it counts towards
+# the first test's timeout
+pytestmark = pytest.mark.timeout(3000)
 
 SEED = 3
 BATCHES = 5  # Spark takes seconds per TWS batch: a few batches keep the module near 2 minutes
@@ -38,12 +45,16 @@ def _ms(col: Any) -> list[int | None]:
 
 
 class HrAllState(hr.StatefulProcessor):
-    """Per key: rows seen (value), ids seen (list), the sum of n per parity of id (map)."""
+    """Per key: rows seen (value), ids seen (list), the sum of n per parity of id (map); with
+    ``ttl_ms``, each of them expires that long after its update."""
+
+    def __init__(self, ttl_ms: int | None = None) -> None:
+        self.ttl_ms = ttl_ms
 
     def init(self, handle: hr.StatefulProcessorHandle) -> None:
-        self.count = handle.get_value_state("count", "c BIGINT")
-        self.ids = handle.get_list_state("ids", "id BIGINT")
-        self.sums = handle.get_map_state("sums", "parity BIGINT", "total BIGINT")
+        self.count = handle.get_value_state("count", "c BIGINT", ttl=self.ttl_ms)
+        self.ids = handle.get_list_state("ids", "id BIGINT", ttl=self.ttl_ms)
+        self.sums = handle.get_map_state("sums", "parity BIGINT", "total BIGINT", ttl=self.ttl_ms)
 
     def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Iterator[Any]:
         c = (self.count.get() or (0,))[0] + rows.num_rows
@@ -95,10 +106,13 @@ def _spark_processors() -> dict[str, Any]:
     from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
     class SparkAllState(StatefulProcessor):
+        def __init__(self, ttl_ms: int | None = None) -> None:
+            self.ttl_ms = ttl_ms
+
         def init(self, handle: Any) -> None:
-            self.count = handle.getValueState("count", "c BIGINT")
-            self.ids = handle.getListState("ids", "id BIGINT")
-            self.sums = handle.getMapState("sums", "parity BIGINT", "total BIGINT")
+            self.count = handle.getValueState("count", "c BIGINT", self.ttl_ms)
+            self.ids = handle.getListState("ids", "id BIGINT", self.ttl_ms)
+            self.sums = handle.getMapState("sums", "parity BIGINT", "total BIGINT", self.ttl_ms)
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
             c = self.count.get()[0] if self.count.exists() else 0
@@ -156,54 +170,79 @@ def _spark_processors() -> dict[str, Any]:
 
 ALL_OUT = "k STRING, c BIGINT, ids BIGINT, total BIGINT, even BOOLEAN"
 TIMER_OUT = "k STRING, c BIGINT, fired BIGINT"
+TTL_MS = 1  # a value lives within the batch that wrote it: expired by the next batch's time
 CASES = {
-    # name: (headrace processor, output, output mode, time mode, initial state?, watermark?)
-    "all-state": (HrAllState, ALL_OUT, "update", "none", False, False),
-    "initial-state": (HrAllState, ALL_OUT, "update", "none", True, False),
-    "event-time-timers": (HrTimers, TIMER_OUT, "append", "event_time", False, True),
+    # name: (headrace processor, output, output mode, time mode, initial state?, watermark?, TTL)
+    "all-state": (HrAllState, ALL_OUT, "update", "none", False, False, None),
+    "initial-state": (HrAllState, ALL_OUT, "update", "none", True, False, None),
+    "ttl-expiry": (HrAllState, ALL_OUT, "update", "processing_time", False, False, TTL_MS),
+    "event-time-timers": (HrTimers, TIMER_OUT, "append", "event_time", False, True, None),
 }
-_SPARK_TIME = {"none": "None", "event_time": "EventTime"}
+_SPARK_TIME = {"none": "None", "processing_time": "ProcessingTime", "event_time": "EventTime"}
 
 
 class _SparkQuery:
-    """One case started on Spark (available-now, each batch collected by id)."""
+    """One case started on Spark, each batch collected by id: available-now, or in processing
+    time mode (where Spark runs a batch without data after every batch, so an available-now
+    query never ends) a processing-time trigger stopped once the last file's batch is done."""
 
-    def __init__(self, spark: Any, case: str, paths: Any, checkpoint: str) -> None:
-        _, out, mode, time_mode, initial, watermark = CASES[case]
-        proc = _spark_processors()["timers" if time_mode == "event_time" else "all_state"]
+    def __init__(self, spark: Any, case: str, paths: Any, checkpoint: str, files: int) -> None:
+        hr_proc, out, mode, time_mode, initial, watermark, ttl = CASES[case]
+        proc = _spark_processors()["all_state" if hr_proc is HrAllState else "timers"]
         df = spark.readStream.schema(DDL).option("maxFilesPerTrigger", 1).parquet(paths.main)
         if watermark:
             df = df.withWatermark("ts", f"{DELAY_S} seconds")
         kw: dict[str, Any] = {}
         if initial:
             kw["initialState"] = spark.read.parquet(paths.static).groupBy("k")
-        frame = df.groupBy("k").transformWithStateInPandas(proc(), out, mode, _SPARK_TIME[time_mode], **kw)
+        processor = proc(ttl) if ttl is not None else proc()
+        frame = df.groupBy("k").transformWithStateInPandas(processor, out, mode, _SPARK_TIME[time_mode], **kw)
         self.case = case
+        self.files = files
+        self.endless = time_mode == "processing_time"
         self.got: dict[int, pa.Table] = {}
-        self.query = (frame.writeStream.foreachBatch(self._collect).outputMode(mode)
-                      .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())  # fmt: skip
+        writer = (
+            frame.writeStream.foreachBatch(self._collect)
+            .outputMode(mode)
+            .option("checkpointLocation", checkpoint)
+        )
+        trigger = {"processingTime": "0 seconds"} if self.endless else {"availableNow": True}
+        self.query = writer.trigger(**trigger).start()
 
     def _collect(self, batch: Any, batch_id: int) -> None:
         self.got[int(batch_id)] = batch.toArrow()
 
+    def _input_done(self) -> bool:
+        """Every file's batch has run: batches 0 to ``files - 1`` each read one file (a batch
+        without data runs only once none is left)."""
+        return any(p["batchId"] >= self.files - 1 for p in self.query.recentProgress)
+
     def result(self) -> dict[int, pa.Table]:
         q = self.query
         try:
-            assert q.awaitTermination(600), f"Spark query {self.case} did not finish"
-            assert q.exception() is None, f"Spark query {self.case} failed: {q.exception()}"
+            if self.endless:
+                deadline = time.monotonic() + 600
+                while not self._input_done() and q.exception() is None and time.monotonic() < deadline:
+                    q.awaitTermination(0.2)
+                assert q.exception() is None, f"Spark query {self.case} failed: {q.exception()}"
+                assert self._input_done(), f"Spark query {self.case} did not read its input"
+            else:
+                assert q.awaitTermination(600), f"Spark query {self.case} did not finish"
+                assert q.exception() is None, f"Spark query {self.case} failed: {q.exception()}"
         finally:
             q.stop()
         return self.got
 
 
-def _run_headrace(case: str, paths: Any, checkpoint: str) -> dict[int, pa.Table]:
-    proc, out, mode, time_mode, initial, watermark = CASES[case]
+def _run_headrace(case: str, paths: Any, data: Any, checkpoint: str) -> dict[int, pa.Table]:
+    proc, out, mode, time_mode, initial, watermark, ttl = CASES[case]
     s = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "parquet")
          .option("maxFilesPerTrigger", 1).schema(DDL).load(paths.main))  # fmt: skip
     if watermark:
         s = s.with_watermark("ts", f"{DELAY_S} seconds")
-    init = hr.read.format("parquet").load(paths.static) if initial else None
-    frame = s.group_by("k").transform_with_state(proc(), out, mode, time_mode, initial_state=init)
+    init = data.static if initial else None
+    processor = proc(ttl) if ttl is not None else proc()
+    frame = s.group_by("k").transform_with_state(processor, out, mode, time_mode, initial_state=init)
     got: dict[int, pa.Table] = {}
 
     def collect(table: pa.Table, batch_id: int) -> None:
@@ -237,12 +276,14 @@ def _differences(spark: dict[int, pa.Table], mine: dict[int, pa.Table]) -> list[
 _FLAKY = ("failed to connect back", "CANNOT_OPEN_SOCKET")
 
 
-def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 3) -> dict[int, pa.Table]:
+def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 8) -> dict[int, pa.Table]:
     """Run one case on Spark; again from a new checkpoint (up to ``attempts`` times) when its
-    Python worker missed the deadline to connect to Spark, which a loaded machine causes."""
+    Python worker missed the deadline to connect to Spark: Spark waits a fixed 10 s for the
+    driver-side runner that calls the processor's ``init`` (``StreamingPythonRunner``, not
+    configurable), which a loaded machine can miss."""
     for attempt in range(attempts):
         try:
-            return _SparkQuery(spark, case, paths, str(folder / f"spark-{case}-{attempt}")).result()
+            return _SparkQuery(spark, case, paths, str(folder / f"spark-{case}-{attempt}"), BATCHES).result()
         except Exception as e:  # awaitTermination raises the query's StreamingQueryException
             if attempt == attempts - 1 or not any(f in str(e) for f in _FLAKY):
                 raise
@@ -250,21 +291,22 @@ def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int =
 
 
 @pytest.fixture(scope="module")
-def spark_results(conformance_spark: Any) -> Iterator[dict[str, Any]]:
-    """Every case over the seed's input on Spark, then on headrace; {case: (spark batches,
-    headrace batches)}."""
+def spark_results(conformance_spark: Any, request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """The selected cases over the seed's input on Spark, then on headrace; {case: (spark
+    batches, headrace batches)}."""
     conformance_spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    cases = [c for c in CASES if c in selected_cases(request)]
     data = generate(SEED, batches=BATCHES)
     with tempfile.TemporaryDirectory(prefix="tws-conf-") as d:
         paths = write_input(data, d)
         try:
             # one at a time: started together on a loaded machine, Spark's Python workers missed
             # their deadline to connect back ("Python worker failed to connect back")
-            spark = {c: _spark_case(conformance_spark, c, paths, Path(d)) for c in CASES}
+            spark = {c: _spark_case(conformance_spark, c, paths, Path(d)) for c in cases}
         finally:
             conformance_spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
-        mine = {c: _run_headrace(c, paths, str(Path(d) / f"headrace-{c}")) for c in CASES}
-        yield {"data": data, **{c: (spark[c], mine[c]) for c in CASES}}
+        mine = {c: _run_headrace(c, paths, data, str(Path(d) / f"headrace-{c}")) for c in cases}
+        yield {"data": data, **{c: (spark[c], mine[c]) for c in cases}}
 
 
 @pytest.mark.slow

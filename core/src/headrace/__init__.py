@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
     from headrace.transforms.spark_sql import sql_dialect
     from headrace.transforms.transform_with_state import (
         ExpiredTimerInfo,
+        KeyBatch,
         ListState,
         MapState,
         StatefulProcessor,
@@ -81,6 +82,7 @@ __all__ = [
     "ExpiredTimerInfo",
     "GroupedStream",
     "HeadraceError",
+    "KeyBatch",
     "ListState",
     "MapState",
     "OptionsError",
@@ -137,6 +139,7 @@ _LAZY: dict[str, str] = {
     "sql_dialect": "headrace.transforms.spark_sql",
     "window": "headrace.transforms.window",
     "ExpiredTimerInfo": "headrace.transforms.transform_with_state",
+    "KeyBatch": "headrace.transforms.transform_with_state",
     "ListState": "headrace.transforms.transform_with_state",
     "MapState": "headrace.transforms.transform_with_state",
     "StatefulProcessor": "headrace.transforms.transform_with_state",

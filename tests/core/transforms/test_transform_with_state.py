@@ -388,8 +388,11 @@ class TimerWithoutTime(Counting):
 
 
 def test_ttl_and_timers_need_a_time_mode(tmp_path: Path) -> None:
-    with pytest.raises(UnsupportedError, match="TTL needs processing time"):
+    with pytest.raises(UnsupportedError, match="TTL needs time_mode 'processing_time'"):
         Driver(tws(TtlWithoutTime(), time_mode="none"), tmp_path / "a", "memory")
+    # as in Spark (STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL): not in event-time mode either
+    with pytest.raises(UnsupportedError, match="INCORRECT_TIME_MODE_TO_ASSIGN_TTL"):
+        Driver(tws(TtlWithoutTime(), time_mode="event_time", watermark_column="ts"), tmp_path / "e", "memory")
     d = Driver(tws(TimerWithoutTime(), time_mode="none"), tmp_path / "b", "memory")
     with pytest.raises(UnsupportedError, match="timers need time_mode"):
         d.batch(0, rows(("a", 1, 0)))
@@ -531,3 +534,67 @@ def test_a_processing_time_timer_fires_in_a_batch_without_data(tmp_path: Path) -
         assert q.last_progress is not None and q.last_progress["numInputRows"] == 0
     finally:
         q.stop()
+
+
+class Lifecycle(hr.StatefulProcessor):
+    """Counts its init and close calls; per key a list of the values and a timer per row."""
+
+    inits = 0
+    closes = 0
+
+    def init(self, handle: hr.StatefulProcessorHandle) -> None:
+        type(self).inits += 1
+        self.values = handle.get_list_state("values", "v BIGINT")
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Iterator[Any]:
+        for v in rows.column("v").to_pylist():
+            self.values.append_value((v,))
+            self.handle.register_timer(T0 + 60_000 + v)
+        return iter(())
+
+    def close(self) -> None:
+        type(self).closes += 1
+
+
+def test_differences_from_spark_init_once_per_run_and_state_rows_per_key(tmp_path: Path) -> None:
+    """Pins two documented differences (docs/transforms.md "Differences from Spark"): ``init``
+    and ``close`` run once per query run (Spark: per batch and partition), and the state
+    metrics count one row per key and variable (Spark: one per value, element, entry, timer)."""
+    d = Driver(tws(Lifecycle()), tmp_path, "memory")
+    for n in range(3):
+        d.batch(n, rows(("a", 3 * n + 1, 0), ("a", 3 * n + 2, 0), ("b", 3 * n + 3, 0)), ts=T0 + n)
+    m = d.op.metrics()
+    d.close()
+    assert (Lifecycle.inits, Lifecycle.closes) == (1, 1)
+    # a: 6 list elements and 6 timers, b: 3 and 3; Spark would count 9 + 9 rows
+    assert m["numRowsTotal"] == 4 and m["numRegisteredTimers"] == 2
+
+
+def test_differences_from_spark_processing_time_runs_no_batch_without_a_due_timer(tmp_path: Path) -> None:
+    """Pins a documented difference: in processing-time mode Spark runs a batch without data
+    after every batch (so its available-now query does not end); headrace runs one only when a
+    timer or a TTL is due, and an available-now query ends after its data."""
+    name = f"tws-{uuid.uuid4().hex[:6]}"
+    stream = memory_stream(name, pa.schema([("user", pa.string()), ("v", pa.int64()),
+                                            ("ts", pa.timestamp("us", tz="UTC"))]))  # fmt: skip
+    stream.add(rows(("a", 1, 0), ("b", 1, 0)))
+    frame = (hr.read_stream.format("memory").option("name", name).load()
+             .group_by("user").transform_with_state(Counting(ttl="1 hour"), "user STRING, n BIGINT", "update",
+                                                    "processing_time"))  # fmt: skip
+    q = (frame.write_stream.format("memory").query_name(name + "-out").output_mode("update")
+         .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start())  # fmt: skip
+    assert q.await_termination(60), "an available-now query in processing-time mode did not end"
+    assert [p["batchId"] for p in q.recent_progress] == [0]
+
+
+def test_event_time_mode_drops_rows_the_late_watermark_passed(tmp_path: Path) -> None:
+    """As Spark's TransformWithStateExec in EventTime mode: rows at or before the watermark
+    for late events never reach the processor, and are counted as dropped."""
+    op = tws(Counting(), time_mode="event_time", watermark_column="ts")
+    d = Driver(op, tmp_path, "memory")
+    assert by_user(d.batch(0, rows(("a", 1, 5_000), ("a", 1, 10_000), ("a", 1, 20_000)), wm=T0 + 10_000)) == [
+        ("a", 1)
+    ]
+    assert d.op.metrics()["numRowsDroppedByWatermark"] == 2
+    assert by_user(d.batch(1, rows(("a", 1, 10_001)), wm=T0 + 10_000)) == [("a", 2)]
+    d.close()

@@ -4,6 +4,7 @@ holds exactly the rows of a run that was never killed, each once."""
 
 from __future__ import annotations
 
+import random
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import headrace as hr
-from headrace.testing import CRASH_POINTS, run_until_done
+from headrace.testing import CRASH_POINTS, run_pipeline, run_until_done
 
 deltalake = pytest.importorskip("deltalake")
 
@@ -110,6 +111,61 @@ def test_timers_to_delta_exactly_once_across_kills(tmp_path: Path, backend: str)
     assert sorted(got) == sorted(want)
     # every alert holds the rows of one burst of its key: 20 rows (half a batch)
     assert {r[2] for r in got} == {PER_BATCH // 2}
+
+
+def _committed(spec: dict[str, Any]) -> int:
+    commits = Path(spec["checkpoint"]) / "commits"
+    return sum(1 for f in commits.iterdir() if f.name.isdigit()) if commits.is_dir() else 0
+
+
+def _kill_at_random_moments(tmp_path: Path, backend: str, kills: int, seed: int) -> list[str]:
+    """A reference run (traced: when its first batch starts, how long the batches take), then
+    runs SIGKILLed from outside at a random moment of what is left of the work, until
+    ``kills`` runs died by SIGKILL (a run that finishes first ends the loop), then a run to
+    the end: the table holds the reference's rows, each once."""
+    reference = _spec(tmp_path, "reference", backend)
+    ref = run_pipeline(reference, trace=True, timeout=180).check()
+    assert ref.trace, "the reference run passed no crash point"
+    start = ref.trace[0].at  # the first batch starts here: interpreter and imports before
+    span = ref.elapsed - start
+    total = _committed(reference)
+    want = _rows(reference)
+    spec = _spec(tmp_path, "killed", backend)
+    rng = random.Random(seed)
+    killed: list[str] = []
+    for _ in range(3 * kills):
+        left = 1 - _committed(spec) / total
+        r = run_pipeline(spec, kill_after=start + rng.uniform(0, span * left), trace=True, timeout=180)
+        if not r.killed:
+            r.check()
+            break
+        killed.append(r.last_point())
+        if len(killed) == kills:
+            break
+    assert killed, "no run was killed mid-way: the kills test nothing"
+    run_pipeline(spec, timeout=180).check()
+    got = _rows(spec)
+    dup = [r for r, n in Counter(got).items() if n > 1]
+    assert not dup, f"alerts written more than once (kills {killed}): {dup[:5]}"
+    assert sorted(got) == sorted(want), f"kills {killed}"
+    return killed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+def test_timers_to_delta_exactly_once_across_random_kills(tmp_path: Path, backend: str) -> None:
+    _kill_at_random_moments(tmp_path, backend, kills=2, seed=41 if backend == "memory" else 43)
+
+
+@pytest.mark.deep
+@pytest.mark.timeout(1800)  # ten runs of the pipeline, each a fresh interpreter
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("backend", ["memory", "rocksdb"])
+def test_timers_to_delta_exactly_once_across_many_random_kills(
+    tmp_path: Path, backend: str, seed: int
+) -> None:
+    killed = _kill_at_random_moments(tmp_path, backend, kills=8, seed=seed)
+    assert len(killed) >= 4, f"only {len(killed)} runs were killed mid-way: {killed}"
 
 
 class Stamp(hr.StatefulProcessor):

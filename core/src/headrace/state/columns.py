@@ -62,6 +62,8 @@ class Column:
             vals = (arr.fill_null(0.0) if arr.null_count else arr).to_numpy(zero_copy_only=False)
         elif self.kind == "b":
             vals = (arr.fill_null(False) if arr.null_count else arr).to_numpy(zero_copy_only=False)
+        elif arr.null_count == len(arr):
+            vals = None  # all null (e.g. an optional list column mostly unused): no conversion
         else:
             vals = np.fromiter(arr.to_pylist(), dtype=object, count=len(arr))  # lists stay single objects
         self.data[slots] = vals

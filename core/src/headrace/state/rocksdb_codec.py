@@ -196,6 +196,8 @@ class _Col:
             out[body] = data[int(offs[0]) : int(offs[-1])]
             return seg, out
         # json: nested values, one JSON text per row (data only: parsed by json, typed by Arrow)
+        if n and arr.null_count == n:  # all null (an optional nested column mostly unused)
+            return np.full(n, 5, np.int64), np.zeros(5 * n, _U8)
         texts = [b"" if v is None else _json_bytes(v, self.json_type) for v in arr.cast(self.json_type).to_pylist()]
         lens = np.fromiter(map(len, texts), np.int64, count=n)
         parts = []
@@ -242,6 +244,8 @@ class _Col:
             except pa.ArrowInvalid as e:
                 raise Damaged(str(e)) from None
             return self._back(arr), after
+        if not valid.any():
+            return self._back(pa.nulls(n, self.json_type)), after
         texts = body.tobytes()
         vals: list[Any] = []
         at = 0

@@ -10,12 +10,15 @@ per store (:meth:`_Variable.flush`). A row's ``order`` in its store is its earli
 (timers: the earliest timer), so expiry and firing walk the stores' ordered index and cost
 what expires, not the state's size.
 
-Stored rows (``__value``, ``__items``, ``__entries``, ``__timers`` are columns of the store):
+Stored rows (``value.<field>``, ``__items``, ``__entries``, ``__timer`` are columns of the
+store):
 
-- value state: ``__value`` (a struct of the variable's schema), ``__expires`` (ms, or null);
+- value state: ``value.<field>`` per field of the variable's schema (flat columns: no Python
+  object per value in either backend), ``__expires`` (ms, or null);
 - list state: ``__items``, a list of structs ``{value, expires}``;
 - map state: ``__entries``, a list of structs ``{key, value, expires}``;
-- timers: ``__timers``, the key's timer timestamps (ms), sorted.
+- timers: ``__timer``, the key's earliest timer (ms), and ``__later``, the others, sorted (null
+  when none).
 
 TTL is Spark's: an update sets the value's (element's, entry's) expiry to the batch's
 processing time plus the TTL; an expired value is not returned, and is removed at the end of
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headrace.errors import HeadraceError, UnsupportedError
 
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ExpiredTimerInfo",
+    "KeyBatch",
     "ListState",
     "MapState",
     "StatefulProcessorHandle",
@@ -91,6 +96,100 @@ class ExpiredTimerInfo:
 
     def __repr__(self) -> str:
         return f"ExpiredTimerInfo({self.expiry_time_ms})"
+
+
+class KeyBatch:
+    """The grouping keys a batched processor method is called for at once
+    (``handle_input_batch``, ``handle_expired_timer_batch``): ``keys``, a ``pyarrow.Table`` of
+    the grouping columns with one row per key (each key once); for input, ``rows``, the
+    batch's rows sorted so that key ``i``'s rows are ``rows[offsets[i]:offsets[i + 1]]``.
+    The state variables' ``*_batch`` methods and the handle's ``*_timer_batch`` methods act
+    on these keys, position ``i`` for ``keys[i]``. Built by the operator on its thread."""
+
+    __slots__ = ("keys", "offsets", "rows")
+
+    def __init__(
+        self, keys: pa.Table, rows: pa.Table | None = None, offsets: np.ndarray | None = None
+    ) -> None:
+        self.keys = keys
+        self.rows = rows
+        self.offsets = offsets
+
+    @property
+    def num_keys(self) -> int:
+        """How many keys."""
+        return int(self.keys.num_rows)
+
+    def counts(self) -> np.ndarray:
+        """The number of rows of each key (int64, one per key)."""
+        if self.offsets is None:
+            return np.zeros(self.num_keys, np.int64)
+        return np.diff(self.offsets).astype(np.int64)
+
+    def key_index(self) -> np.ndarray:
+        """For each row of ``rows``, the position of its key (for ``np.bincount``,
+        ``np.maximum.reduceat`` and the like)."""
+        return np.repeat(np.arange(self.num_keys, dtype=np.int64), self.counts())
+
+    def rows_of(self, i: int) -> pa.Table:
+        """The rows of key ``i``."""
+        if self.rows is None or self.offsets is None:
+            raise HeadraceError("this KeyBatch carries no rows (expired timers have none)")
+        return self.rows.slice(int(self.offsets[i]), int(self.offsets[i + 1] - self.offsets[i]))
+
+    def __repr__(self) -> str:
+        return f"KeyBatch({self.num_keys} keys, {0 if self.rows is None else self.rows.num_rows} rows)"
+
+
+def _where(where: Any, n: int, what: str) -> np.ndarray | None:
+    """The positions a ``where`` mask (``None``: every key) selects."""
+    if where is None:
+        return None
+    mask = np.asarray(where.to_numpy(zero_copy_only=False) if isinstance(where, pa.Array | pa.ChunkedArray)
+                      else where)  # fmt: skip
+    if mask.dtype != np.bool_ or mask.shape != (n,):
+        raise HeadraceError(f"{what}: where= must be a boolean array of one value per key ({n}), not "
+                            f"{mask.dtype} of shape {mask.shape}")  # fmt: skip
+    return np.flatnonzero(mask)
+
+
+def _int64s(values: Any, n: int, what: str) -> np.ndarray:
+    arr = values.to_numpy(zero_copy_only=False) if isinstance(values, pa.Array | pa.ChunkedArray) else values
+    out = np.asarray(arr)
+    if out.shape == ():
+        out = np.full(n, out)
+    if out.shape != (n,) or not np.issubdtype(out.dtype, np.integer):
+        raise HeadraceError(f"{what}: give one timestamp in milliseconds (an integer) per key ({n}), not "
+                            f"{out.dtype} of shape {out.shape}")  # fmt: skip
+    return out.astype(np.int64, copy=False)
+
+
+def _as_table(values: Any, schema: pa.Schema, n: int, what: str) -> pa.Table:
+    """Values given to a ``*_batch`` method: a ``pyarrow.Table``/``RecordBatch``, a pandas
+    DataFrame or a mapping of field name to array, cast to ``schema``; one row per key."""
+    if isinstance(values, pa.RecordBatch):
+        values = pa.Table.from_batches([values])
+    elif isinstance(values, Mapping):
+        values = pa.table({k: values[k] for k in values})
+    elif type(values).__name__ == "DataFrame" and hasattr(values, "columns"):
+        values = pa.Table.from_pandas(values, preserve_index=False)
+    elif isinstance(values, pa.Array | pa.ChunkedArray | np.ndarray | list) and len(schema) == 1:
+        values = pa.table({schema.names[0]: values})
+    if not isinstance(values, pa.Table):
+        raise HeadraceError(f"{what}: give the values as a pyarrow.Table (or a mapping of field to array) with "
+                            f"the fields {_spark_schema(schema)}, not {type(values).__name__}")  # fmt: skip
+    missing = [f for f in schema.names if f not in values.column_names]
+    if missing:
+        raise HeadraceError(
+            f"{what}: the values have no field {', '.join(missing)} (schema: {_spark_schema(schema)})"
+        )
+    if values.num_rows != n:
+        raise HeadraceError(f"{what}: {values.num_rows} value rows for {n} keys; give one row per key (and select "
+                            "keys with where=)")  # fmt: skip
+    try:
+        return values.select(schema.names).cast(schema)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise HeadraceError(f"{what}: the values do not cast to {_spark_schema(schema)}: {e}") from None
 
 
 def parse_state_schema(schema: Any, what: str) -> pa.Schema:
@@ -151,6 +250,8 @@ def _spark_schema(schema: pa.Schema) -> str:
 def _as_tuple(value: Any, schema: pa.Schema, what: str) -> tuple[Any, ...]:
     """A value given by the processor as the tuple of its fields (PySpark's), a mapping by
     field name, or, for a one-field schema, the bare value."""
+    if type(value) is tuple and len(value) == len(schema):  # the common case, before the ABC check
+        return value
     if isinstance(value, Mapping):
         missing = [n for n in schema.names if n not in value]
         if missing:
@@ -190,6 +291,8 @@ class _Variable:
         self.store: StateStore | None = None
         self._cache: dict[tuple[Any, ...], Any] = {}
         self._dirty: set[tuple[Any, ...]] = set()
+        self._last_read: tuple[KeyBatch, pa.Table, np.ndarray] | None = None
+        self._read_for: object = None  # the handle's pending keys this variable has read
 
     # -------------------------------------------------------------- what the store holds
     def value_schema(self) -> pa.Schema:
@@ -217,6 +320,8 @@ class _Variable:
     def reset(self) -> None:
         self._cache.clear()
         self._dirty.clear()
+        self._last_read = None
+        self._read_for = None
 
     def prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
         """Read the rows of ``keys`` (not yet cached) in one ``get``."""
@@ -249,6 +354,12 @@ class _Variable:
         try:
             return self._cache[key]
         except KeyError:
+            pending = self._handle._pending
+            if pending is not None and self._read_for is not pending:
+                self._read_for = pending  # the first read among the pending keys reads them all
+                self.prefetch(*pending)
+                if key in self._cache:
+                    return self._cache[key]
             self.prefetch([key], self._handle._key_table([key]))
             return self._cache[key]
 
@@ -319,38 +430,40 @@ class ValueState(_Variable):
     kind = "value"
 
     def value_schema(self) -> pa.Schema:
-        return pa.schema(
-            [pa.field("__value", pa.struct(list(self.schema))), pa.field("__expires", pa.int64())]
-        )
+        # one column per field (``value.<field>``), not a struct: both backends keep flat
+        # columns of primitive types without Python objects
+        fields = [pa.field(f"value.{f.name}", f.type) for f in self.schema]
+        return pa.schema([*fields, pa.field("__expires", pa.int64())])
+
+    def _columns(self) -> list[str]:
+        return [f"value.{n}" for n in self.schema.names]
 
     def _decode(self, row: Mapping[str, Any] | None) -> Any:
-        if row is None or row.get("__value") is None:
+        if row is None:
             return None
-        return (_struct_tuple(row["__value"], self.schema), row.get("__expires"))
+        return (tuple(row[c] for c in self._columns()), row.get("__expires"))
 
     def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
         if entry is None:
             return None, None
         value, expires = entry
-        return {"__value": _struct_dict(value, self.schema), "__expires": expires}, expires
+        return {**dict(zip(self._columns(), value, strict=True)), "__expires": expires}, expires
 
     def _empty(self) -> Any:
         return None
 
     def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
         # column by column: a to_pylist per field instead of a dict per row
-        struct = values.column("__value").combine_chunks()
-        valid = struct.is_valid().to_numpy(zero_copy_only=False) & np.asarray(found, np.bool_)
-        tuples = list(zip(*(f.to_pylist() for f in struct.flatten()), strict=True))
+        valid = np.asarray(found, np.bool_)
+        tuples = list(zip(*(values.column(c).to_pylist() for c in self._columns()), strict=True))
         expires = values.column("__expires").to_pylist()
         return [(tuples[i], expires[i]) if valid[i] else None for i in range(len(expires))]
 
     def _encode_many(self, entries: list[Any]) -> tuple[pa.Table, pa.Array]:
         cols = list(zip(*(v for v, _ in entries), strict=True))
         arrays = [pa.array(list(c), f.type) for c, f in zip(cols, self.schema, strict=True)]
-        struct = pa.StructArray.from_arrays(arrays, fields=list(self.schema))
         expires = pa.array([e for _, e in entries], pa.int64())
-        return pa.Table.from_arrays([struct, expires], schema=self.value_schema()), expires
+        return pa.Table.from_arrays([*arrays, expires], schema=self.value_schema()), expires
 
     def _unexpired(self, entry: Any, now: int) -> Any:
         if entry is None or (entry[1] is not None and entry[1] <= now):
@@ -374,6 +487,70 @@ class ValueState(_Variable):
     def clear(self) -> None:
         """Remove the key's value."""
         self._set(None)
+
+    # -------------------------------------------------------------- batched (KeyBatch)
+    def _read_batch(self) -> tuple[pa.Table, np.ndarray]:
+        batch = self._handle._current_batch()
+        assert self.store is not None
+        last = self._last_read
+        if last is not None and last[0] is batch:
+            return last[1], last[2]
+        values, found = self.store.get(batch.keys)
+        valid = np.asarray(found, np.bool_)
+        if self.ttl_ms is not None:
+            exp = values.column("__expires").combine_chunks()
+            valid = valid & ~pc.fill_null(pc.less_equal(exp, self._now()), False).to_numpy(
+                zero_copy_only=False
+            )
+        cols = [values.column(c) for c in self._columns()]
+        if not valid.all():
+            mask = pa.array(valid)
+            cols = [pc.if_else(mask, c, pa.nulls(len(c), c.type)) for c in cols]
+        out = pa.Table.from_arrays(cols, schema=self.schema)
+        self._last_read = (batch, out, valid)  # until a write: exists_batch then get_batch read once
+        return out, valid
+
+    def exists_batch(self) -> np.ndarray:
+        """Batched :meth:`exists`: one bool per key of the :class:`KeyBatch`."""
+        return self._read_batch()[1].copy()
+
+    def get_batch(self) -> pa.Table:
+        """Batched :meth:`get`: a table of the variable's fields, one row per key of the
+        :class:`KeyBatch` (in its order); all nulls where :meth:`exists_batch` is false."""
+        return self._read_batch()[0]
+
+    def update_batch(self, values: Any, where: Any = None) -> None:
+        """Batched :meth:`update`: ``values`` (a ``pyarrow.Table``, a mapping of field name to
+        array, a pandas DataFrame) holds one row per key of the :class:`KeyBatch`; ``where`` (a
+        boolean array per key) selects the keys updated (default all). Resets their TTL."""
+        batch = self._handle._current_batch()
+        assert self.store is not None
+        self._last_read = None
+        n = batch.num_keys
+        what = f"value state {self.name!r} update_batch"
+        table = _as_table(values, self.schema, n, what)
+        keys = batch.keys
+        idx = _where(where, n, what)
+        if idx is not None:
+            keys, table = keys.take(idx), table.take(idx)
+        if not keys.num_rows:
+            return
+        exp = self._expiry()
+        expires = (
+            pa.nulls(keys.num_rows, pa.int64()) if exp is None else pa.array(np.full(keys.num_rows, exp))
+        )
+        self.store.put(
+            keys, pa.Table.from_arrays([*table.columns, expires], schema=self.value_schema()), expires
+        )
+
+    def clear_batch(self, where: Any = None) -> None:
+        """Batched :meth:`clear`: remove the values of the :class:`KeyBatch`'s keys (those
+        ``where`` selects, default all)."""
+        batch = self._handle._current_batch()
+        assert self.store is not None
+        self._last_read = None
+        idx = _where(where, batch.num_keys, f"value state {self.name!r} clear_batch")
+        self.store.remove(batch.keys if idx is None else batch.keys.take(idx))
 
 
 class ListState(_Variable):
@@ -530,30 +707,76 @@ class MapState(_Variable):
 
 
 class Timers(_Variable):
-    """The timers of each grouping key: sorted timestamps (ms), the earliest as the order."""
+    """The timers of each grouping key: sorted timestamps (ms), the earliest as the order.
+    Stored as ``__timer`` (the earliest, int64) and ``__later`` (the others, a list; null when
+    none): a key with one timer, the common case, is one integer in either store."""
 
     kind = "timers"
 
     def value_schema(self) -> pa.Schema:
-        return pa.schema([pa.field("__timers", pa.list_(pa.int64()))])
+        return pa.schema([pa.field("__timer", pa.int64()), pa.field("__later", pa.list_(pa.int64()))])
 
     def _decode(self, row: Mapping[str, Any] | None) -> Any:
-        return list((row or {}).get("__timers") or [])
+        if row is None or row.get("__timer") is None:
+            return []
+        return [row["__timer"], *(row.get("__later") or [])]
 
     def _encode(self, entry: Any) -> tuple[dict[str, Any] | None, int | None]:
         if not entry:
             return None, None
-        return {"__timers": list(entry)}, entry[0]
+        return {"__timer": entry[0], "__later": list(entry[1:]) or None}, entry[0]
 
     def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
-        lists = values.column("__timers").to_pylist()
-        return [list(t or []) if f else [] for t, f in zip(lists, found, strict=True)]
+        parent, times = self.flatten(values)
+        out: list[list[int]] = [[] for _ in range(values.num_rows)]
+        for p, t in zip(parent.tolist(), times.tolist(), strict=True):
+            out[p].append(t)
+        return out
 
     def _encode_many(self, entries: list[Any]) -> tuple[pa.Table, pa.Array]:
-        lists = pa.array(entries, pa.list_(pa.int64()))
-        return pa.Table.from_arrays([lists], schema=self.value_schema()), pa.array(
-            [e[0] for e in entries], pa.int64()
-        )
+        parent = np.repeat(np.arange(len(entries), dtype=np.int64), [len(e) for e in entries])
+        times = np.fromiter((t for e in entries for t in e), np.int64, count=len(parent))
+        table, order, _ = self.build(len(entries), parent, times)
+        return table, order
+
+    @staticmethod
+    def flatten(values: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """The stored rows' timers as ``(row position, timestamp)`` arrays, sorted by both."""
+        first = values.column("__timer").combine_chunks()
+        later = values.column("__later").combine_chunks()
+        has = first.is_valid().to_numpy(zero_copy_only=False)
+        p0 = np.flatnonzero(has).astype(np.int64)
+        t0 = first.to_numpy(zero_copy_only=False)[has].astype(np.int64) if len(p0) else np.zeros(0, np.int64)
+        if later.null_count == len(later):
+            return p0, t0
+        p1 = pc.list_parent_indices(later).to_numpy(zero_copy_only=False).astype(np.int64)
+        t1 = pc.list_flatten(later).to_numpy(zero_copy_only=False).astype(np.int64)
+        parent, times = np.concatenate([p0, p1]), np.concatenate([t0, t1])
+        order = np.lexsort((times, parent))
+        return parent[order], times[order]
+
+    def build(self, m: int, parent: np.ndarray, times: np.ndarray) -> tuple[pa.Table, pa.Array, np.ndarray]:
+        """Stored rows of ``m`` keys from sorted ``(row position, timestamp)`` arrays: the
+        value table, the order (earliest timer) and which keys have a timer."""
+        counts = np.bincount(parent, minlength=m)
+        offsets = np.zeros(m + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        has = counts > 0
+        first = np.zeros(m, np.int64)
+        first[has] = times[offsets[:-1][has]]
+        first_arr = pa.array(first, pa.int64(), mask=~has)
+        rest = counts > 1
+        if rest.any():
+            is_first = np.zeros(len(times), np.bool_)
+            is_first[offsets[:-1][has]] = True
+            later_counts = np.maximum(counts - 1, 0)
+            later_off = np.zeros(m + 1, np.int32)
+            np.cumsum(later_counts, out=later_off[1:])
+            later = pa.ListArray.from_arrays(pa.array(later_off), pa.array(times[~is_first], pa.int64()),
+                                             mask=pa.array(~rest))  # fmt: skip
+        else:
+            later = pa.nulls(m, pa.list_(pa.int64()))
+        return pa.Table.from_arrays([first_arr, later], schema=self.value_schema()), first_arr, has
 
     def _empty(self) -> Any:
         return []
@@ -574,6 +797,41 @@ class Timers(_Variable):
     def current(self) -> list[int]:
         return list(self._entry())
 
+    def change_batch(self, keys: pa.Table, ts: np.ndarray, add: bool) -> None:
+        """Register (``add``) or delete timer ``ts[i]`` of ``keys[i]`` for every ``i`` (keys
+        unique): one ``get``, one ``put`` and one ``remove``, no Python work per key."""
+        assert self.store is not None
+        m = keys.num_rows
+        if not m:
+            return
+        values, found = self.store.get(keys)
+        parent, times = self.flatten(values)
+        if add:
+            parent = np.concatenate([parent, np.arange(m, dtype=np.int64)])
+            times = np.concatenate([times, ts])
+            order = np.lexsort((times, parent))
+            parent, times = parent[order], times[order]
+            keep = np.ones(len(times), np.bool_)
+            keep[1:] = (parent[1:] != parent[:-1]) | (times[1:] != times[:-1])
+        else:
+            keep = times != ts[parent]
+        table, first, has = self.build(m, parent[keep], times[keep])
+        if has.any():
+            idx = pa.array(np.flatnonzero(has))
+            self.store.put(keys.take(idx), table.take(idx), first.take(idx))
+        gone = np.flatnonzero(~has & np.asarray(found, np.bool_))
+        if len(gone):
+            self.store.remove(keys.take(pa.array(gone)))
+
+    def lists_batch(self, keys: pa.Table) -> pa.ListArray:
+        """The timers of each of ``keys`` (an empty list where none)."""
+        assert self.store is not None
+        values, _ = self.store.get(keys)
+        parent, times = self.flatten(values)
+        offsets = np.zeros(keys.num_rows + 1, np.int32)
+        np.cumsum(np.bincount(parent, minlength=keys.num_rows), out=offsets[1:])
+        return pa.ListArray.from_arrays(pa.array(offsets), pa.array(times, pa.int64()))
+
     def expired(self, before: int) -> list[tuple[int, tuple[Any, ...]]]:
         """Take the timers earlier than ``before`` (Spark fires a timer once the time passes
         it): the rows whose earliest timer is earlier are evicted from the store and kept in
@@ -585,10 +843,10 @@ class Timers(_Variable):
             return []
         out = self.store.evict(before - 1)
         fired: list[tuple[int, tuple[Any, ...]]] = []
-        for key, timers in zip(self._handle._keys_of(out), out.column("__timers").to_pylist(), strict=True):
-            self._cache[key] = list(timers or [])
+        for key, timers in zip(self._handle._keys_of(out), self._decode_many(out, None), strict=True):
+            self._cache[key] = timers
             self._dirty.add(key)  # evicted: written back with what is left
-            fired.extend((t, key) for t in timers or [] if t < before)
+            fired.extend((t, key) for t in timers if t < before)
         fired.sort(key=lambda p: p[0])
         return fired
 
@@ -605,6 +863,9 @@ class StatefulProcessorHandle:
         self._variables: dict[str, _Variable] = {}
         self._declaring = declaring
         self._key: tuple[Any, ...] | None = None
+        self._batch: KeyBatch | None = None
+        # (keys, key table) the coming per-key calls are for, read by each variable at its first use
+        self._pending: tuple[list[tuple[Any, ...]], pa.Table] | None = None
         self._timer_values = TimerValues()
         self._timers = Timers(self, "__timers", pa.schema([pa.field("t", pa.int64())]), None)
         self._purge: list[str] = []
@@ -620,10 +881,10 @@ class StatefulProcessorHandle:
                                 "starting with a digit), e.g. 'count'")  # fmt: skip
         if var.name in self._variables:
             raise HeadraceError(f"{what} is declared twice in init(); give each state variable its own name")
-        if var.ttl_ms is not None and self._time_mode == "none":
-            raise UnsupportedError(f"{what}: a TTL needs processing time, and time_mode is 'none' (Spark's "
-                                   "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE); use "
-                                   "time_mode='processing_time' or 'event_time', or drop the ttl")  # fmt: skip
+        if var.ttl_ms is not None and self._time_mode != "processing_time":
+            raise UnsupportedError(f"{what}: a TTL needs time_mode 'processing_time', and time_mode is "
+                                   f"{self._time_mode!r} (Spark's STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL); "
+                                   "use time_mode='processing_time', or drop the ttl")  # fmt: skip
         self._variables[var.name] = var
         return var
 
@@ -662,13 +923,16 @@ class StatefulProcessorHandle:
 
     # -------------------------------------------------------------- timers
     def _check_timers(self, what: str) -> None:
+        self._check_timer_mode(what)
+        if self._key is None:
+            raise HeadraceError(f"{what}: timers belong to a grouping key; call it from handle_input_rows, "
+                                "handle_expired_timer or handle_initial_state")  # fmt: skip
+
+    def _check_timer_mode(self, what: str) -> None:
         if self._time_mode == "none":
             raise UnsupportedError(f"{what}: timers need time_mode 'processing_time' or 'event_time', and this "
                                    "transform_with_state has time_mode 'none' (Spark's "
                                    "STATEFUL_PROCESSOR_CANNOT_PERFORM_OPERATION_WITH_INVALID_TIME_MODE)")  # fmt: skip
-        if self._key is None:
-            raise HeadraceError(f"{what}: timers belong to a grouping key; call it from handle_input_rows, "
-                                "handle_expired_timer or handle_initial_state")  # fmt: skip
 
     def register_timer(self, expiry_timestamp_ms: int) -> None:
         """Register a timer for the current key at ``expiry_timestamp_ms`` (processing time or
@@ -690,6 +954,39 @@ class StatefulProcessorHandle:
         self._check_timers("list_timers")
         return iter(self._timers.current())
 
+    # -------------------------------------------------------------- timers, batched (KeyBatch)
+    def register_timer_batch(self, expiry_timestamps_ms: Any, where: Any = None) -> None:
+        """Batched :meth:`register_timer`: timer ``expiry_timestamps_ms[i]`` (an integer array,
+        or one integer for all) for each key ``i`` of the :class:`KeyBatch` (those ``where``
+        selects, default all)."""
+        self._timer_batch(expiry_timestamps_ms, where, True, "register_timer_batch")
+
+    def delete_timer_batch(self, expiry_timestamps_ms: Any, where: Any = None) -> None:
+        """Batched :meth:`delete_timer` (absent timers: nothing)."""
+        self._timer_batch(expiry_timestamps_ms, where, False, "delete_timer_batch")
+
+    def list_timers_batch(self) -> pa.ListArray:
+        """Batched :meth:`list_timers`: each key's timers, earliest first (a list per key)."""
+        self._check_timer_mode("list_timers_batch")
+        return self._timers.lists_batch(self._current_batch().keys)
+
+    def _timer_batch(self, ts: Any, where: Any, add: bool, what: str) -> None:
+        self._check_timer_mode(what)
+        batch = self._current_batch()
+        times = _int64s(ts, batch.num_keys, what)
+        idx = _where(where, batch.num_keys, what)
+        keys = batch.keys
+        if idx is not None:
+            keys, times = keys.take(idx), times[idx]
+        self._timers.change_batch(keys, times, add)
+
+    def _current_batch(self) -> KeyBatch:
+        if self._batch is None:
+            raise HeadraceError("the *_batch methods act on the keys of handle_input_batch or "
+                                "handle_expired_timer_batch; call them from those methods only (per key, "
+                                "use get/update/register_timer)")  # fmt: skip
+        return self._batch
+
     getValueState = get_value_state
     getListState = get_list_state
     getMapState = get_map_state
@@ -702,7 +999,9 @@ class StatefulProcessorHandle:
     def _current_key(self) -> tuple[Any, ...]:
         if self._key is None:
             raise HeadraceError("state variables belong to a grouping key; use them from handle_input_rows, "
-                                "handle_expired_timer or handle_initial_state, not from init or close")  # fmt: skip
+                                "handle_expired_timer or handle_initial_state, not from init or close (in "
+                                "handle_input_batch and handle_expired_timer_batch, use the value state's *_batch "
+                                "methods; list and map state have none: use handle_input_rows)")  # fmt: skip
         return self._key
 
     def _key_table(self, keys: list[tuple[Any, ...]]) -> pa.Table:

@@ -34,11 +34,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headrace.errors import HeadraceError, UnsupportedError
+from headrace.state.columns import to_int64
 from headrace.transforms.operator import BatchInfo, OperatorContext, StateWrite
 from headrace.transforms.state_variables import (
     ExpiredTimerInfo,
+    KeyBatch,
     ListState,
     MapState,
     StatefulProcessorHandle,
@@ -47,10 +50,12 @@ from headrace.transforms.state_variables import (
     parse_state_schema,
 )
 from headrace.transforms.stateful import StatefulOperator
+from headrace.transforms.window import event_time_micros
 
 __all__ = [
     "TIME_MODES",
     "ExpiredTimerInfo",
+    "KeyBatch",
     "ListState",
     "MapState",
     "StatefulProcessor",
@@ -97,6 +102,24 @@ class StatefulProcessor:
             f"{type(self).__name__} must define handle_input_rows(self, key, rows, timer_values)"
         )
 
+    def handle_input_batch(self, batch: KeyBatch, timer_values: TimerValues) -> Iterable[Any]:
+        """Opt-in, instead of :meth:`handle_input_rows`: called once per batch with every key
+        that has rows (``batch.keys``; ``batch.rows`` sorted by key, ``batch.offsets``). It
+        does, for all keys at once, what ``handle_input_rows`` does per key: value state
+        through ``get_batch``/``exists_batch``/``update_batch``/``clear_batch``, timers
+        through ``handle.register_timer_batch``/``delete_timer_batch``, one value (row) per
+        key. Yields output tables or rows. In real-time mode it is called once per row."""
+        raise NotImplementedError
+
+    def handle_expired_timer_batch(
+        self, batch: KeyBatch, timer_values: TimerValues, expiry_time_ms: np.ndarray
+    ) -> Iterable[Any]:
+        """Opt-in, instead of :meth:`handle_expired_timer`: called with keys whose timers
+        fired (``batch.keys``, no rows) and ``expiry_time_ms``, the fired timer of each key
+        (int64 array). A key with several fired timers is in several calls, one per timer,
+        in time order; each timer is deleted after its call. Yields output rows."""
+        raise NotImplementedError
+
     def handle_expired_timer(self, key: tuple[Any, ...], timer_values: TimerValues,
                              expired_timer_info: ExpiredTimerInfo) -> Iterable[Any]:  # fmt: skip
         """Called once per fired timer, after the batch's rows were handled, timers in time
@@ -111,6 +134,10 @@ class StatefulProcessor:
 
     def close(self) -> None:
         """Called once when the query stops."""
+
+
+def _overrides(processor: StatefulProcessor, method: str) -> bool:
+    return getattr(type(processor), method) is not getattr(StatefulProcessor, method)
 
 
 def parse_time_mode(value: Any) -> str:
@@ -170,6 +197,8 @@ class TransformWithStateOperator(StatefulOperator):
             )
         self.keys = list(keys)
         self.processor = processor
+        self._batched_input = _overrides(processor, "handle_input_batch")
+        self._batched_timers = _overrides(processor, "handle_expired_timer_batch")
         self.out_schema = parse_state_schema(output_schema, "transform_with_state output_schema")
         mode = str(output_mode).strip().lower()
         if mode not in ("append", "update"):
@@ -289,6 +318,7 @@ class TransformWithStateOperator(StatefulOperator):
             var.store.load(batch.batch_id - 1)
         for v in handle._all():
             v.reset()
+        handle._pending = None
         if self._first_batch_of_run:
             for name in handle._purge:
                 handle._variables[name].purge()
@@ -319,6 +349,7 @@ class TransformWithStateOperator(StatefulOperator):
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         """Micro-batch: keep the chunk for ``finish``. Real-time: ``handle_input_rows`` per row
         now, returning what it emits."""
+        table = self._drop_late(table, batch)
         if not table.num_rows:
             return None
         if not batch.real_time:
@@ -328,6 +359,14 @@ class TransformWithStateOperator(StatefulOperator):
         if self._pending_initial:
             self._run_initial_state(out)
         handle = self.handle_
+        if self._batched_input:
+            self._settle_caches()
+            key_table = table.select(self.keys)
+            for i in range(table.num_rows):
+                keyed = KeyBatch(key_table.slice(i, 1), table.slice(i, 1), np.array([0, 1], np.int64))
+                self._call_batch(out, keyed, "handle_input_batch", self._tv)
+            self._extra_metrics["numInputRowsHandled"] += table.num_rows
+            return out.table()
         keys = handle._keys_of(table.select(self.keys))
         self._prefetch(keys, table.select(self.keys))
         for i, key in enumerate(keys):
@@ -339,9 +378,43 @@ class TransformWithStateOperator(StatefulOperator):
             v.flush()
         return out.table()
 
-    def _prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
+    def _drop_late(self, table: pa.Table, batch: BatchInfo) -> pa.Table:
+        """Event time: drop the rows whose event time the watermark for late events (the
+        previous batch's) has passed (``<=``), as Spark's ``TransformWithStateExec`` does; a
+        NULL event time is kept."""
+        if self.time_mode != "event_time" or batch.late_ms is None or self.watermark_column is None:
+            return table
+        if not table.num_rows or self.watermark_column not in table.column_names:
+            return table
+        ts, valid = event_time_micros(table.column(self.watermark_column))
+        late = ts <= int(batch.late_ms) * 1000
+        if valid is not None:
+            late &= valid
+        n = int(late.sum())
+        if not n:
+            return table
+        self._dropped += n
+        return table.filter(pa.array(~late))
+
+    def _settle_caches(self) -> None:
+        """Write back and forget what per-key calls cached, so that batched calls (which
+        read and write the stores directly) see it, and later per-key calls see theirs."""
         for v in self.handle_._all():
-            v.prefetch(keys, key_table)
+            v.flush()
+            v.reset()
+
+    def _call_batch(self, out: _Output, batch: KeyBatch, method: str, *args: Any) -> None:
+        handle = self.handle_
+        handle._batch = batch
+        try:
+            out.add(getattr(self.processor, method)(batch, *args), method)
+        finally:
+            handle._batch = None
+
+    def _prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
+        """The keys the coming per-key calls are for: a variable's first read of one of them
+        reads all of them in one ``get`` (a variable the calls never read costs nothing)."""
+        self.handle_._pending = (keys, key_table)
 
     def _run_initial_state(self, out: _Output) -> None:
         from headrace.transforms.join import StaticTable
@@ -386,12 +459,17 @@ class TransformWithStateOperator(StatefulOperator):
         if chunks:
             table = pa.concat_tables(chunks) if len(chunks) > 1 else chunks[0]
             groups = _group(table.select(self.keys), table)
-            keys = handle._keys_of(groups.keys)
-            self._prefetch(keys, groups.keys)
-            for key, rows in zip(keys, groups.slices(), strict=True):
-                handle._key = key
-                out.add(self.processor.handle_input_rows(key, rows, self._tv), "handle_input_rows")
-            handle._key = None
+            if self._batched_input:
+                self._settle_caches()
+                keyed = KeyBatch(groups.keys, groups._rows, groups._offsets)
+                self._call_batch(out, keyed, "handle_input_batch", self._tv)
+            else:
+                keys = handle._keys_of(groups.keys)
+                self._prefetch(keys, groups.keys)
+                for key, rows in zip(keys, groups.slices(), strict=True):
+                    handle._key = key
+                    out.add(self.processor.handle_input_rows(key, rows, self._tv), "handle_input_rows")
+                handle._key = None
             self._extra_metrics["numInputRowsHandled"] += table.num_rows
         for v in handle._all():
             v.flush()
@@ -417,6 +495,9 @@ class TransformWithStateOperator(StatefulOperator):
             handle._timer_values = self._tv
         else:
             before = self._tv.current_processing_time_ms
+        if self._batched_timers:
+            self._fire_timers_batched(before, out)
+            return
         fired = handle._timers.expired(before)
         if not fired:
             return
@@ -435,6 +516,50 @@ class TransformWithStateOperator(StatefulOperator):
         handle._key = None
         for v in handle._all():
             v.flush()
+
+    def _fire_timers_batched(self, before: int, out: _Output) -> None:
+        """The timers earlier than ``before``, by rounds: round ``r`` calls
+        ``handle_expired_timer_batch`` with the keys that have an ``r``-th fired timer (time
+        order within the round), each timer deleted after its call; a timer deleted by an
+        earlier round's call does not fire. Per key, the calls are in time order, as one call
+        per timer would be."""
+        self._settle_caches()
+        timers = self.handle_._timers
+        store = timers.store
+        assert store is not None
+        earliest = store.earliest_order()
+        if earliest is None or earliest >= before:
+            return
+        due = store.evict(before - 1)
+        if not due.num_rows:
+            return
+        keys = due.select(self.keys)
+        # back into the store: each timer is deleted after its call, as handle_expired_timer's
+        store.put(keys, due.select(timers.value_schema().names), due.column("__order"))
+        parent, times = timers.flatten(due)
+        starts = np.zeros(due.num_rows, np.int64)  # the position of each key's first timer
+        np.cumsum(np.bincount(parent, minlength=due.num_rows)[:-1], out=starts[1:])
+        rank = np.arange(len(times), dtype=np.int64) - starts[parent]
+        fired = times < before
+        if not fired.any():
+            return
+        for r in range(int(rank[fired].max()) + 1):
+            sel = np.flatnonzero(fired & (rank == r))
+            sel = sel[np.argsort(times[sel], kind="stable")]
+            kt, ts = keys.take(pa.array(parent[sel])), times[sel]
+            if r:  # still registered (an earlier call may have deleted it)
+                have = timers.lists_batch(kt)
+                p = pc.list_parent_indices(have).to_numpy(zero_copy_only=False)
+                t = pc.list_flatten(have).to_numpy(zero_copy_only=False)
+                live = np.bincount(p[t == ts[p]], minlength=len(ts)) > 0
+                if not live.all():
+                    idx = np.flatnonzero(live)
+                    kt, ts = kt.take(pa.array(idx)), ts[idx]
+            if not len(ts):
+                continue
+            self._call_batch(out, KeyBatch(kt), "handle_expired_timer_batch", self._tv, ts)
+            timers.change_batch(kt, ts, add=False)
+            self._extra_metrics["numTimersFired"] += len(ts)
 
     def _commit_all(self, batch: BatchInfo) -> None:
         handle = self.handle_
@@ -512,8 +637,10 @@ class _Groups:
 
 
 def _group(key_cols: pa.Table, table: pa.Table) -> _Groups:
-    import pyarrow.compute as pc
-
+    if key_cols.num_columns == 1 and table.num_rows > 1:
+        col = key_cols.column(0)
+        if col.null_count == 0 and (pa.types.is_integer(col.type) or pa.types.is_temporal(col.type)):
+            return _group_integers(key_cols, table)
     idx = pa.array(np.arange(table.num_rows, dtype=np.int64))
     g = key_cols.append_column("__i", idx).group_by(key_cols.column_names, use_threads=False)
     agg = g.aggregate([("__i", "list")])
@@ -524,6 +651,20 @@ def _group(key_cols: pa.Table, table: pa.Table) -> _Groups:
     keys = agg.select(key_cols.column_names)
     rows = table.take(order) if table.num_rows > 1 else table
     return _Groups(keys, rows, offsets)
+
+
+def _group_integers(key_cols: pa.Table, table: pa.Table) -> _Groups:
+    """:func:`_group` for one integer (or temporal) key column without nulls, in numpy: a
+    stable sort and the runs of equal keys (keys in ascending order)."""
+    col = key_cols.column(0).combine_chunks()
+    ints = to_int64(col).to_numpy(zero_copy_only=False)
+    order = np.argsort(ints, kind="stable")
+    sorted_ints = ints[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_ints[1:] != sorted_ints[:-1]]))
+    offsets = np.concatenate([starts, [len(sorted_ints)]]).astype(np.int64)
+    idx = pa.array(order)
+    keys = pa.Table.from_arrays([col.take(pa.array(order[starts]))], schema=key_cols.schema)
+    return _Groups(keys, table.take(idx), offsets)
 
 
 class _Output:
