@@ -60,18 +60,6 @@ class _Unopenable(CheckpointError):
     the verified changelogs and checkpoints; a checkpoint is refused."""
 
 
-def _present(raws: list[Any]) -> np.ndarray:
-    """Which lookups found a row (not None): C-level ``list.count`` when all or none did,
-    an object-array comparison otherwise (no Python call per row)."""
-    n = len(raws)
-    missing = raws.count(None)
-    if not missing:
-        return np.ones(n, np.bool_)
-    if missing == n:
-        return np.zeros(n, np.bool_)
-    return np.array(raws, dtype=object) != None  # noqa: E711  (element-wise)
-
-
 def _link_or_copy(src: str, dst: str) -> None:
     if src.endswith(".sst"):
         try:
@@ -107,11 +95,6 @@ class RocksDBStateStore(StateStore):
         self._db_dirty = False
         self._last: tuple[pa.Table, list[bytes], list[Any]] | None = None
         self._last_orders: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
-        # the rows this batch and the one before wrote (data key -> encoded row, as in the
-        # database): a batch mostly touches the keys the one before did (open windows), so
-        # their lookups skip RocksDB; bounded by two batches' keys, forgotten by a restore
-        self._hot: dict[bytes, bytes] = {}
-        self._hot_prev: dict[bytes, bytes] = {}
         self._write_opts = self._rocksdict.WriteOptions()
         # no RocksDB write-ahead log: the changelog files are the durable record. A process
         # that dies loses the memtable, so the database reopens as of its last flush: a
@@ -255,19 +238,14 @@ class RocksDBStateStore(StateStore):
         if last is not None and last[0] is keys:
             return last[1], last[2]
         kbs = self._keys.encode(keys)
-        dks = self._keys.data_keys(kbs)
-        hot, prev, get = self._hot, self._hot_prev, self._db.get  # (map(get) is faster than rocksdict's multi-get)
-        if hot or prev:
-            raw = [r if (r := hot.get(k)) is not None or (r := prev.get(k)) is not None else get(k) for k in dks]
-        else:
-            raw = list(map(get, dks))
+        raw = list(map(self._db.get, self._keys.data_keys(kbs)))  # faster than rocksdict's multi-get
         self._last = (keys, kbs, raw)
         return kbs, raw
 
     def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
         _, raw = self._lookup(keys)
         self.work.rows_looked_up += len(raw)
-        found = _present(raw)
+        found = np.fromiter((r is not None for r in raw), dtype=np.bool_, count=len(raw))
         with self._decoding():
             ords, has, arrays = self._codec.decode(raw)
         self._last_orders = (keys, ords, has)
@@ -297,17 +275,14 @@ class RocksDBStateStore(StateStore):
         okeys = self._keys.order_keys(kbs, add, new_o[add])
         put = wb.put
         list(map(put, okeys, [b""] * len(okeys)))
-        dks = self._keys.data_keys(kbs)
-        rows = self._codec.encode(values, order)
-        list(map(put, dks, rows))
-        self._hot.update(zip(dks, rows, strict=True))
-        self._rows += old.count(None)
+        list(map(put, self._keys.data_keys(kbs), self._codec.encode(values, order)))
+        self._rows += int(np.count_nonzero(np.fromiter((r is None for r in old), np.bool_, count=len(old))))
         self._write(wb)
 
     def _remove(self, keys: pa.Table) -> int:
         kbs, old = self._lookup(keys)
         self._last = self._last_orders = None
-        hit = _present(old)
+        hit = np.fromiter((r is not None for r in old), np.bool_, count=len(old))
         rows = np.flatnonzero(hit)
         if not len(rows):
             return 0
@@ -317,8 +292,6 @@ class RocksDBStateStore(StateStore):
         hit_kbs = [kbs[i] for i in rows.tolist()]
         for k in self._keys.data_keys(hit_kbs):
             wb.delete(k)
-            self._hot.pop(k, None)
-            self._hot_prev.pop(k, None)
         indexed = np.flatnonzero(has)
         for k in self._keys.order_keys(hit_kbs, indexed, ords[indexed]):
             wb.delete(k)
@@ -368,10 +341,6 @@ class RocksDBStateStore(StateStore):
         else:
             live_kbs, live_raw, live_dks = [kbs[i] for i in live], [raw[i] for i in live], [dks[i] for i in live]
         list(map(wb.delete, live_dks))
-        if self._hot or self._hot_prev:
-            for k in live_dks:
-                self._hot.pop(k, None)
-                self._hot_prev.pop(k, None)
         self._rows -= len(live_kbs)
         self._write(wb)
         return self._decode_rows(live_kbs, live_raw)
@@ -404,7 +373,6 @@ class RocksDBStateStore(StateStore):
 
     # ------------------------------------------------------------------ versions
     def _commit_backend(self, version: int) -> None:
-        self._hot_prev, self._hot = self._hot, {}
         wb = self._write_batch()
         self._db_version = version
         self._db_dirty = False
@@ -428,7 +396,6 @@ class RocksDBStateStore(StateStore):
 
     def _restore(self, version: int) -> None:
         self._last = self._last_orders = None
-        self._hot, self._hot_prev = {}, {}
         if self._db is None:
             try:
                 self._open()
