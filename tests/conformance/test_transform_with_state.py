@@ -20,6 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 
 import headrace as hr
@@ -28,6 +29,9 @@ from tests.conformance.generator import DDL, DELAY_S, generate
 from tests.conformance.harness import _unmatched, rows_of, write_input
 
 pytest.importorskip("pandas")
+# the module's fixture runs every selected case on Spark twice (direct, translated): minutes
+# under load, counted towards the first test's timeout
+pytestmark = pytest.mark.timeout(2400)
 
 SEED = 3
 BATCHES = 5  # Spark takes seconds per TWS batch: a few batches keep the module near 2 minutes
@@ -206,7 +210,7 @@ def _headrace_frame(case: str, paths: Any) -> Any:
          .option("maxFilesPerTrigger", 1).schema(DDL).load(paths.main))  # fmt: skip
     if watermark:
         s = s.with_watermark("ts", f"{DELAY_S} seconds")
-    init = hr.read.format("parquet").load(paths.static) if initial else None
+    init = pq.read_table(paths.static) if initial else None
     return s.group_by("k").transform_with_state(proc(), out, mode, time_mode, initial_state=init)
 
 
