@@ -134,15 +134,18 @@ def test_duckdb_dialect_step_is_transpiled(spark: Any, tmp_path: Path) -> None:
     assert ours == theirs and ("u", "A-x") in [r[0] for r in ours]
 
 
-class _TtlAndTimers(hr.StatefulProcessor):
-    """Event time: a count with a 1 ms TTL (processing time: gone by the next batch), a list
-    without TTL (kept), an event-time timer registered in the first file's batch only (the
-    watermark passes it, so it fires in the next batch)."""
+class _StateAndTimers(hr.StatefulProcessor):
+    """Event time: a count (value state), the batch sizes (list state), the latest amount
+    (map state), an event-time timer registered in the first file's batch only (the watermark
+    passes it, so it fires in the next batch). ``ttl``: the count's TTL."""
+
+    def __init__(self, ttl: Any = None) -> None:
+        self.ttl = ttl
 
     def init(self, handle: hr.StatefulProcessorHandle) -> None:
-        self.count = handle.get_value_state("count", "c BIGINT", ttl=1)
+        self.count = handle.get_value_state("count", "c BIGINT", ttl=self.ttl)
         self.seen = handle.get_list_state("seen", "n BIGINT")
-        self.last = handle.get_map_state("last", "user STRING", "amount BIGINT", ttl="1 hour")
+        self.last = handle.get_map_state("last", "user STRING", "amount BIGINT")
 
     def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Any:
         c = (self.count.get() or (0,))[0] + rows.num_rows
@@ -161,24 +164,37 @@ class _TtlAndTimers(hr.StatefulProcessor):
 
 
 @pytest.mark.timeout(1200)  # Spark's transformWithState: slow under load, retried
-def test_transform_with_state_ttl_and_timers(spark: Any, tmp_path: Path) -> None:
+def test_transform_with_state_state_and_timers(spark: Any, tmp_path: Path) -> None:
     """transform_with_state translated to transformWithStateInPandas (the headrace processor in
-    headrace.spark.stateful's adapter) gives the rows headrace gives: a TTL'd value gone by the
-    next batch, list and map state kept, an event-time timer fired in the next batch. (Event
-    time, not processing time: with processing-time state, Spark's available-now run kept
-    running batches and did not end within 300 s here.)"""
+    headrace.spark.stateful's adapter) gives the rows headrace gives: value, list and map state
+    kept across batches, an event-time timer fired in the next batch. (Event time, not
+    processing time: with processing-time state, Spark's available-now run kept running
+    batches and did not end within 300 s here.)"""
     rocksdb = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", rocksdb)
     try:
         ours, theirs = _run_both(spark, lambda s: s.with_watermark("ts", "5 seconds").group_by("user")
-            .transform_with_state(_TtlAndTimers(), "user STRING, kind STRING, c BIGINT, seen BIGINT, had BOOLEAN",
+            .transform_with_state(_StateAndTimers(), "user STRING, kind STRING, c BIGINT, seen BIGINT, had BOOLEAN",
                                   "append", "event_time"), tmp_path, mode="append")  # fmt: skip
     finally:
         spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
     assert ours == theirs
     kinds = [dict(r)["kind"] for r in ours]
     assert kinds.count("timer") == 3 and kinds.count("input") == 6
-    assert {dict(r)["c"] for r in ours if dict(r)["kind"] == "input"} == {"6", "7"}  # never 13 or 14: the TTL
+    assert {dict(r)["c"] for r in ours if dict(r)["kind"] == "input"} == {"6", "7", "12", "14"}
+
+
+def test_transform_with_state_ttl_in_event_time_refused_before_start(spark: Any, tmp_path: Path) -> None:
+    """Spark allows a TTL only in processing-time mode: the translation runs the processor's
+    init on a copy and refuses, naming the variable, before Spark starts anything."""
+    frame = (_stream(_input(tmp_path)).with_watermark("ts", "5 seconds").group_by("user")
+             .transform_with_state(_StateAndTimers(ttl="1 hour"), "user STRING, kind STRING, c BIGINT, seen BIGINT, "
+                                   "had BOOLEAN", "append", "event_time"))  # fmt: skip
+    before = len(spark.streams.active)
+    with pytest.raises(UnsupportedError, match=r"value state 'count': on Spark a TTL needs "
+                                               r"time_mode='processing_time'.*INCORRECT_TIME_MODE_TO_ASSIGN_TTL"):  # fmt: skip
+        frame.write_stream.foreach_batch(lambda t, i: None).start(engine=spark)
+    assert len(spark.streams.active) == before
 
 
 @pytest.mark.timeout(1200)  # Spark's transformWithState: slow under load, retried

@@ -249,7 +249,7 @@ def _transform_with_state(df: DataFrame, op: Any, engine: SparkEngine) -> DataFr
     its key columns cast to the stream's types."""
     from pyspark.sql import functions as F
 
-    from headrace.spark.stateful import SPARK_TIME_MODES, SparkStatefulProcessor
+    from headrace.spark.stateful import SPARK_TIME_MODES, SparkStatefulProcessor, check_declarations
     from headrace.spark.types import arrow_to_spark_schema, spark_to_arrow_schema
 
     input_schema = _input_schema(df)
@@ -257,6 +257,10 @@ def _transform_with_state(df: DataFrame, op: Any, engine: SparkEngine) -> DataFr
     if missing:
         raise _refuse(op, f"no grouping column {', '.join(map(repr, missing))} in the stream "
                           f"(columns: {', '.join(input_schema.names)})")  # fmt: skip
+    try:
+        check_declarations(op.processor, op.time_mode, pa.schema([input_schema.field(k) for k in op.keys]))
+    except HeadraceError as e:
+        raise _refuse(op, str(e)) from None
     initial, initial_schema = None, None
     if op.initial_state is not None:
         init_df = static_to_spark(op.initial_state, engine)

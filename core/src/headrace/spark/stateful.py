@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from headrace.transforms.transform_with_state import StatefulProcessor
 
-__all__ = ["SPARK_TIME_MODES", "SparkStateHandle", "SparkStatefulProcessor"]
+__all__ = ["SPARK_TIME_MODES", "SparkStateHandle", "SparkStatefulProcessor", "check_declarations"]
 
 #: headrace's time modes as Spark names them
 SPARK_TIME_MODES = {"none": "None", "processing_time": "ProcessingTime", "event_time": "EventTime"}
@@ -222,6 +222,7 @@ class SparkStateHandle:
         what = f"value state {name!r}"
         s, t = parse_state_schema(schema, what), parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
         self._rules._declare(_HrValue(self._rules, name, s, t))
+        self._check_ttl(what, t)
         return _SparkValue(self._handle.getValueState(name, self._to_spark(s), t), name, s)
 
     def get_list_state(self, name: str, schema: Any, ttl: Any = None, *, ttl_duration_ms: int | None = None
@@ -230,6 +231,7 @@ class SparkStateHandle:
         what = f"list state {name!r}"
         s, t = parse_state_schema(schema, what), parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
         self._rules._declare(_HrList(self._rules, name, s, t))
+        self._check_ttl(what, t)
         return _SparkList(self._handle.getListState(name, self._to_spark(s), t), name, s)
 
     def get_map_state(self, name: str, user_key_schema: Any, value_schema: Any, ttl: Any = None, *,
@@ -239,8 +241,18 @@ class SparkStateHandle:
         t = parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
         ks, vs = parse_state_schema(user_key_schema, what + " key"), parse_state_schema(value_schema, what)
         self._rules._declare(_HrMap(self._rules, name, ks, vs, t))
+        self._check_ttl(what, t)
         state = self._handle.getMapState(name, self._to_spark(ks), self._to_spark(vs), t)
         return _SparkMap(state, name, ks, vs)
+
+    def _check_ttl(self, what: str, ttl_ms: int | None) -> None:
+        if ttl_ms is not None and self._time_mode == "event_time":
+            from headrace.errors import UnsupportedError
+
+            raise UnsupportedError(f"{what}: on Spark a TTL needs time_mode='processing_time', and this "
+                                   "transform_with_state has 'event_time' (Spark's "
+                                   "STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL); drop the ttl or "
+                                   "run this query on headrace, which expires it by processing time")  # fmt: skip
 
     def delete_if_exists(self, name: str) -> None:
         """Spark's ``deleteIfExists``."""
@@ -281,6 +293,40 @@ class SparkStateHandle:
     deleteTimer = delete_timer
     listTimers = list_timers
     deleteIfExists = delete_if_exists
+
+
+class _Declarations:
+    """pyspark's handle as far as a processor's ``init`` uses it, keeping nothing: lets the
+    driver run ``init`` on a copy of the processor to check its declarations before the query
+    starts (Spark runs ``init`` on the driver too, when the query plans its first batch)."""
+
+    def getValueState(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    getListState = getValueState
+    getMapState = getValueState
+    deleteIfExists = getValueState
+    registerTimer = getValueState
+    deleteTimer = getValueState
+
+    def listTimers(self) -> Iterator[int]:
+        return iter(())
+
+
+def check_declarations(processor: StatefulProcessor, time_mode: str, key_schema: pa.Schema) -> None:
+    """Run ``init`` on a copy of ``processor`` (a pickle round trip, as Spark ships it) with a
+    handle that keeps nothing: raises the declaration errors (names, duplicates, a TTL that
+    Spark refuses in this time mode) on the calling thread, before any Spark call. Called once
+    per translation."""
+    from pyspark import cloudpickle
+
+    probe = cloudpickle.loads(cloudpickle.dumps(processor))
+    handle = SparkStateHandle(_Declarations(), time_mode, key_schema)
+    probe.handle = handle
+    try:
+        probe.init(handle)
+    finally:
+        probe.close()
 
 
 class _OutputTarget:
