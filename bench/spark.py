@@ -376,6 +376,10 @@ def main() -> None:
     ap.add_argument("--no-floor", action="store_true", help="skip the minimal Python data source (the floor)")
     ap.add_argument("--verbose", action="store_true", help="print Spark's per-batch durations")
     ap.add_argument("--no-query", action="store_true", help="skip the translated query against direct PySpark")
+    ap.add_argument("--compiled-pyspark", action="store_true",
+                    help="Python workers import the installed pyspark (bytecode) instead of $SPARK_HOME/python/lib/"
+                         "pyspark.zip (tests/spark/_spark_home.py): on a heavily loaded machine a worker compiling "
+                         "pyspark from the zip misses Spark's fixed 10 s connect-back")  # fmt: skip
     ap.add_argument("--no-compile", action="store_true",
                     help="do not compile headrace's sources to bytecode first (see compile_bytecode)")  # fmt: skip
     args = ap.parse_args()
@@ -392,6 +396,13 @@ def main() -> None:
         print(f"pipeline: Parquet ({args.files} files x {args.rows:,} rows) -> Parquet files, availableNow, "
               f"{args.files_per_trigger} files per trigger, local[{args.cores}], one session")  # fmt: skip
         print(compile_bytecode() if not args.no_compile else "bytecode: not compiled first (--no-compile)")
+        if args.compiled_pyspark:
+            from tests.spark._spark_home import worker_friendly_spark_home
+
+            home = worker_friendly_spark_home() or os.environ.get("SPARK_HOME")
+            if home is not None:
+                os.environ["SPARK_HOME"] = home
+            print(f"Python workers: the installed pyspark, compiled (SPARK_HOME={home})")  # fmt: skip
         print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         t0 = time.perf_counter()
         spark = start_spark(args.cores)
