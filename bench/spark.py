@@ -35,7 +35,10 @@ would infer it and add a ``_rescued_data`` column); ``spark.sql.shuffle.partitio
 core count; every Spark setting (Arrow batch size, Python workers) is Spark's default, the
 same for all runs. Where the interpreter writes no bytecode (``PYTHONDONTWRITEBYTECODE``),
 headrace's sources are compiled first, as pip does for an installed wheel (``--no-compile``
-skips it; see ``compile_bytecode``). ``--verbose`` prints Spark's per-batch durations. The load
+skips it; see ``compile_bytecode``). ``--compiled-pyspark`` makes Spark's Python workers import
+the installed pyspark (compiled) instead of ``$SPARK_HOME/python/lib/pyspark.zip``
+(tests/spark/_spark_home.py): on a heavily loaded machine a fresh worker compiling pyspark from
+the zip misses Spark's fixed 10 s connect-back. ``--verbose`` prints Spark's per-batch durations. The load
 average is printed at the start and the end. bench/spark_start.py splits a Python data source's
 query start into its steps. Measures; asserts only the outputs. On a loaded machine the figures are indicative only.
 """
