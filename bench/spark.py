@@ -379,6 +379,9 @@ def main() -> None:
     ap.add_argument("--no-floor", action="store_true", help="skip the minimal Python data source (the floor)")
     ap.add_argument("--verbose", action="store_true", help="print Spark's per-batch durations")
     ap.add_argument("--no-query", action="store_true", help="skip the translated query against direct PySpark")
+    ap.add_argument("--attempts", type=int, default=1,
+                    help="run a Spark run again (up to this many times) when a Python worker missed Spark's "
+                         "connect-back (a loaded machine); default 1: no retry")  # fmt: skip
     ap.add_argument("--compiled-pyspark", action="store_true",
                     help="Python workers import the installed pyspark (bytecode) instead of $SPARK_HOME/python/lib/"
                          "pyspark.zip (tests/spark/_spark_home.py): on a heavily loaded machine a worker compiling "
@@ -424,7 +427,17 @@ def main() -> None:
                 else:
                     fn = {"native": run_native, "adapter": run_adapter, "floor": run_floor,
                           "translated": run_translated, "direct": run_direct}[kind]  # fmt: skip
-                    run = fn(spark, work / "in", out, chk, args.files_per_trigger, verbose)
+                    for attempt in range(args.attempts):
+                        try:
+                            run = fn(spark, work / "in", out, chk, args.files_per_trigger, verbose)
+                            break
+                        except Exception as e:  # Spark's StreamingQueryException
+                            if attempt == args.attempts - 1 or "failed to connect back" not in str(e):
+                                raise
+                            print(f"  {kind}: a Python worker missed Spark's connect-back; run again")
+                            shutil.rmtree(out, ignore_errors=True)
+                            out, chk = work / f"out-{kind}-r{r}-{attempt + 1}", work / f"chk-{kind}-r{r}-{attempt + 1}"
+                            c0 = tree_cpu()
                 run.cpu = tree_cpu() - c0
                 if kind == "translated":
                     translated_rows = window_counts(out)

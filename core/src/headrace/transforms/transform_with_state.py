@@ -8,6 +8,8 @@ per key of an initial state (``handle_initial_state``), and yields output rows.
 
 Per micro-batch, in ``finish`` (on the engine's consumer thread):
 
+0. in ``process``, event-time mode: rows the watermark for late events has passed are dropped
+   (as Spark drops them);
 1. first batch only: the initial state's keys, ``handle_initial_state`` per key;
 2. the batch's rows grouped by key (one Arrow ``group_by`` and one ``take``), the state of
    those keys fetched in one ``get`` per store, ``handle_input_rows`` per key with a slice
@@ -321,6 +323,9 @@ class TransformWithStateOperator(StatefulOperator):
         now, returning what it emits."""
         if not table.num_rows:
             return None
+        table = self._drop_late(table, batch)
+        if not table.num_rows:
+            return None
         if not batch.real_time:
             self._chunks.append(table)
             return None
@@ -338,6 +343,24 @@ class TransformWithStateOperator(StatefulOperator):
         for v in handle._all():
             v.flush()
         return out.table()
+
+    def _drop_late(self, table: pa.Table, batch: BatchInfo) -> pa.Table:
+        """In ``event_time`` mode, the rows whose event time the watermark for late events has
+        passed are dropped (counted in ``numRowsDroppedByWatermark``), as Spark's
+        TransformWithStateExec drops them; a NULL event time is never late."""
+        if self.time_mode != "event_time" or self.watermark_column is None or batch.late_ms is None:
+            return table
+        from headrace.transforms.window import event_time_micros
+
+        ts, valid = event_time_micros(table.column(self.watermark_column))
+        late = ts <= int(batch.late_ms) * 1000
+        if valid is not None:
+            late &= valid
+        n = int(late.sum())
+        if not n:
+            return table
+        self._dropped += n
+        return table.filter(pa.array(~late))
 
     def _prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
         for v in self.handle_._all():
