@@ -382,7 +382,7 @@ def refusal(op: Operator) -> str | None:
     known = (SqlOperator, SelectColumnsOperator, RenameColumnOperator, DropColumnsOperator, MapBatchesOperator,
              FilterFunctionOperator, WatermarkOperator, AggregateOperator, DropDuplicatesOperator,
              StreamStaticJoinOperator)  # fmt: skip
-    if not isinstance(op, known) and type(op).__name__ != "TransformWithStateOperator":
+    if not isinstance(op, known):
         return (f"{type(op).__name__} (a custom operator from apply_operator) has no Spark form; "
                 "run this query on headrace, or express the step with map_batches(fn, schema=...)")  # fmt: skip
     return None
