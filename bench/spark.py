@@ -35,7 +35,10 @@ would infer it and add a ``_rescued_data`` column); ``spark.sql.shuffle.partitio
 core count; every Spark setting (Arrow batch size, Python workers) is Spark's default, the
 same for all runs. Where the interpreter writes no bytecode (``PYTHONDONTWRITEBYTECODE``),
 headrace's sources are compiled first, as pip does for an installed wheel (``--no-compile``
-skips it; see ``compile_bytecode``). ``--verbose`` prints Spark's per-batch durations. The load
+skips it; see ``compile_bytecode``). ``--compiled-pyspark`` makes Spark's Python workers import
+the installed pyspark (compiled) instead of ``$SPARK_HOME/python/lib/pyspark.zip``
+(tests/spark/_spark_home.py): on a heavily loaded machine a fresh worker compiling pyspark from
+the zip misses Spark's fixed 10 s connect-back. ``--verbose`` prints Spark's per-batch durations. The load
 average is printed at the start and the end. bench/spark_start.py splits a Python data source's
 query start into its steps. Measures; asserts only the outputs. On a loaded machine the figures are indicative only.
 """
@@ -376,6 +379,13 @@ def main() -> None:
     ap.add_argument("--no-floor", action="store_true", help="skip the minimal Python data source (the floor)")
     ap.add_argument("--verbose", action="store_true", help="print Spark's per-batch durations")
     ap.add_argument("--no-query", action="store_true", help="skip the translated query against direct PySpark")
+    ap.add_argument("--attempts", type=int, default=1,
+                    help="run a Spark run again (up to this many times) when a Python worker missed Spark's "
+                         "connect-back (a loaded machine); default 1: no retry")  # fmt: skip
+    ap.add_argument("--compiled-pyspark", action="store_true",
+                    help="Python workers import the installed pyspark (bytecode) instead of $SPARK_HOME/python/lib/"
+                         "pyspark.zip (tests/spark/_spark_home.py): on a heavily loaded machine a worker compiling "
+                         "pyspark from the zip misses Spark's fixed 10 s connect-back")  # fmt: skip
     ap.add_argument("--no-compile", action="store_true",
                     help="do not compile headrace's sources to bytecode first (see compile_bytecode)")  # fmt: skip
     args = ap.parse_args()
@@ -392,6 +402,13 @@ def main() -> None:
         print(f"pipeline: Parquet ({args.files} files x {args.rows:,} rows) -> Parquet files, availableNow, "
               f"{args.files_per_trigger} files per trigger, local[{args.cores}], one session")  # fmt: skip
         print(compile_bytecode() if not args.no_compile else "bytecode: not compiled first (--no-compile)")
+        if args.compiled_pyspark:
+            from tests.spark._spark_home import worker_friendly_spark_home
+
+            home = worker_friendly_spark_home() or os.environ.get("SPARK_HOME")
+            if home is not None:
+                os.environ["SPARK_HOME"] = home
+            print(f"Python workers: the installed pyspark, compiled (SPARK_HOME={home})")  # fmt: skip
         print("load average at start: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
         t0 = time.perf_counter()
         spark = start_spark(args.cores)
@@ -410,7 +427,17 @@ def main() -> None:
                 else:
                     fn = {"native": run_native, "adapter": run_adapter, "floor": run_floor,
                           "translated": run_translated, "direct": run_direct}[kind]  # fmt: skip
-                    run = fn(spark, work / "in", out, chk, args.files_per_trigger, verbose)
+                    for attempt in range(args.attempts):
+                        try:
+                            run = fn(spark, work / "in", out, chk, args.files_per_trigger, verbose)
+                            break
+                        except Exception as e:  # Spark's StreamingQueryException
+                            if attempt == args.attempts - 1 or "failed to connect back" not in str(e):
+                                raise
+                            print(f"  {kind}: a Python worker missed Spark's connect-back; run again")
+                            shutil.rmtree(out, ignore_errors=True)
+                            out, chk = work / f"out-{kind}-r{r}-{attempt + 1}", work / f"chk-{kind}-r{r}-{attempt + 1}"
+                            c0 = tree_cpu()
                 run.cpu = tree_cpu() - c0
                 if kind == "translated":
                     translated_rows = window_counts(out)

@@ -22,17 +22,41 @@ SKIP_REASON = spark_skip_reason()
 
 DEEP = os.environ.get("HEADRACE_CONFORMANCE", "").lower() == "deep"
 
+# the catalogue cases CI runs three ways (headrace, the headrace definition translated onto
+# Spark, the query written in PySpark): one or two per operator family (projection and filter,
+# map_batches/mapInArrow, stream-static joins by keys and by condition, union, tumbling, sliding
+# and session windows, grouping by key, every aggregate function, dedup with and without event
+# time, dedup within the watermark); test_conformance.py compares headrace with PySpark,
+# test_spark_engine.py the translation with PySpark, over the same seed
+THREE_WAY_TIER = frozenset(
+    {
+        "select-where-append",
+        "map-batches-append",
+        "join-inner-keys-append",
+        "join-left-condition-append",
+        "union-tumbling-append",
+        "tumbling-append",
+        "sliding-update",
+        "session-append",
+        "group-by-key-update",
+        "every-aggregate-update",
+        "dedup-id-append",
+        "dedup-event-time-append",
+        "dedup-within-watermark-append",
+    }
+)
+
 # module -> the case ids its CI tier runs (a module not named here runs whole)
 CI_TIER: dict[str, frozenset[str]] = {
-    "test_conformance.py": frozenset({
-        "select-where", "join-left-condition", "join-left-anti-keys", "union-tumbling", "tumbling-append", "sliding-update",
-        "session-append", "group-by-key-update", "every-aggregate-update", "dedup-event-time-append",
-        "dedup-within-watermark-append",
+    "test_conformance.py": THREE_WAY_TIER | {
+        "join-left-anti-keys-append",
         "ss-join-left-append",  # stream-stream joins: an outer join (late, matched and unmatched rows)
-    }),
-    "test_spark_engine.py": frozenset({"select-where", "tumbling-append", "dedup-id-append"}),
+    },
+    "test_spark_engine.py": THREE_WAY_TIER,
     "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append"}),
-    "test_transform_with_state.py": frozenset({"event-time-timers"}),
+    # transform_with_state: value, list and map state three ways, and event-time timers (the
+    # initial state and TTL: tests/spark/test_engine.py, and the deep tier here)
+    "test_transform_with_state.py": frozenset({"all-state", "event-time-timers"}),
 }  # fmt: skip
 
 
@@ -63,7 +87,9 @@ def selected_cases(request: pytest.FixtureRequest) -> set[str]:
     """The case ids of the requesting module's tests that this session runs (after ``-k`` and
     the tier), for a module fixture that runs its cases together."""
     module = request.node.path if hasattr(request.node, "path") else Path(str(request.node.fspath))
-    return {cid for item in request.session.items if Path(str(item.fspath)) == module and (cid := _case_id(item))}
+    return {
+        cid for item in request.session.items if Path(str(item.fspath)) == module and (cid := _case_id(item))
+    }
 
 
 @pytest.fixture(scope="module")

@@ -123,7 +123,9 @@ def write_input(data: Input, folder: str) -> Paths:
     """Write ``data`` under ``folder``: one parquet file per batch, mtimes one second apart in
     name order, in the past (so both engines see every file at the first listing)."""
     base = dt.datetime.now(dt.UTC).timestamp() - 3600
-    paths = Paths(os.path.join(folder, "in-a"), os.path.join(folder, "in-b"), os.path.join(folder, "static.parquet"))
+    paths = Paths(
+        os.path.join(folder, "in-a"), os.path.join(folder, "in-b"), os.path.join(folder, "static.parquet")
+    )
     _write_files(paths.main, data.batches, base)
     _write_files(paths.second, data.second, base)
     pq.write_table(data.static, paths.static)
@@ -147,7 +149,10 @@ def _drop_null_keys(table: pa.Table) -> pa.Table:
     return table.filter(pc.is_valid(table.column("k")))
 
 
-MAP_FUNCTIONS: dict[str, Callable[[pa.Table], pa.Table]] = {"double_v": _double_v, "drop_null_keys": _drop_null_keys}
+MAP_FUNCTIONS: dict[str, Callable[[pa.Table], pa.Table]] = {
+    "double_v": _double_v,
+    "drop_null_keys": _drop_null_keys,
+}
 
 
 def _for_spark(name: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -194,7 +199,11 @@ def spark_frame(spark: Any, spec: QuerySpec, paths: Paths) -> Any:
         elif step.kind == "join":
             static = spark.read.schema(STATIC_DDL).parquet(paths.static)
             on = a[0]
-            df = df.join(F.broadcast(static), on if isinstance(on, list) else F.expr(on), step.kwargs.get("how", "inner"))
+            df = df.join(
+                F.broadcast(static),
+                on if isinstance(on, list) else F.expr(on),
+                step.kwargs.get("how", "inner"),
+            )
         elif step.kind == "group_by":
             keys = [_spark_key(F, k) for k in a[0]]
             df = df.groupBy(*keys).agg(*(F.expr(x) for x in a[1]))
@@ -322,6 +331,11 @@ def spark_session() -> Any:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from tests.spark._spark_home import worker_friendly_spark_home
+
+    home = worker_friendly_spark_home()
+    if home is not None:
+        os.environ["SPARK_HOME"] = home  # workers import pyspark compiled, not from its zip
     from pyspark.sql import SparkSession
 
     session = (
@@ -584,8 +598,14 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
-def run_many(spark_session_: Any, specs: Sequence[QuerySpec], data: Input, folder: str | None = None,
-             *, parallel: int = 8) -> list[Outcome]:
+def run_many(
+    spark_session_: Any,
+    specs: Sequence[QuerySpec],
+    data: Input,
+    folder: str | None = None,
+    *,
+    parallel: int = 8,
+) -> list[Outcome]:
     """Write ``data`` once, run every spec on Spark (up to ``parallel`` queries at once) and on
     headrace, compare each pair. Uses a temporary folder unless ``folder`` is given (kept then,
     for a look at the files)."""
@@ -607,7 +627,9 @@ def run_many(spark_session_: Any, specs: Sequence[QuerySpec], data: Input, folde
             try:
                 headrace = run_headrace(spec, paths, data, os.path.join(tmp, f"chk-headrace-{spec.id}"))
             except Exception as e:
-                failed[spec.id] = "; ".join(filter(None, [failed.get(spec.id), f"headrace failed: {_first_line(e)}"]))
+                failed[spec.id] = "; ".join(
+                    filter(None, [failed.get(spec.id), f"headrace failed: {_first_line(e)}"])
+                )
             if spec.id in failed:
                 outcomes.append(Outcome(spec, data.seed, [failed[spec.id]]))
             else:

@@ -19,7 +19,9 @@ TS = pa.timestamp("us", tz="UTC")
 
 
 def _run(engine: str, tables: dict[int, pa.Table], progress: dict[int, dict] | None = None) -> Run:
-    return Run(engine, tables, progress or {b: {"batchId": b, "numInputRows": t.num_rows} for b, t in tables.items()})
+    return Run(
+        engine, tables, progress or {b: {"batchId": b, "numInputRows": t.num_rows} for b, t in tables.items()}
+    )
 
 
 def _table(ts: list, v: list, k: list | None = None, ts_type: pa.DataType = TS) -> pa.Table:
@@ -63,10 +65,19 @@ def test_each_kind_of_difference_is_reported(change, expected: str) -> None:
 def test_batch_ids_and_progress_fields_are_compared() -> None:
     a = _table([T], [1.0])
     ops = [{"numRowsTotal": 1, "numRowsUpdated": 1, "numRowsDroppedByWatermark": 0, "memoryUsedBytes": 10}]
-    sp = {0: {"batchId": 0, "numInputRows": 1, "eventTime": {"watermark": "2026-01-01T00:00:00.000Z"}, "stateOperators": ops}}
+    sp = {
+        0: {
+            "batchId": 0,
+            "numInputRows": 1,
+            "eventTime": {"watermark": "2026-01-01T00:00:00.000Z"},
+            "stateOperators": ops,
+        }
+    }
     hp = {0: {"batchId": 0, "numInputRows": 1, "eventTime": {"watermark": "2026-01-01T00:00:00.000Z"},
               "stateOperators": [dict(ops[0], memoryUsedBytes=99)]}}  # fmt: skip
-    assert compare(SPEC, 0, _run("spark", {0: a}, sp), _run("headrace", {0: a}, hp)).identical  # memory: not compared
+    assert compare(
+        SPEC, 0, _run("spark", {0: a}, sp), _run("headrace", {0: a}, hp)
+    ).identical  # memory: not compared
     hp[0]["stateOperators"][0]["numRowsDroppedByWatermark"] = 2
     hp[0]["eventTime"]["watermark"] = "2026-01-01T00:00:01.000Z"
     diffs = compare(SPEC, 0, _run("spark", {0: a}, sp), _run("headrace", {0: a}, hp)).differences
@@ -118,3 +129,16 @@ def test_every_known_difference_names_a_catalogue_case() -> None:
     ids = {c.id for c in CATALOGUE}
     assert set(KNOWN) <= ids
     assert len(ids) == len(CATALOGUE)  # ids are unique
+
+
+def test_every_ci_tier_case_exists() -> None:
+    """A CI tier names case ids; a misspelled one would silently run nothing."""
+    from tests.conformance.conftest import CI_TIER
+    from tests.conformance.test_transform_with_state import CASES as TWS_CASES
+    from tests.conformance.test_two_watermarks import SPECS
+
+    ids = {c.id for c in CATALOGUE}
+    known = {"test_conformance.py": ids, "test_spark_engine.py": ids,
+             "test_two_watermarks.py": {s.id for s in SPECS}, "test_transform_with_state.py": set(TWS_CASES)}  # fmt: skip
+    for module, tier in CI_TIER.items():
+        assert tier <= known[module], f"{module}: no case {sorted(tier - known[module])}"

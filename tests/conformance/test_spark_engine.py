@@ -5,7 +5,8 @@ the same micro-batches, compared batch by batch (rows, columns, watermark, input
 Together with ``test_conformance.py`` (headrace against the direct PySpark query) this runs each
 query three ways. The translated query and the direct one both run on Spark, so no difference
 is expected: there are no known-difference marks here. One Spark session (the conformance
-module's), queries started eight at a time so Spark's per-batch latency overlaps.
+module's), queries started four at a time so Spark's per-batch latency overlaps; a case whose
+Python worker missed Spark's connect-back under load runs again, fewer at a time.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from tests.conformance.harness import (
 )
 
 SEED = 1
-PARALLEL = 8
+PARALLEL = 4
 pytestmark = pytest.mark.timeout(2400)
 
 
@@ -78,18 +79,33 @@ def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str
     out: dict[str, Outcome] = {}
     selected = selected_cases(request)
     specs = [c.spec for c in CATALOGUE if c.id in selected]
-    for lo in range(0, len(specs), PARALLEL):
-        chunk = specs[lo : lo + PARALLEL]
+    # a case whose Python worker missed Spark's fixed 10 s connect-back (many queries starting
+    # at once on a loaded machine) runs again, fewer at a time, from new checkpoints
+    for attempt, parallel in enumerate((PARALLEL, 2, 1)):
+        _run_chunks(conformance_spark, specs, paths, data, os.path.join(tmp, f"try-{attempt}"), parallel, out)
+        specs = [s for s in specs if any(_FLAKY in d for d in out[s.id].differences)]
+        if not specs:
+            break
+    return out
+
+
+_FLAKY = "failed to connect back"
+
+
+def _run_chunks(spark: Any, specs: list[QuerySpec], paths: Any, data: Any, tmp: str, parallel: int,
+                out: dict[str, Outcome]) -> None:  # fmt: skip
+    """Run ``specs`` translated and direct, ``parallel`` queries of each kind at a time, and
+    put each case's outcome in ``out``."""
+    for lo in range(0, len(specs), parallel):
+        chunk = specs[lo : lo + parallel]
         started: list[tuple[QuerySpec, Any, Any]] = []
         for spec in chunk:
             try:
-                t = _Translated(conformance_spark, spec, paths, data, os.path.join(tmp, f"chk-t-{spec.id}"))
+                t = _Translated(spark, spec, paths, data, os.path.join(tmp, f"chk-t-{spec.id}"))
             except Exception as e:  # a refusal or an analysis error is the case's failure
                 out[spec.id] = Outcome(spec, SEED, [f"translation failed: {type(e).__name__}: {e}"])
                 continue
-            started.append(
-                (spec, t, start_spark(conformance_spark, spec, paths, os.path.join(tmp, f"chk-d-{spec.id}")))
-            )
+            started.append((spec, t, start_spark(spark, spec, paths, os.path.join(tmp, f"chk-d-{spec.id}"))))
         for spec, t, d in started:
             try:
                 translated, direct = t.result(), d.result()
@@ -97,7 +113,6 @@ def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str
                 out[spec.id] = Outcome(spec, SEED, [str(e).splitlines()[0]])
                 continue
             out[spec.id] = compare(spec, SEED, direct, translated)
-    return out
 
 
 @pytest.mark.parametrize("case", CATALOGUE, ids=[c.id for c in CATALOGUE])

@@ -1,6 +1,9 @@
-"""transform_with_state against PySpark 4's transformWithStateInPandas (RocksDB state store),
-batch by batch, over the conformance generator's parquet micro-batches: the same processor
-logic written once per API, the rows of every batch (and the batch ids run) compared.
+"""transform_with_state three ways, batch by batch, over the conformance generator's parquet
+micro-batches: PySpark 4's transformWithStateInPandas with a pyspark processor (RocksDB state
+store), headrace with the headrace processor, and that same headrace definition translated
+onto Spark (``start(..., engine=spark)``: the headrace processor inside
+``headrace.spark.stateful.SparkStatefulProcessor``). The processor logic is written once per
+API; the rows of every batch (and the batch ids run) are compared.
 
 Cases: value, list and map state with no time mode (update mode); an initial state from a
 static frame; event-time timers after a watermark (append mode). Spark's ``stateOperators``
@@ -27,9 +30,9 @@ from tests.conformance.harness import _unmatched, rows_of, write_input
 
 pytest.importorskip("pandas")
 
-# every selected case runs on Spark in the module fixture (seconds to minutes per query on a
-# loaded machine, retried when Spark's Python worker misses its connect-back): it counts towards
-# the first test's timeout
+# every selected case runs on Spark in the module fixture, twice (direct, translated; seconds
+# to minutes per query on a loaded machine, retried when Spark's Python worker misses its
+# connect-back): it counts towards the first test's timeout
 pytestmark = pytest.mark.timeout(3000)
 
 SEED = 3
@@ -234,7 +237,7 @@ class _SparkQuery:
         return self.got
 
 
-def _run_headrace(case: str, paths: Any, data: Any, checkpoint: str) -> dict[int, pa.Table]:
+def _headrace_frame(case: str, paths: Any, data: Any) -> Any:
     proc, out, mode, time_mode, initial, watermark, ttl = CASES[case]
     s = (hr.read_stream.format("cloudFiles").option("cloudFiles.format", "parquet")
          .option("maxFilesPerTrigger", 1).schema(DDL).load(paths.main))  # fmt: skip
@@ -242,7 +245,12 @@ def _run_headrace(case: str, paths: Any, data: Any, checkpoint: str) -> dict[int
         s = s.with_watermark("ts", f"{DELAY_S} seconds")
     init = data.static if initial else None
     processor = proc(ttl) if ttl is not None else proc()
-    frame = s.group_by("k").transform_with_state(processor, out, mode, time_mode, initial_state=init)
+    return s.group_by("k").transform_with_state(processor, out, mode, time_mode, initial_state=init)
+
+
+def _run_headrace(case: str, paths: Any, data: Any, checkpoint: str) -> dict[int, pa.Table]:
+    mode = CASES[case][2]
+    frame = _headrace_frame(case, paths, data)
     got: dict[int, pa.Table] = {}
 
     def collect(table: pa.Table, batch_id: int) -> None:
@@ -273,16 +281,37 @@ def _differences(spark: dict[int, pa.Table], mine: dict[int, pa.Table]) -> list[
     return diffs
 
 
+class _TranslatedQuery(_SparkQuery):
+    """One case's headrace definition started on Spark (``start(engine=spark)``)."""
+
+    def __init__(self, spark: Any, case: str, paths: Any, checkpoint: str, files: int, data: Any) -> None:
+        self.case = case
+        self.got: dict[int, pa.Table] = {}
+        self.files = files
+        self.endless = False
+        self.query = (_headrace_frame(case, paths, data).write_stream.foreach_batch(self._collect_table)
+                      .output_mode(CASES[case][2]).option("checkpointLocation", checkpoint)
+                      .trigger(available_now=True).start(engine=spark))  # fmt: skip
+
+    def _collect_table(self, table: pa.Table, batch_id: int) -> None:
+        self.got[int(batch_id)] = table
+
+
 _FLAKY = ("failed to connect back", "CANNOT_OPEN_SOCKET")
 
 
-def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 8) -> dict[int, pa.Table]:
-    """Run one case on Spark; again from a new checkpoint (up to ``attempts`` times) when its
-    Python worker missed the deadline to connect to Spark: Spark waits a fixed 10 s for the
-    driver-side runner that calls the processor's ``init`` (``StreamingPythonRunner``, not
-    configurable), which a loaded machine can miss."""
+def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int = 8, *,
+                translated: Any = None) -> dict[int, pa.Table]:  # fmt: skip
+    """Run one case on Spark (the pyspark processor, or with ``translated`` (the generated
+    data) the headrace definition started on Spark); again from a new checkpoint (up to
+    ``attempts`` times) when its Python worker missed the deadline to connect to Spark: Spark
+    waits a fixed 10 s for the driver-side runner that calls the processor's ``init``
+    (``StreamingPythonRunner``, not configurable), which a loaded machine can miss."""
     for attempt in range(attempts):
         try:
+            if translated is not None:
+                where = str(folder / f"translated-{case}-{attempt}")
+                return _TranslatedQuery(spark, case, paths, where, BATCHES, translated).result()
             return _SparkQuery(spark, case, paths, str(folder / f"spark-{case}-{attempt}"), BATCHES).result()
         except Exception as e:  # awaitTermination raises the query's StreamingQueryException
             if attempt == attempts - 1 or not any(f in str(e) for f in _FLAKY):
@@ -292,8 +321,13 @@ def _spark_case(spark: Any, case: str, paths: Any, folder: Path, attempts: int =
 
 @pytest.fixture(scope="module")
 def spark_results(conformance_spark: Any, request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    """The selected cases over the seed's input on Spark, then on headrace; {case: (spark
-    batches, headrace batches)}."""
+    """The selected cases over the seed's input on Spark (direct and, but for TTL cases,
+    translated), then on headrace; {case: (spark batches, headrace batches, translated batches
+    or None)}. TTL needs processing-time mode on Spark, where an available-now query never
+    ends (docs/spark.md): a translated TTL case is not run."""
+    import headrace.spark
+
+    headrace.spark.register(conformance_spark, "cloudFiles")
     conformance_spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     cases = [c for c in CASES if c in selected_cases(request)]
     data = generate(SEED, batches=BATCHES)
@@ -303,16 +337,30 @@ def spark_results(conformance_spark: Any, request: pytest.FixtureRequest) -> Ite
             # one at a time: started together on a loaded machine, Spark's Python workers missed
             # their deadline to connect back ("Python worker failed to connect back")
             spark = {c: _spark_case(conformance_spark, c, paths, Path(d)) for c in cases}
+            translated = {
+                c: _spark_case(conformance_spark, c, paths, Path(d), translated=data)
+                for c in cases if CASES[c][6] is None
+            }  # fmt: skip
         finally:
             conformance_spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
         mine = {c: _run_headrace(c, paths, data, str(Path(d) / f"headrace-{c}")) for c in cases}
-        yield {"data": data, **{c: (spark[c], mine[c]) for c in cases}}
+        yield {"data": data, **{c: (spark[c], mine[c], translated.get(c)) for c in cases}}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_transform_with_state_matches_spark(spark_results: dict[str, Any], case: str) -> None:
-    spark, mine = spark_results[case]
+    spark, mine, _ = spark_results[case]
     assert any(t.num_rows for t in spark.values()), "Spark emitted nothing: the case tests nothing"
     diffs = _differences(spark, mine)
     assert not diffs, f"{case} ({spark_results['data'].describe()}):\n" + "\n".join(diffs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c, spec in CASES.items() if spec[6] is None])
+def test_translated_same_as_direct_pyspark(spark_results: dict[str, Any], case: str) -> None:
+    """The headrace processor run by Spark (the translation) emits what the pyspark one does."""
+    spark, _, translated = spark_results[case]
+    diffs = _differences(spark, translated)
+    assert not diffs, ("the translated query ('headrace' below) differs from the direct PySpark query:\n"
+                       f"{case} ({spark_results['data'].describe()}):\n" + "\n".join(diffs))  # fmt: skip

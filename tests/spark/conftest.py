@@ -65,6 +65,11 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    from tests.spark._spark_home import worker_friendly_spark_home
+
+    home = worker_friendly_spark_home()
+    if home is not None:
+        os.environ["SPARK_HOME"] = home  # workers import pyspark compiled, not from its zip
     from pyspark.sql import SparkSession
 
     import headrace.spark

@@ -49,22 +49,37 @@ def _rows(tables: list[pa.Table]) -> list[tuple[Any, ...]]:
     return sorted(out)
 
 
+_FLAKY = ("failed to connect back", "CANNOT_OPEN_SOCKET")
+
+
 def _run_both(spark: Any, build: Any, tmp_path: Path, mode: str = "append") -> tuple[list[Any], list[Any]]:
     """The query ``build(stream)`` run to its end on headrace and on Spark (foreach_batch
-    collecting tables), each from a stream of its own (own cloudFiles schema location)."""
+    collecting tables), each from a stream of its own (own cloudFiles schema location). The
+    Spark run starts again from a new checkpoint (up to three times) when a Python worker
+    missed Spark's deadline to connect back, which a loaded machine causes."""
     got: dict[str, list[pa.Table]] = {"headrace": [], "spark": []}
     path = _input(tmp_path)
-    for name, engine in (("headrace", None), ("spark", spark)):
-        frame = build(_stream(path, str(tmp_path / f"schema-{name}")))
-        w = (frame.write_stream.output_mode(mode).option("checkpointLocation", str(tmp_path / f"chk-{name}"))
-             .trigger(available_now=True).foreach_batch(lambda t, _id, n=name: got[n].append(t)))  # fmt: skip
-        q = w.start(engine=engine)
-        if engine is None:
-            q.await_termination(120)
-            assert q.exception() is None, q.exception()
-        else:
-            assert q.awaitTermination(120), "the Spark query did not finish"
-            assert q.exception() is None, q.exception()
+    for name, engine, attempts in (("headrace", None, 1), ("spark", spark, 3)):
+        for attempt in range(attempts):
+            got[name] = []
+            frame = build(_stream(path, str(tmp_path / f"schema-{name}-{attempt}")))
+            w = (frame.write_stream.output_mode(mode)
+                 .option("checkpointLocation", str(tmp_path / f"chk-{name}-{attempt}"))
+                 .trigger(available_now=True).foreach_batch(lambda t, _id, n=name: got[n].append(t)))  # fmt: skip
+            q = w.start(engine=engine)
+            if engine is None:
+                q.await_termination(120)
+                assert q.exception() is None, q.exception()
+                break
+            try:
+                assert q.awaitTermination(300), "the Spark query did not finish"
+                assert q.exception() is None, q.exception()
+                break
+            except Exception as e:
+                if attempt == attempts - 1 or not any(f in str(e) for f in _FLAKY):
+                    raise
+            finally:
+                q.stop()
     return _rows(got["headrace"]), _rows(got["spark"])
 
 
@@ -120,6 +135,97 @@ def test_duckdb_dialect_step_is_transpiled(spark: Any, tmp_path: Path) -> None:
     assert ours == theirs and ("u", "A-x") in [r[0] for r in ours]
 
 
+class _StateAndTimers(hr.StatefulProcessor):
+    """Event time: a count (value state), the batch sizes (list state), the latest amount
+    (map state), an event-time timer registered in the first file's batch only (the watermark
+    passes it, so it fires in the next batch). ``ttl``: the count's TTL."""
+
+    def __init__(self, ttl: Any = None) -> None:
+        self.ttl = ttl
+
+    def init(self, handle: hr.StatefulProcessorHandle) -> None:
+        self.count = handle.get_value_state("count", "c BIGINT", ttl=self.ttl)
+        self.seen = handle.get_list_state("seen", "n BIGINT")
+        self.last = handle.get_map_state("last", "user STRING", "amount BIGINT")
+
+    def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Any:
+        c = (self.count.get() or (0,))[0] + rows.num_rows
+        self.count.update(c)
+        self.seen.append_value((rows.num_rows,))
+        had = self.last.contains_key(key)
+        self.last.update_value(key, {"amount": max(rows.column("amount").to_pylist())})
+        if min(rows.column("ts").to_pylist()) < T0 + dt.timedelta(seconds=20):
+            self.handle.register_timer(int(min(rows.column("ts").to_pylist()).timestamp() * 1000) + 1000)
+        yield {"user": key[0], "kind": "input", "c": c, "seen": len(list(self.seen.get())), "had": had}
+
+    def handle_expired_timer(
+        self, key: tuple[Any, ...], tv: hr.TimerValues, info: hr.ExpiredTimerInfo
+    ) -> Any:
+        yield (key[0], "timer", None, len(list(self.seen.get())), self.last.contains_key(key))
+
+
+@pytest.mark.timeout(1200)  # Spark's transformWithState: slow under load, retried
+def test_transform_with_state_state_and_timers(spark: Any, tmp_path: Path) -> None:
+    """transform_with_state translated to transformWithStateInPandas (the headrace processor in
+    headrace.spark.stateful's adapter) gives the rows headrace gives: value, list and map state
+    kept across batches, an event-time timer fired in the next batch. (Event time, not
+    processing time: with processing-time state, Spark's available-now run kept running
+    batches and did not end within 300 s here.)"""
+    rocksdb = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", rocksdb)
+    try:
+        ours, theirs = _run_both(spark, lambda s: s.with_watermark("ts", "5 seconds").group_by("user")
+            .transform_with_state(_StateAndTimers(), "user STRING, kind STRING, c BIGINT, seen BIGINT, had BOOLEAN",
+                                  "append", "event_time"), tmp_path, mode="append")  # fmt: skip
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    assert ours == theirs
+    kinds = [dict(r)["kind"] for r in ours]
+    assert kinds.count("timer") == 3 and kinds.count("input") == 6
+    assert {dict(r)["c"] for r in ours if dict(r)["kind"] == "input"} == {"6", "7", "12", "14"}
+
+
+def test_transform_with_state_ttl_in_event_time_refused_before_start(spark: Any, tmp_path: Path) -> None:
+    """Spark allows a TTL only in processing-time mode: the translation runs the processor's
+    init on a copy and refuses, naming the variable, before Spark starts anything."""
+    frame = (_stream(_input(tmp_path)).with_watermark("ts", "5 seconds").group_by("user")
+             .transform_with_state(_StateAndTimers(ttl="1 hour"), "user STRING, kind STRING, c BIGINT, seen BIGINT, "
+                                   "had BOOLEAN", "append", "event_time"))  # fmt: skip
+    before = len(spark.streams.active)
+    with pytest.raises(UnsupportedError, match=r"value state 'count': on Spark a TTL needs "
+                                               r"time_mode='processing_time'.*INCORRECT_TIME_MODE_TO_ASSIGN_TTL"):  # fmt: skip
+        frame.write_stream.foreach_batch(lambda t, i: None).start(engine=spark)
+    assert len(spark.streams.active) == before
+
+
+@pytest.mark.timeout(1200)  # Spark's transformWithState: slow under load, retried
+def test_transform_with_state_initial_state_on_spark(spark: Any, tmp_path: Path) -> None:
+    """An initial state (a pyarrow table) reaches handle_initial_state on Spark as on headrace."""
+
+    class Seeded(hr.StatefulProcessor):
+        def init(self, handle: hr.StatefulProcessorHandle) -> None:
+            self.total = handle.get_value_state("total", "t BIGINT")
+
+        def handle_initial_state(self, key: tuple[Any, ...], initial: pa.Table, tv: hr.TimerValues) -> None:
+            self.total.update(sum(initial.column("start").to_pylist()))
+
+        def handle_input_rows(self, key: tuple[Any, ...], rows: pa.Table, tv: hr.TimerValues) -> Any:
+            t = (self.total.get() or (0,))[0] + sum(rows.column("amount").to_pylist())
+            self.total.update((t,))
+            yield pa.table({"user": [key[0]], "total": [t]})
+
+    init = pa.table({"user": ["a", "b"], "start": [1000, 2000]})
+    rocksdb = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", rocksdb)
+    try:
+        ours, theirs = _run_both(spark, lambda s: s.group_by("user").transform_with_state(
+            Seeded(), "user STRING, total BIGINT", "update", initial_state=init), tmp_path, mode="update")  # fmt: skip
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    assert ours == theirs
+    assert any(dict(r)["total"].startswith("10") for r in ours if dict(r)["user"] == "a")
+
+
 class _Custom(Operator):
     @property
     def name(self) -> str:
@@ -162,7 +268,9 @@ def test_engine_must_be_a_spark_session(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("action", [["show"], ["reset", "--to-batch", "0"]], ids=["show", "reset"])
-def test_checkpoint_cli_refuses_a_spark_checkpoint(spark: Any, tmp_path: Path, capsys: Any, action: list[str]) -> None:
+def test_checkpoint_cli_refuses_a_spark_checkpoint(
+    spark: Any, tmp_path: Path, capsys: Any, action: list[str]
+) -> None:
     """A translated query leaves Spark's checkpoint; headrace's checkpoint commands say so and
     leave it untouched."""
     from headrace.cli import main

@@ -28,6 +28,9 @@ Steps and their Spark forms (docs/spark.md, "Moving a query to Spark"):
 - ``join`` with a static frame: a static Spark DataFrame (``spark.read`` of a native format,
   else the headrace read on the driver handed to ``createDataFrame``);
 - ``map_batches``/``filter(fn)``/``mapInArrow``: ``mapInArrow`` (the output schema must be given);
+- ``group_by(keys).transform_with_state(processor, ...)``: ``groupBy(keys).transformWithStateInPandas``
+  with the headrace processor inside a pyspark ``StatefulProcessor`` (:mod:`headrace.spark.stateful`;
+  the session needs the RocksDB state store provider, as Spark's own transformWithState);
 - ``foreach_batch(fn)``: ``foreachBatch`` with ``fn(pyarrow.Table, batch_id)`` (``toArrow``);
   sinks ``memory``/``console``/``noop``: Spark's own; others ``headrace.<name>``.
 
@@ -240,7 +243,51 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
         # the operator keeps its condition in DuckDB's quoting ("user"); Spark quotes with backticks
         cond = sqlglot.transpile(op.condition or "", read="duckdb", write="spark")[0]
         return df.alias("batch").join(static.alias("static"), F.expr(cond), how=op.how)
+    if type(op).__name__ == "TransformWithStateOperator":
+        return _transform_with_state(df, op, engine)
     raise _refuse(op, refusal(op) or f"{type(op).__name__} has no Spark form")
+
+
+def _transform_with_state(df: DataFrame, op: Any, engine: SparkEngine) -> DataFrame:
+    """``group_by(keys).transform_with_state(processor, ...)`` as
+    ``groupBy(keys).transformWithStateInPandas(SparkStatefulProcessor(processor), ...)``; the
+    initial state (a static frame or table) as a static DataFrame grouped by the same keys,
+    its key columns cast to the stream's types."""
+    from pyspark.sql import functions as F
+
+    from headrace.spark.stateful import SPARK_TIME_MODES, SparkStatefulProcessor, check_declarations
+    from headrace.spark.types import arrow_to_spark_schema, spark_to_arrow_schema
+
+    input_schema = _input_schema(df)
+    missing = [k for k in op.keys if k not in input_schema.names]
+    if missing:
+        raise _refuse(op, f"no grouping column {', '.join(map(repr, missing))} in the stream "
+                          f"(columns: {', '.join(input_schema.names)})")  # fmt: skip
+    try:
+        check_declarations(op.processor, op.time_mode, pa.schema([input_schema.field(k) for k in op.keys]))
+    except HeadraceError as e:
+        raise _refuse(op, str(e)) from None
+    initial, initial_schema = None, None
+    if op.initial_state is not None:
+        init_df = static_to_spark(op.initial_state, engine)
+        absent = [k for k in op.keys if k not in init_df.columns]
+        if absent:
+            raise _refuse(op, f"the initial_state has no grouping column {', '.join(map(repr, absent))} "
+                              f"(columns: {', '.join(init_df.columns)})")  # fmt: skip
+        key_types = {f.name: f.dataType for f in df.schema.fields if f.name in op.keys}
+        for k in op.keys:
+            init_df = init_df.withColumn(k, F.col(f"`{k}`").cast(key_types[k]))
+        initial_schema = spark_to_arrow_schema(init_df.schema)
+        initial = init_df.groupBy(*(F.col(f"`{k}`") for k in op.keys))
+    tz = engine.session.conf.get("spark.sql.session.timeZone") or "UTC"
+    adapter = SparkStatefulProcessor(op.processor, keys=op.keys, input_schema=input_schema,
+                                     output_schema=op.out_schema, time_mode=op.time_mode, time_zone=tz,
+                                     initial_schema=initial_schema)  # fmt: skip
+    grouped = df.groupBy(*(F.col(f"`{k}`") for k in op.keys))
+    return grouped.transformWithStateInPandas(
+        adapter, arrow_to_spark_schema(op.out_schema), op.tws_output_mode.capitalize(),
+        SPARK_TIME_MODES[op.time_mode], initialState=initial,
+    )  # fmt: skip
 
 
 def static_to_spark(static: Any, engine: SparkEngine) -> DataFrame:
@@ -337,9 +384,7 @@ def refusal(op: Operator) -> str | None:
         return ("Spark's mapInArrow needs the schema the function returns; "
                 "give it: map_batches(fn, schema=pyarrow.schema([...]))")  # fmt: skip
     if type(op).__name__ == "TransformWithStateOperator":
-        return ("a headrace StatefulProcessor (Arrow tables, headrace's state variables) is not a pyspark "
-                "StatefulProcessor; write it with pyspark.sql.streaming.StatefulProcessor and "
-                "transformWithStateInPandas, or run this query on headrace")  # fmt: skip
+        return _tws_refusal()
     if getattr(op, "multi_input", False) or type(op).__name__ == "WindowTimeOperator":
         return ("stream-stream joins, unions of transformed streams and chained time windows are not translated "
                 "to Spark yet; run this query on headrace")  # fmt: skip
@@ -349,6 +394,24 @@ def refusal(op: Operator) -> str | None:
     if not isinstance(op, known):
         return (f"{type(op).__name__} (a custom operator from apply_operator) has no Spark form; "
                 "run this query on headrace, or express the step with map_batches(fn, schema=...)")  # fmt: skip
+    return None
+
+
+def _tws_refusal() -> str | None:
+    """Why ``transform_with_state`` cannot run here: Spark runs it through
+    ``transformWithStateInPandas``, which needs pandas (and protobuf) beside pyarrow."""
+    import importlib.util
+
+    def absent(module: str) -> bool:
+        try:
+            return importlib.util.find_spec(module) is None
+        except ModuleNotFoundError:
+            return True
+
+    lacking = [m for m in ("pandas", "google.protobuf") if absent(m)]
+    if lacking:
+        return (f"Spark runs transform_with_state through transformWithStateInPandas, which needs "
+                f"{' and '.join(lacking)}; install them (pip install 'headrace[spark]')")  # fmt: skip
     return None
 
 
