@@ -118,6 +118,8 @@ _CASES: tuple[Case, ...] = (
     Case(_q("dedup-all-columns", Step("select_expr", ("k", "id", "n")), Step("drop_duplicates", ()))),
     *(Case(_q("dedup-event-time", _WM, Step("drop_duplicates", ("id", "ts")), mode=m)) for m in ("append", "update")),
     Case(_q("dedup-within-watermark", _WM, Step("drop_duplicates_within_watermark", ("id",)))),
+    # output names Spark gives unaliased expressions (a cast of a column is named by the column)
+    Case(_q("cast-names", Step("select_expr", ("ts", "CAST(id AS STRING)", "n::string", "try_cast(k AS INT)")))),
 )
 
 # the cases that differ today (on the fixed seed of the CI tier, and on most seeds of the deep one)
