@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tests.conformance.generator import DELAY_S, GAP_S, SLIDE_S, WINDOW_S
 from tests.conformance.harness import QuerySpec, Step, session_window, window
 
-__all__ = ["CATALOGUE", "KNOWN", "Case", "Known", "by_id"]
+__all__ = ["CATALOGUE", "KNOWN", "SOMETIMES", "Case", "Known", "by_id"]
 
 _WM = Step("watermark", ("ts", f"{DELAY_S} seconds"))
 _TUMBLE = window("ts", f"{WINDOW_S} seconds")
@@ -126,6 +126,18 @@ _CASES: tuple[Case, ...] = (
 KNOWN: dict[str, Known] = {}
 
 CATALOGUE: tuple[Case, ...] = tuple(Case(c.spec, KNOWN.get(c.id)) for c in _CASES)
+
+# differences some seeds show (not the fixed seed of the CI tier), each pinned by a test of its
+# own; the deep tier counts a seed that differs only so as explained
+TRAILING_NO_DATA_BATCH = Known(
+    "a batch without data: when the watermark moves but closes no window (evicts no key), headrace runs no "
+    "batch, Spark runs one that emits nothing (pinned by tests/conformance/test_no_data_batch.py)",
+    (r"^batch ids: spark ran \[(\d+, )*\d+\], headrace ran \[", r"^batch \d+ progress: only spark reported one"),
+)
+SOMETIMES: dict[str, Known] = {
+    c.id: TRAILING_NO_DATA_BATCH for c in _CASES
+    if _WM in c.spec.steps and c.spec.mode != "complete" and not c.spec.name.startswith("session")
+}
 
 
 def by_id() -> dict[str, Case]:
