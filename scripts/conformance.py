@@ -8,7 +8,8 @@ PySpark Structured Streaming and on headrace over many seeds' inputs, compared b
     .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl   # resumable
     .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl --summary  # what it holds
 
-One Spark session serves every seed. Per seed, the input is written once, the seed's cases
+One Spark session serves several seeds (``--session-seeds``; a fresh one after them, as the
+driver's memory fills up over many streaming queries). Per seed, the input is written once, the seed's cases
 start on Spark as concurrent streaming queries (each with its own checkpoint and its own
 ``foreachBatch`` collection, so concurrency changes no result; ``--parallel`` of them at once)
 and headrace runs the same cases one after another while Spark works; each pair is then
@@ -179,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=40, help="Spark queries run at once (default 40)")
     ap.add_argument("--results", default=None, help="append each pair's result to this JSON-lines file and skip "
                     "the pairs it already holds (resumable)")  # fmt: skip
+    ap.add_argument("--session-seeds", type=int, default=6, help="start a fresh Spark session after this many "
+                    "seeds (default 6: one local session's driver (1 GB) fills up after about a dozen)")  # fmt: skip
     ap.add_argument("--summary", action="store_true", help="run nothing: summarise the pairs --results holds")
     ap.add_argument("--verbose", action="store_true", help="print every difference of every seed that differs")
     args = ap.parse_args(argv)
@@ -211,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if args.minutes is not None and time.monotonic() - started > args.minutes * 60:
                 break
+            if spark is not None and seeds_run and seeds_run % max(args.session_seeds, 1) == 0:
+                spark.stop()
+                spark = None
             if spark is None:
                 spark = spark_session()
                 print(f"Spark session up in {time.monotonic() - started:.1f} s; {len(cases)} query/mode pairs",
