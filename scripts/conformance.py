@@ -5,26 +5,170 @@ PySpark Structured Streaming and on headrace over many seeds' inputs, compared b
     .venv/bin/python scripts/conformance.py --seeds 200            # seeds 1..200
     .venv/bin/python scripts/conformance.py --seeds 20 --start 1000 --query session
     .venv/bin/python scripts/conformance.py --minutes 10            # as many seeds as fit
+    .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl   # resumable
+    .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl --summary  # what it holds
 
-Prints, per query/mode pair, ``N/M identical`` (and for a case with a known difference how many
-seeds differed only as it says), then a summary; every seed that differed is listed with its
-first differences, so ``--seeds 1 --start <seed> --query <id> --verbose`` reproduces one. Exit
-status 1 when a seed differs in a way the catalogue does not explain.
+One Spark session serves several seeds (``--session-seeds``; a fresh one after them, as the
+driver's memory fills up over many streaming queries). Per seed, the input is written once, the seed's cases
+start on Spark as concurrent streaming queries (each with its own checkpoint and its own
+``foreachBatch`` collection, so concurrency changes no result; ``--parallel`` of them at once)
+and headrace runs the same cases one after another while Spark works; each pair is then
+compared. With ``--results FILE`` every compared pair is appended to FILE as a JSON line (seed,
+case, differences, both engines' seconds) as it finishes, and a new run with the same FILE skips
+the pairs already there: a run that is stopped resumes where it was.
+
+Prints ``seed S: N/M identical`` per seed, then per query/mode pair ``N/M identical`` over the
+seeds (and for a case with a known difference how many seeds differed only as it says), then
+the summary line ``N/M query-seed pairs identical``; every seed that differed unexplained is
+listed with its first differences, so ``--seeds 1 --start <seed> --query <id> --verbose``
+reproduces one. Exit status 1 when a seed differs in a way the catalogue does not explain.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import sys
+import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.conformance.catalogue import CATALOGUE
-from tests.conformance.generator import generate
-from tests.conformance.harness import Outcome, run_many, spark_session, spark_skip_reason
+from tests.conformance.catalogue import CATALOGUE, SOMETIMES, Case, Known
+from tests.conformance.generator import Input, generate
+from tests.conformance.harness import (
+    Outcome,
+    Run,
+    compare,
+    run_headrace,
+    spark_session,
+    spark_skip_reason,
+    start_spark,
+    write_input,
+)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0] if text else ''}"
+
+
+def run_seed(spark: Any, cases: Sequence[Case], data: Input, *, parallel: int) -> list[Outcome]:
+    """Every case over one seed's input: Spark's queries run concurrently (``parallel`` at a
+    time) while headrace runs the cases in turn; then each pair is compared."""
+    tmp = tempfile.mkdtemp(prefix=f"conformance-{data.seed}-")
+    try:
+        paths = write_input(data, tmp)
+        specs = [c.spec for c in cases]
+        failed: dict[str, list[str]] = defaultdict(list)
+        spark_runs: dict[str, Run] = {}
+        headrace_runs: dict[str, Run] = {}
+        pending = list(specs)
+        running: list[Any] = []
+
+        def top_up() -> None:
+            while pending and len(running) < parallel:
+                spec = pending.pop(0)
+                try:
+                    running.append(start_spark(spark, spec, paths, os.path.join(tmp, f"chk-spark-{spec.id}")))
+                except Exception as e:
+                    failed[spec.id].append(f"spark failed: {_first_line(e)}")
+
+        top_up()
+        for spec in specs:  # headrace works while Spark's queries run
+            try:
+                headrace_runs[spec.id] = run_headrace(spec, paths, data, os.path.join(tmp, f"chk-headrace-{spec.id}"))
+            except Exception as e:
+                failed[spec.id].append(f"headrace failed: {_first_line(e)}")
+        while running:
+            handle = running.pop(0)
+            try:
+                spark_runs[handle.spec.id] = handle.result()
+            except Exception as e:
+                failed[handle.spec.id].append(f"spark failed: {_first_line(e)}")
+            top_up()
+        outcomes = []
+        for spec in specs:
+            if failed.get(spec.id):
+                outcomes.append(Outcome(spec, data.seed, ["; ".join(failed[spec.id])]))
+            else:
+                outcomes.append(compare(spec, data.seed, spark_runs[spec.id], headrace_runs[spec.id]))
+        return outcomes
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load_results(path: str | None, by_id: dict[str, Case]) -> dict[tuple[int, str], Outcome]:
+    """The pairs a results file already holds (lines of cases no longer in the catalogue, or
+    cut short by a stop mid-write, are skipped)."""
+    done: dict[tuple[int, str], Outcome] = {}
+    if not path or not os.path.exists(path):
+        return done
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                doc = json.loads(line)
+                case = by_id[doc["case"]]
+                outcome = Outcome(case.spec, int(doc["seed"]), list(doc["differences"]),
+                                  float(doc.get("spark_s", 0.0)), float(doc.get("headrace_s", 0.0)))  # fmt: skip
+            except (ValueError, KeyError, TypeError):
+                continue
+            done[(outcome.seed, case.id)] = outcome
+    return done
+
+
+def _append_results(path: str | None, outcomes: Sequence[Outcome]) -> None:
+    if not path:
+        return
+    with open(path, "a", encoding="utf-8") as f:
+        for o in outcomes:
+            f.write(json.dumps({"seed": o.seed, "case": o.spec.id, "identical": o.identical,
+                                "differences": o.differences, "spark_s": round(o.spark_seconds, 3),
+                                "headrace_s": round(o.headrace_seconds, 3)}) + "\n")  # fmt: skip
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _explanations(case: Case) -> list[Known]:
+    return [k for k in (case.known, SOMETIMES.get(case.id)) if k is not None]
+
+
+def _explained(case: Case, o: Outcome) -> bool:
+    """Whether every difference of ``o`` is one the catalogue knows for ``case``."""
+    known = _explanations(case)
+    return all(any(k.explains(d) for k in known) for d in o.differences)
+
+
+def summarise(cases: Sequence[Case], results: dict[str, list[Outcome]]) -> tuple[list[str], int]:
+    """The per-case lines and the summary line; and how many pairs differ unexplained."""
+    lines: list[str] = []
+    unexplained_total = 0
+    for case in cases:
+        outs = sorted(results.get(case.id, []), key=lambda o: o.seed)
+        same = sum(o.identical for o in outs)
+        line = f"{case.id:32s} {same}/{len(outs)} identical"
+        for k in _explanations(case):
+            as_known = sum(1 for o in outs if not o.identical and all(k.explains(d) for d in o.differences))
+            if as_known or k is case.known:
+                line += f", {as_known}/{len(outs)} differ as known ({k.reason.split(':')[0]})"
+        unexplained = [o for o in outs if not o.identical and not _explained(case, o)]
+        if unexplained:
+            unexplained_total += len(unexplained)
+            line += f"; UNEXPLAINED on seeds {[o.seed for o in unexplained][:20]}"
+        lines.append(line)
+        lines += ["    " + o.report(limit=4).replace("\n", "\n    ") for o in unexplained[:2]]
+    pairs = sum(len(results.get(c.id, [])) for c in cases)
+    identical = sum(o.identical for c in cases for o in results.get(c.id, []))
+    every = sum(1 for c in cases if results.get(c.id) and all(o.identical for o in results[c.id]))
+    lines.append(f"\nsummary: {identical}/{pairs} query-seed pairs identical; {every}/{len(cases)} query/mode pairs "
+                 f"identical on every seed run; {unexplained_total} pairs with unexplained differences")  # fmt: skip
+    return lines, unexplained_total
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,8 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=None, help="stop starting seeds after this many minutes")
     ap.add_argument("--query", action="append", default=[], help="only cases whose id contains this (repeatable)")
     ap.add_argument("--parallel", type=int, default=40, help="Spark queries run at once (default 40)")
+    ap.add_argument("--results", default=None, help="append each pair's result to this JSON-lines file and skip "
+                    "the pairs it already holds (resumable)")  # fmt: skip
+    ap.add_argument("--session-seeds", type=int, default=6, help="start a fresh Spark session after this many "
+                    "seeds (default 6: one local session's driver (1 GB) fills up after about a dozen)")  # fmt: skip
+    ap.add_argument("--summary", action="store_true", help="run nothing: summarise the pairs --results holds")
     ap.add_argument("--verbose", action="store_true", help="print every difference of every seed that differs")
     args = ap.parse_args(argv)
+    if args.parallel < 1:
+        print(f"--parallel must be 1 or more, not {args.parallel}", file=sys.stderr)
+        return 2
     reason = spark_skip_reason()
     if reason:
         print(f"cannot run Spark: {reason}", file=sys.stderr)
@@ -44,52 +196,53 @@ def main(argv: list[str] | None = None) -> int:
     if not cases:
         print(f"no catalogue case matches {args.query}; ids: {', '.join(c.id for c in CATALOGUE)}", file=sys.stderr)
         return 2
-    started = time.monotonic()
-    spark = spark_session()
-    print(f"Spark session up in {time.monotonic() - started:.1f} s; {len(cases)} query/mode pairs", flush=True)
+    by_id = {c.id: c for c in cases}
+    seeds = range(args.start, args.start + args.seeds)
+    done = {k: o for k, o in _load_results(args.results, by_id).items() if k[0] in seeds}
     results: dict[str, list[Outcome]] = defaultdict(list)
+    for (_, cid), o in done.items():
+        results[cid].append(o)
+    if done:
+        print(f"{args.results}: {len(done)} pairs already run, skipped", flush=True)
+    started = time.monotonic()
+    spark = None
     seeds_run = 0
     try:
-        for seed in range(args.start, args.start + args.seeds):
+        for seed in seeds if not args.summary else ():
+            todo = [c for c in cases if (seed, c.id) not in done]
+            if not todo:
+                continue
             if args.minutes is not None and time.monotonic() - started > args.minutes * 60:
                 break
+            if spark is not None and seeds_run and seeds_run % max(args.session_seeds, 1) == 0:
+                spark.stop()
+                spark = None
+            if spark is None:
+                spark = spark_session()
+                print(f"Spark session up in {time.monotonic() - started:.1f} s; {len(cases)} query/mode pairs",
+                      flush=True)  # fmt: skip
             t = time.monotonic()
             data = generate(seed)
-            outcomes = run_many(spark, [c.spec for c in cases], data, parallel=args.parallel)
+            outcomes = run_seed(spark, todo, data, parallel=args.parallel)
+            _append_results(args.results, outcomes)
             seeds_run += 1
-            same = sum(o.identical for o in outcomes)
-            print(f"{data.describe()}: {same}/{len(outcomes)} identical ({time.monotonic() - t:.0f} s)", flush=True)
             for o in outcomes:
                 results[o.spec.id].append(o)
-                if args.verbose and not o.identical:
-                    print(o.report(limit=1000))
+            seed_outs = [o for c in cases for o in results[c.id] if o.seed == seed]
+            same = sum(o.identical for o in seed_outs)
+            print(f"seed {seed}: {same}/{len(seed_outs)} identical ({data.describe().split(': ', 1)[1]}; "
+                  f"{time.monotonic() - t:.0f} s)", flush=True)  # fmt: skip
+            for o in outcomes:
+                if not o.identical and (args.verbose or not _explained(by_id[o.spec.id], o)):
+                    print("    " + o.report(limit=1000 if args.verbose else 3).replace("\n", "\n    "), flush=True)
     finally:
-        spark.stop()
-    unexplained_total = 0
-    print(f"\n== {seeds_run} seeds ({args.start}..{args.start + seeds_run - 1}), "
-          f"{time.monotonic() - started:.0f} s")  # fmt: skip
-    for case in cases:
-        outs = results[case.id]
-        same = sum(o.identical for o in outs)
-        line = f"{case.id:32s} {same}/{len(outs)} identical"
-        if case.known is not None:
-            known = case.known
-            as_known = sum(1 for o in outs if not o.identical and all(known.explains(d) for d in o.differences))
-            line += f", {as_known}/{len(outs)} differ as known ({known.reason.split(':')[0]})"
-            unexplained = [o for o in outs if not o.identical and not all(known.explains(d) for d in o.differences)]
-        else:
-            unexplained = [o for o in outs if not o.identical]
-        if unexplained:
-            unexplained_total += len(unexplained)
-            line += f"; UNEXPLAINED on seeds {[o.seed for o in unexplained][:20]}"
-        print(line)
-        for o in unexplained[:2]:
-            print("    " + o.report(limit=4).replace("\n", "\n    "))
-    pairs = len(cases) * seeds_run
-    identical = sum(o.identical for outs in results.values() for o in outs)
-    print(f"\nsummary: {identical}/{pairs} query-seed pairs identical; "
-          f"{sum(all(o.identical for o in results[c.id]) for c in cases)}/{len(cases)} query/mode pairs identical "
-          f"on every seed; {unexplained_total} pairs with unexplained differences")  # fmt: skip
+        if spark is not None:
+            spark.stop()
+    seeds_seen = sorted({o.seed for outs in results.values() for o in outs})
+    print(f"\n== {len(seeds_seen)} seeds ({seeds_run} run now, {time.monotonic() - started:.0f} s), "
+          f"{sum(len(v) for v in results.values())} query-seed pairs")  # fmt: skip
+    lines, unexplained_total = summarise(cases, results)
+    print("\n".join(lines), flush=True)
     return 1 if unexplained_total else 0
 
 

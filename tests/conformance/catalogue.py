@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from tests.conformance.generator import DELAY_S, GAP_S, SLIDE_S, WINDOW_S
 from tests.conformance.harness import QuerySpec, Step, session_window, window
 
-__all__ = ["CATALOGUE", "KNOWN", "Case", "Known", "by_id"]
+__all__ = ["CATALOGUE", "KNOWN", "SOMETIMES", "Case", "Known", "by_id"]
 
 _WM = Step("watermark", ("ts", f"{DELAY_S} seconds"))
 _TUMBLE = window("ts", f"{WINDOW_S} seconds")
@@ -58,12 +58,9 @@ _UPDATED = r"\.numRowsUpdated: "
 _DROPPED = r"\.numRowsDroppedByWatermark: "
 _TOTAL = r"\.numRowsTotal: "
 
-# the differences left, each with what shows in the comparison
-SESSION_STATE_COUNTS = Known(
-    "session windows' numRowsTotal/numRowsUpdated: Spark counts sessions in state (and the sessions a batch "
-    "changed), headrace counts keys (its state row per key holds the key's list of sessions)",
-    (_TOTAL, _UPDATED),
-)
+# the differences left, each with what shows in the comparison (none today: a new one is a Known
+# value here, named in KNOWN below)
+
 
 def _all(*known: Known) -> Known:
     """Several known differences of one case, as one."""
@@ -127,6 +124,8 @@ _CASES: tuple[Case, ...] = (
     Case(_q("dedup-all-columns", Step("select_expr", ("k", "id", "n")), Step("drop_duplicates", ()))),
     *(Case(_q("dedup-event-time", _WM, Step("drop_duplicates", ("id", "ts")), mode=m)) for m in ("append", "update")),
     Case(_q("dedup-within-watermark", _WM, Step("drop_duplicates_within_watermark", ("id",)))),
+    # output names Spark gives unaliased expressions (a cast of a column is named by the column)
+    Case(_q("cast-names", Step("select_expr", ("ts", "CAST(id AS STRING)", "n::string", "try_cast(k AS INT)")))),
 )
 
 # ---- stream-stream joins and chained stateful operators (tests/core/transforms/test_stream_join.py
@@ -168,12 +167,22 @@ _CASES = (*_CASES, *_STREAM_JOIN_CASES)
 
 # the cases that differ today (on the fixed seed of the CI tier, and on most seeds of the deep one)
 KNOWN: dict[str, Known] = {
-    "session-append": SESSION_STATE_COUNTS,
-    "session-complete": SESSION_STATE_COUNTS,
     "ss-join-semi-append": SEMI_STATE_COUNTS,
 }  # fmt: skip
 
 CATALOGUE: tuple[Case, ...] = tuple(Case(c.spec, KNOWN.get(c.id)) for c in _CASES)
+
+# differences some seeds show (not the fixed seed of the CI tier), each pinned by a test of its
+# own; the deep tier counts a seed that differs only so as explained
+TRAILING_NO_DATA_BATCH = Known(
+    "a batch without data: when the watermark moves but closes no window (evicts no key), headrace runs no "
+    "batch, Spark runs one that emits nothing (pinned by tests/conformance/test_no_data_batch.py)",
+    (r"^batch ids: spark ran \[(\d+, )*\d+\], headrace ran \[", r"^batch \d+ progress: only spark reported one"),
+)
+SOMETIMES: dict[str, Known] = {
+    c.id: TRAILING_NO_DATA_BATCH for c in _CASES
+    if _WM in c.spec.steps and c.spec.mode != "complete" and not c.spec.name.startswith("session")
+}
 
 
 def by_id() -> dict[str, Case]:

@@ -79,14 +79,8 @@ def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str
     return {o.spec.id: o for o in run_many(conformance_spark, [s for s in SPECS if s.id in selected], _input())}
 
 
-# state-size metrics that differ for reasons other than the watermarks (Spark counts a session
-# window's sessions where headrace counts its keys; the within-watermark deduplication's
-# numRowsTotal after eviction); anything else must be identical
-OTHER = {
-    "session-append": r"stateOperators\[0\]\.numRows(Total|Updated):",
-    "session-complete": r"stateOperators\[0\]\.numRows(Total|Updated):",
-    "dedup-within-watermark-append": r"stateOperators\[0\]\.numRowsTotal:",
-}
+# differences allowed for reasons other than the watermarks (none left); anything else must be identical
+OTHER: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[s.id for s in SPECS])

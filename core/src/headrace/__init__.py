@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the names below, for type checkers and IDEs; at run time __
         readStream,
     )
     from headrace.api.static import DataFrameReader, StaticFrame, read
+    from headrace.api.warehouse import set_warehouse
     from headrace.connectors.memory import memory_table
     from headrace.errors import (
         CheckpointError,
@@ -105,6 +106,7 @@ __all__ = [
     "read_stream",
     "registry",
     "session_window",
+    "set_warehouse",
     "sql_dialect",
     "window",
 ]
@@ -135,6 +137,7 @@ _LAZY: dict[str, str] = {
     "DataFrameReader": "headrace.api.static",
     "StaticFrame": "headrace.api.static",
     "read": "headrace.api.static",
+    "set_warehouse": "headrace.api.warehouse",
     "session_window": "headrace.transforms.window",
     "sql_dialect": "headrace.transforms.spark_sql",
     "window": "headrace.transforms.window",

@@ -46,9 +46,17 @@ def test_a_catalog_owned_by_no_pipeline_answers_the_readers() -> None:
 
 @pytest.mark.parametrize("read", [lambda: hr.read_stream.table("t"), lambda: hr.read.table("t")],
                          ids=["read_stream.table", "read.table"])  # fmt: skip
-def test_without_a_catalog_a_table_name_is_refused_with_the_path_read(read: Any) -> None:
-    with pytest.raises(HeadraceError, match=r"\.load\("):
-        read()
+def test_without_a_catalog_names_resolve_in_the_local_warehouse(read: Any, tmp_path: Any) -> None:
+    from headrace.api.catalog import current_catalog
+    from headrace.api.warehouse import WarehouseCatalog, set_warehouse
+
+    assert isinstance(current_catalog(), WarehouseCatalog)
+    previous = set_warehouse(tmp_path)
+    try:
+        with pytest.raises(HeadraceError, match=r"no table 't' in the warehouse"):
+            read()
+    finally:
+        set_warehouse(previous)
 
 
 def test_the_catalog_is_per_thread() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -67,12 +69,14 @@ def test_decorators_above_or_below_table_and_checks() -> None:
         dp.expect_all({})
 
 
-def test_outside_a_pipeline() -> None:
+def test_outside_a_pipeline(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
     import headrace as hr
 
+    monkeypatch.setenv("HEADRACE_WAREHOUSE", str(tmp_path))
     with pytest.raises(HeadraceError, match="headrace pipelines run"):
         dp.table(lambda: None)
-    with pytest.raises(HeadraceError, match="works only inside a definition"):
+    # outside a pipeline a name is a table of the local warehouse
+    with pytest.raises(HeadraceError, match="no table 'bronze' in the warehouse"):
         hr.read_stream.table("bronze")
     with pytest.raises(HeadraceError, match="works only inside a definition"):
         dp.read.table("bronze")

@@ -100,6 +100,22 @@ def test_within_watermark_expires_keys(backend: str, tmp_path: Path) -> None:
     assert run.metrics[3]["numRowsDroppedByWatermark"] == 1
 
 
+def test_within_watermark_a_key_expires_when_the_watermark_reaches_its_expiry(backend: str, tmp_path: Path) -> None:
+    """PySpark 4.3 removes a key once ``watermarkForEviction >= expiresAt``: a key whose expiry
+    (first event time + delay) equals the watermark is gone after that batch."""
+    batches = [
+        events([(0, "a", 1)]),  # a expires at 10 s
+        events([(20, "b", 1)]),  # watermark 10 s after batch 0 (0 s): a kept; watermark 10 s from now on
+        events([(21, "c", 1)]),  # watermark 10 s: a's expiry reached, evicted
+    ]
+    run = run_batches(lambda: DropDuplicatesOperator(["id"], within_watermark=True, watermark_column="ts",
+                                                     watermark_delay="10 seconds"),
+                      batches, state_path=str(tmp_path), backend=backend, mode="append",
+                      watermark=("ts", 10_000))  # fmt: skip
+    assert run.watermarks[2] is not None and run.watermarks[2] % 1000 == 0
+    assert [m["numRowsTotal"] for m in run.metrics] == [1, 2, 2]  # b (30 s), c (31 s); a (10 s) evicted at 10 s
+
+
 def test_real_time_emits_per_chunk(backend: str, tmp_path: Path) -> None:
     op = DropDuplicatesOperator(["id"])
     t = events([(i, f"id{i % 3}", i) for i in range(9)])

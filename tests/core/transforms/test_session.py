@@ -118,3 +118,28 @@ def test_modes() -> None:
     no_wm = aggregate_operator([session_window("ts", "1 minute")], ["count(*)"])
     with pytest.raises(UnsupportedError, match="without watermark"):
         no_wm.check_output_mode("append")
+
+
+def _counts(run: Any) -> list[tuple[int, int, int]]:
+    return [(m["numRowsTotal"], m["numRowsUpdated"], m["numRowsRemoved"]) for m in run.metrics]
+
+
+@pytest.mark.parametrize("restart_after", [None, 1, 2], ids=["one-run", "restart-after-1", "restart-after-2"])
+def test_state_counts_are_sessions_as_spark(backend: str, tmp_path: Path, restart_after: int | None) -> None:
+    """numRowsTotal counts sessions in state, numRowsUpdated the sessions written for the keys a
+    batch touched (all of a touched key's sessions), numRowsRemoved the sessions a merge replaced
+    or the watermark closed: SessionWindowStateStoreSaveExec's metrics (its state has one row per
+    key and session start); the total carries over a restart."""
+    batches = [events([(0, "a", 1), (15, "a", 2)]),  # a: [0,10) [15,25)
+               events([(8, "a", 4)]),  # watermark 10: a's two sessions merge into [0,25) (one removed)
+               events([(100, "b", 1)]),  # b: [100,110)
+               events([(200, "b", 1)]),  # watermark 95: b: [100,110) [200,210) written; a's [0,25) closes
+               events([(300, "c", 1)])]  # watermark 195: b's [100,110) closes; c: [300,310)  # fmt: skip
+    kw: dict[str, Any] = {"state_path": str(tmp_path), "backend": backend, "mode": "append",
+                          "watermark": ("ts", 5_000)}  # fmt: skip
+    if restart_after is None:
+        run = run_batches(mk, batches, **kw)
+    else:
+        run = run_batches(mk, batches[:restart_after], **kw)
+        run = run_batches(mk, batches[restart_after:], run=run, **kw)
+    assert _counts(run) == [(2, 2, 0), (1, 1, 1), (2, 1, 0), (2, 2, 1), (2, 1, 1)]

@@ -129,6 +129,18 @@ def test_cast_of_binary_to_string_decodes_utf8_in_spark_sql() -> None:
     assert out.column("s").to_pylist() == ["héllo", None]
 
 
+def test_an_unaliased_cast_of_a_column_is_named_by_the_column_as_in_spark() -> None:
+    """PySpark 4.3: selectExpr("CAST(key AS STRING)", "n::string", "try_cast(t AS INT)",
+    "CAST(n + 1 AS STRING)") gives columns key, n, t, CAST((n + 1) AS STRING); a qualified
+    column keeps its last part (so Kafka's selectExpr("CAST(value AS STRING)") has ``value``)."""
+    t = pa.table({"key": pa.array([b"a"], pa.binary()), "n": [1], "t": ["5"]})
+    out = StaticFrame.from_arrow(t).select_expr("CAST(key AS STRING)", "n::string", "try_cast(t AS INT)").to_arrow()
+    assert out.to_pylist() == [{"key": "a", "n": "1", "t": 5}]
+    assert StaticFrame.from_arrow(t).sql("SELECT CAST(batch.n AS STRING) FROM batch").to_arrow().column_names == ["n"]
+    with sql_dialect("duckdb"):  # DuckDB's own names there
+        assert StaticFrame.from_arrow(t).select_expr("CAST(n AS BIGINT)").to_arrow().column_names != ["n"]
+
+
 def test_a_spark_query_in_sql_runs() -> None:
     out = frame().sql("SELECT n div 2 AS h, if(n > 3, 'big', 'small') AS size FROM batch").to_arrow()
     assert out.to_pylist() == [{"h": 1, "size": "small"}, {"h": 2, "size": "big"}]

@@ -1,11 +1,13 @@
 """The catalog seam: how the api resolves a table *name* without knowing who owns the tables.
 
-``hr.read_stream.table(name)`` and ``hr.read.table(name)`` ask the :class:`Catalog` installed in
-the current context (a :class:`~contextvars.ContextVar`, so threads and asyncio tasks each see
-their own); outside one there is no catalog and they raise, naming the path-based read instead.
+``hr.read_stream.table(name)``, ``hr.read.table(name)`` and ``write_stream.to_table(name)`` ask
+:func:`current_catalog`: the :class:`Catalog` installed in the current context (a
+:class:`~contextvars.ContextVar`, so threads and asyncio tasks each see their own), else the
+local warehouse (:class:`~headrace.api.warehouse.WarehouseCatalog`: Delta tables in a folder).
 The declarative pipelines runner (and its dry run) installs its resolver with :func:`installed`
 while it calls a definition, which is also how the pipeline's graph learns its edges: the shape
-of Spark's ``graph_element_registry``. The api never imports the pipelines package.
+of Spark's ``graph_element_registry``. A catalog that tables can be written to by name is a
+:class:`WritableCatalog`. The api never imports the pipelines package.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from headrace.api.reader import DataStreamReader
     from headrace.api.stream_frame import StreamFrame
+    from headrace.api.writer import DataStreamWriter
 
-__all__ = ["Catalog", "active_catalog", "installed"]
+__all__ = ["Catalog", "WritableCatalog", "active_catalog", "current_catalog", "installed"]
 
 
 @runtime_checkable
@@ -37,12 +40,34 @@ class Catalog(Protocol):
         ...
 
 
+@runtime_checkable
+class WritableCatalog(Catalog, Protocol):
+    """A catalog whose tables streaming queries write by name."""
+
+    def table_writer(self, name: str, writer: DataStreamWriter) -> DataStreamWriter:
+        """``writer`` set up to write table ``name`` (its format and location), for
+        ``write_stream.to_table(name)`` to start. Called once per call, on the caller's thread,
+        before the query starts; raises when the name or the writer's format does not fit."""
+        ...
+
+
 _catalog: ContextVar[Catalog | None] = ContextVar("headrace_catalog", default=None)
 
 
 def active_catalog() -> Catalog | None:
-    """The catalog installed in this context, or None. Called by the readers' ``table``."""
+    """The catalog installed in this context, or None (outside a pipeline's definition)."""
     return _catalog.get()
+
+
+def current_catalog() -> Catalog:
+    """The catalog table names resolve in: the one installed in this context, else the local
+    warehouse. Called by ``read_stream.table``, ``read.table`` and ``write_stream.to_table``."""
+    catalog = _catalog.get()
+    if catalog is not None:
+        return catalog
+    from headrace.api.warehouse import WarehouseCatalog
+
+    return WarehouseCatalog()
 
 
 @contextlib.contextmanager

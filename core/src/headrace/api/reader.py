@@ -76,22 +76,17 @@ class DataStreamReader:
         return StreamFrame((plan,), (), self._schema)
 
     def table(self, name: str) -> StreamFrame:
-        """Another dataset of the declarative pipeline calling this definition, as a stream
-        (``headrace.pipelines``): a streaming table is read incrementally with the delta source
-        (options set on this reader go to it), a temporary view is inlined. The name becomes an
-        edge of the pipeline's graph. Only inside a definition the pipeline calls; elsewhere read
-        the table's path: ``read_stream.format("delta").load(path)``.
+        """Table ``name`` as a stream. Inside a definition a declarative pipeline calls
+        (``headrace.pipelines``), another dataset of the pipeline: a streaming table read
+        incrementally with the delta source (options set on this reader go to it), a temporary
+        view inlined; the name becomes an edge of the pipeline's graph. Elsewhere a Delta table
+        of the local warehouse (:mod:`headrace.api.warehouse`), read with the delta source: one
+        a query wrote with ``write_stream.to_table(name)``. Raises, naming the tables there, for
+        an unknown one.
         """
-        from headrace.api.catalog import active_catalog
+        from headrace.api.catalog import current_catalog
 
-        catalog = active_catalog()
-        if catalog is None:
-            raise HeadraceError(
-                f"read_stream.table({name!r}) reads a dataset of a declarative pipeline and works only inside a "
-                "definition the pipeline calls (headrace pipelines run); elsewhere read the table's path: "
-                "read_stream.format('delta').load(path)"
-            )
-        return catalog.stream_table(name, self)
+        return current_catalog().stream_table(name, self)
 
 
 read_stream = DataStreamReader()

@@ -328,18 +328,13 @@ class DataFrameReader:
         return StaticFrame(plan, (), self._schema)
 
     def table(self, name: str) -> StaticFrame:
-        """A dataset of the declarative pipeline calling this definition (``headrace.pipelines``),
-        read as a lazy static frame of its Delta table (or the temporary view's result); the name
-        becomes an edge of the pipeline's graph. Outside a pipeline there is no catalog."""
-        from headrace.api.catalog import active_catalog
+        """Table ``name`` as a lazy static frame: inside a definition a declarative pipeline
+        calls (``headrace.pipelines``), a dataset of the pipeline (its Delta table, or the
+        temporary view's result; the name becomes an edge of the pipeline's graph); elsewhere a
+        Delta table of the local warehouse (:mod:`headrace.api.warehouse`)."""
+        from headrace.api.catalog import current_catalog
 
-        catalog = active_catalog()
-        if catalog is not None:
-            return catalog.static_frame(name)
-        raise HeadraceError(
-            f"read.table({name!r}): no table catalog is configured in this headrace; read the table by "
-            "connector instead, e.g. hr.read.format('delta').load('/path/to/table')"
-        )
+        return current_catalog().static_frame(name)
 
 
 def _is_connector(name: str) -> bool:

@@ -196,6 +196,43 @@ class DataStreamWriter:
         Spark DataFrame) and the batch id."""
         return self.foreach_batch(func)
 
+    def to_table(self, table_name: str, format: str | None = None, output_mode: str | None = None,
+                 partition_by: str | list[str] | None = None, query_name: str | None = None,
+                 **options: Any) -> StreamingQuery:  # fmt: skip
+        """Start the query writing table ``table_name``: outside a declarative pipeline a Delta
+        table of the local warehouse (:mod:`headrace.api.warehouse`: ``spark-warehouse`` in the
+        current directory unless ``hr.set_warehouse(path)`` or ``$HEADRACE_WAREHOUSE`` says
+        otherwise), created by the first batch, which ``read_stream.table(table_name)`` and
+        ``read.table(table_name)`` read. The other arguments set what their builder methods
+        set. Validates every option before any I/O, as :meth:`start`."""
+        from headrace.api.catalog import WritableCatalog, current_catalog
+
+        writer = self
+        if format is not None:
+            writer = writer.format(format)
+        if output_mode is not None:
+            writer = writer.output_mode(output_mode)
+        if partition_by is not None:
+            writer = writer.partitionBy(partition_by)
+        if query_name is not None:
+            writer = writer.query_name(query_name)
+        if options:
+            writer = writer.options(options)
+        catalog = current_catalog()
+        if not isinstance(catalog, WritableCatalog):
+            raise HeadraceError(
+                f"write_stream.to_table({table_name!r}) inside a pipeline's definition: a definition returns its "
+                "frame and the pipeline writes it to the dataset; return the frame, or write to a sink with "
+                "dp.create_sink(...) and a flow"
+            )
+        return catalog.table_writer(table_name, writer).start()
+
+    def toTable(self, tableName: str, format: str | None = None, outputMode: str | None = None,
+                partitionBy: str | list[str] | None = None, queryName: str | None = None,
+                **options: Any) -> StreamingQuery:  # fmt: skip
+        """PySpark's name of :meth:`to_table`."""
+        return self.to_table(tableName, format, outputMode, partitionBy, queryName, **options)
+
     @overload
     def start(self, path: str | None = None, *, engine: None = None) -> StreamingQuery: ...
     @overload

@@ -53,7 +53,8 @@ class Resolver:
             known = ", ".join(sorted(d.name for d in self.graph.registry.datasets.values())) or "none"
             raise UnknownDataset(
                 f"{how}({name!r}): no dataset {name!r} in the pipeline (datasets: {known}); define it with "
-                "@dp.table / @dp.materialized_view / @dp.temporary_view / a SQL CREATE, or read files with a format"
+                "@dp.table / @dp.materialized_view / @dp.temporary_view / a SQL CREATE, write it to the local "
+                "warehouse (writeStream.toTable(name)), or read files with a format"
             )
         self.reads.setdefault(ds.name, set()).add(STREAM if how.endswith("read_stream.table") else STATIC)
         return ds
@@ -69,10 +70,28 @@ class Resolver:
         finally:
             self._stack.pop()
 
+    def _external(self, name: str) -> Any:
+        """The local warehouse when it holds a Delta table ``name`` (a table no pipeline owns,
+        as a Databricks pipeline reads a catalog's table), else None."""
+        from headrace.api.warehouse import TableNameError, WarehouseCatalog, table_path
+
+        try:
+            path = table_path(name)
+        except TableNameError:
+            return None
+        return WarehouseCatalog() if os.path.isdir(os.path.join(path, "_delta_log")) else None
+
     def stream_table(self, name: str, reader: Any) -> Any:
         """``hr.read_stream.table(name)``: the dataset as a stream (a Delta source over its table,
-        or the temporary view's stream). Reader options go to the delta source."""
-        ds = self._lookup(name, "hr.read_stream.table")
+        or the temporary view's stream). Reader options go to the delta source. A name that is
+        no dataset of the pipeline reads the local warehouse's table of that name, if any."""
+        try:
+            ds = self._lookup(name, "hr.read_stream.table")
+        except UnknownDataset:
+            external = self._external(name)
+            if external is None:
+                raise
+            return external.stream_table(name, reader)
         kind = self.graph.kind_of(ds)
         if kind == TEMPORARY_VIEW:
             out = self._call_view(ds)
@@ -99,8 +118,15 @@ class Resolver:
 
     def static_frame(self, name: str) -> Any:
         """``hr.read.table(name)``: the dataset as the core's lazy ``StaticFrame`` (what
-        ``StreamFrame.join`` takes), read when the query joining it starts or at ``to_arrow``."""
-        ds = self._lookup(name, "hr.read.table")
+        ``StreamFrame.join`` takes), read when the query joining it starts or at ``to_arrow``.
+        A name that is no dataset of the pipeline reads the local warehouse's table, if any."""
+        try:
+            ds = self._lookup(name, "hr.read.table")
+        except UnknownDataset:
+            external = self._external(name)
+            if external is None:
+                raise
+            return external.static_frame(name)
         kind = self.graph.kind_of(ds)
         if kind == TEMPORARY_VIEW:
             out = self._call_view(ds)

@@ -9,7 +9,8 @@
   Spark).
 - ``drop_duplicates_within_watermark(cols)`` (Spark 3.5): the event-time column need not be a
   key; a key's state expires at its first row's event time plus the watermark delay, once the
-  watermark passes that. Rows older than the watermark for late events are dropped as late.
+  watermark reaches that (expiry <= watermark, as Spark 4). Rows older than the watermark for
+  late events are dropped as late.
 
 Per chunk, vectorised: the chunk's first row per key (Arrow's hash-based
 ``dictionary_encode``), one state lookup for those keys, the unseen
@@ -202,11 +203,11 @@ class DropDuplicatesOperator(StatefulOperator):
     def _eviction_us(self, watermark_ms: int | None) -> int | None:
         """The order (µs) up to which keys are evicted at this watermark; None: none are.
         Spark evicts a key when its event time is <= the watermark; a within-watermark key
-        when its expiry (first event time + delay) is < the watermark."""
+        when its expiry (first event time + delay) is <= the watermark (Spark 4's
+        ``watermarkForEviction >= expiresAt``)."""
         if watermark_ms is None or self.watermark_column is None or not (self._event_key or self.within_watermark):
             return None
-        wm_us = int(watermark_ms) * 1000
-        return wm_us - 1 if self.within_watermark else wm_us
+        return int(watermark_ms) * 1000
 
 
 # the event times a NULL one is stored as: never evicted (drop_duplicates), or the epoch (within

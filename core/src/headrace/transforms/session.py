@@ -17,6 +17,13 @@ the keys it closes. Per batch:
    is the part that is not vectorised;
 4. append mode emits the sessions this batch's watermark has passed (end <= watermark) and
    removes them; complete mode emits every session (and runs no batch without data).
+
+Progress counts sessions, as Spark's state (one row per key and session start) does:
+``numRowsTotal`` is the number of sessions in state after the batch, ``numRowsUpdated`` the
+sessions written for the keys the batch's input touched (every session of such a key after the
+merge, including those the same batch then closes), ``numRowsRemoved`` the sessions a merge
+replaced plus those the watermark closed. The total is kept by difference per batch; a run's
+first batch (or a replay) counts it once over the restored state.
 """
 
 from __future__ import annotations
@@ -106,6 +113,13 @@ class SessionWindowAggregateOperator(AggregateOperator):
         self._buffer: list[pa.Table] = []
         self._ts_type: pa.DataType | None = None
         self._session_type = pa.list_(pa.int64())
+        # Spark's session counts: the total as of state version _sessions_version, and this
+        # batch's changes (applied when the batch commits)
+        self._sessions_total = 0
+        self._sessions_version: int | None = None
+        self._sessions_delta = 0
+        self._sessions_updated = 0
+        self._sessions_removed = 0
 
     def describe(self) -> str:
         keys = [k.describe() if isinstance(k, SessionWindowSpec) else str(k) for k in self.keys]
@@ -203,6 +217,18 @@ class SessionWindowAggregateOperator(AggregateOperator):
             )
 
     # ------------------------------------------------------------------ per batch
+    def begin(self, batch: BatchInfo) -> None:
+        """Load state version ``batch_id - 1``; count its sessions when this operator's count is
+        not of that version (the run's first batch, a replay)."""
+        super().begin(batch)
+        self._sessions_delta = self._sessions_updated = self._sessions_removed = 0
+        if self._sessions_version != batch.batch_id - 1:
+            import pyarrow.compute as pc
+
+            lengths = pc.list_value_length(self.store.scan().column("sessions"))
+            self._sessions_total = int(pc.sum(lengths).as_py() or 0)
+            self._sessions_version = batch.batch_id - 1
+
     def partial_stage(self) -> Callable[[pa.Table], pa.Table] | None:
         """None: sessions are split over the whole batch at once, on the consumer thread."""
         return None
@@ -244,6 +270,10 @@ class SessionWindowAggregateOperator(AggregateOperator):
                     emitted += self._close(rows, wm_us)
             out = self._emit(emitted) if emitted else None
         self._commit(batch)
+        self._sessions_total += self._sessions_delta
+        self._sessions_version = batch.batch_id
+        self._metrics.update(numRowsTotal=self._sessions_total, numRowsUpdated=self._sessions_updated,
+                             numRowsRemoved=self._sessions_removed)  # fmt: skip
         return out
 
     def _merge_sessions(self, table: pa.Table, late_us: int | None, wm_us: int | None,
@@ -300,12 +330,17 @@ class SessionWindowAggregateOperator(AggregateOperator):
                 else:
                     out.append(dict(s))
             merged_lists.append(out)
-        return self._store_sessions(keys, merged_lists, wm_us)
+            # Spark writes every session of a touched key and deletes the stored ones whose start
+            # no longer begins a session
+            self._sessions_updated += len(out)
+            starts = {s["start"] for s in out}
+            self._sessions_removed += sum(1 for s in prev or [] if s["start"] not in starts)
+        return self._store_sessions(keys, merged_lists, wm_us, [len(prev or []) for prev in old_lists])
 
-    def _store_sessions(self, keys: pa.Table, lists: list[list[dict[str, Any]]], wm_us: int | None
-                        ) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:  # fmt: skip
+    def _store_sessions(self, keys: pa.Table, lists: list[list[dict[str, Any]]], wm_us: int | None,
+                        stored_before: list[int]) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         """Emit (append mode) the sessions the watermark closed; store the rest; remove keys
-        left without sessions."""
+        left without sessions. ``stored_before``: how many sessions each key had in state."""
         emitted: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         key_rows = keys.to_pylist()
         keep_idx, keep_lists, orders, drop_idx = [], [], [], []
@@ -315,6 +350,8 @@ class SessionWindowAggregateOperator(AggregateOperator):
                 closed = [s for s in sessions if s["end"] <= wm_us]
                 open_ = [s for s in sessions if s["end"] > wm_us]
                 emitted += [(tuple(kr.values()), s) for s in closed]
+                self._sessions_removed += len(closed)
+            self._sessions_delta += len(open_) - stored_before[i]
             if open_:
                 keep_idx.append(i)
                 keep_lists.append(open_)
@@ -331,7 +368,8 @@ class SessionWindowAggregateOperator(AggregateOperator):
 
     def _close(self, rows: pa.Table, wm_us: int) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         keys = rows.select(self._key_schema.names)
-        return self._store_sessions(keys, rows.column("sessions").to_pylist(), wm_us)
+        lists = rows.column("sessions").to_pylist()
+        return self._store_sessions(keys, lists, wm_us, [len(sessions) for sessions in lists])
 
     def _explode(self, rows: pa.Table) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         keys = rows.select(self._key_schema.names).to_pylist()

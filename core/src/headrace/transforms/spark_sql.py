@@ -328,10 +328,24 @@ def _is(node: Any, *kinds: str) -> bool:
     return t is not None and any(t.is_type(k) for k in kinds)
 
 
+def _name_casts(tree: Any) -> None:
+    """Spark's name of an unaliased ``CAST(col AS type)`` (``col::type``, ``try_cast``) in a
+    SELECT list: the column's (``selectExpr("CAST(value AS STRING)")`` gives ``value``, what the
+    Kafka sink needs; ``t.c`` and a struct field ``s.f`` give their last part), not the
+    expression's text. In place."""
+    from sqlglot import exp
+
+    for select in tree.find_all(exp.Select):
+        for i, e in enumerate(select.expressions):
+            if isinstance(e, exp.Cast) and isinstance(e.this, exp.Column) and e.this.name:
+                select.expressions[i] = exp.alias_(e, exp.to_identifier(e.this.name, quoted=True))
+
+
 def _rewrite(tree: Any, schema: pa.Schema | None) -> Any:
     """Spark's ANSI rules on a copy of a tree (see the module docstring)."""
     from sqlglot import exp
 
+    _name_casts(tree)
     if schema is not None:
         _annotate(tree, schema)
     ints = exp.DataType.INTEGER_TYPES
