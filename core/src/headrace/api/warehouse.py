@@ -175,10 +175,10 @@ class WarehouseCatalog:
     def static_frame(self, name: str) -> Any:
         """``read.table(name)``: the table as a lazy ``StaticFrame`` of its Delta table. Called
         once per call, on the caller's thread."""
-        import headrace as hr
+        from headrace.api.static import read
 
         path = self._existing(name, "read.table")
-        return hr.read.format("delta").load(path)
+        return read.format("delta").load(path)
 
     def table_writer(self, name: str, writer: DataStreamWriter) -> DataStreamWriter:
         """``writeStream.toTable(name)``: ``writer`` set to write the table with the delta sink
