@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Packaging check (issue 12 item 13): builds every distribution of the repo as a wheel (core,
+# Packaging check: builds every distribution of the repo as a wheel (core,
 # each plugins/* and examples/*), then for each one creates a fresh virtualenv holding the core's
 # wheel and that distribution's wheel ALONE (plus what its default install pulls in, no extras),
 # and loads each of its connector classes through the registry. A plugin that imports something
 # it does not declare fails here, naming the distribution and the missing import.
-# Then the scaffold round trip (issue 18): in a fresh venv with the core's wheel,
+# Then the scaffold round trip: in a fresh venv with the core's wheel,
 # `headrace new-plugin` writes a plugin, which is installed and its contract tests run.
 #
 # Fast: one `pip wheel` call for all builds, venvs made without pip (the dev venv's pip installs
