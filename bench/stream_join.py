@@ -106,7 +106,7 @@ def spark_run(spark: Any, rows: int) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--full", action="store_true", help="the issue's size (1M x 1M rows)")
+    ap.add_argument("--full", action="store_true", help="the full size (1M x 1M rows)")
     ap.add_argument("--no-spark", action="store_true", help="skip PySpark")
     args = ap.parse_args(argv)
     rows = 1_000_000 if args.full else 100_000

@@ -15,7 +15,7 @@ Ratios are measured in the same run:
    with 10k (goal <= 2x), both backends; median of 7 batches, each ending once its state is
    durable.
 
-Defaults are small (a tenth of each size); ``--full`` runs the issue's sizes (1M rows over 100k
+Defaults are small (a tenth of each size); ``--full`` runs the full sizes (1M rows over 100k
 keys; 1M keys in state). Asserts nothing. On a loaded machine the figures are indicative.
 """
 
@@ -313,7 +313,7 @@ def state_cost(backend: str, state_keys: int, batched: bool, touch: int = 1000, 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "--full", action="store_true", help="the issue's sizes (1M rows, 100k keys, 1M keys in state)"
+        "--full", action="store_true", help="the full sizes (1M rows, 100k keys, 1M keys in state)"
     )
     ap.add_argument("--no-spark", action="store_true", help="skip PySpark")
     ap.add_argument(

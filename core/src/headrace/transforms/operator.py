@@ -126,8 +126,8 @@ class Operator(ABC):
       arrive and emitting without waiting for the end of the batch).
     - ``output_modes``: the query output modes it allows (Spark's rules), ``None`` for all.
     - ``aggregation``: a streaming aggregation (``group_by(...).agg``): Spark's rules for
-      aggregations apply (at most one per query; ``complete`` mode needs one; in real-time
-      mode only with ``update``).
+      aggregations apply (several only chained in ``append`` mode; ``complete`` mode needs
+      one; in real-time mode only with ``update``).
     """
 
     stateful: ClassVar[bool] = False
