@@ -192,8 +192,8 @@ def test_transform_with_state_ttl_in_event_time_refused_before_start(spark: Any,
              .transform_with_state(_StateAndTimers(ttl="1 hour"), "user STRING, kind STRING, c BIGINT, seen BIGINT, "
                                    "had BOOLEAN", "append", "event_time"))  # fmt: skip
     before = len(spark.streams.active)
-    with pytest.raises(UnsupportedError, match=r"value state 'count': on Spark a TTL needs "
-                                               r"time_mode='processing_time'.*INCORRECT_TIME_MODE_TO_ASSIGN_TTL"):  # fmt: skip
+    with pytest.raises(UnsupportedError, match=r"value state 'count': a TTL needs "
+                                               r"time_mode 'processing_time'.*INCORRECT_TIME_MODE_TO_ASSIGN_TTL"):  # fmt: skip
         frame.write_stream.foreach_batch(lambda t, i: None).start(engine=spark)
     assert len(spark.streams.active) == before
 

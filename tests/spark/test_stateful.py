@@ -68,9 +68,9 @@ def test_valid_declarations_pass_and_the_processor_is_left_alone() -> None:
     [
         ("none", [("value", "count", None), ("list", "count", None)], HeadraceError, "declared twice"),
         ("none", [("value", "bad name", None)], HeadraceError, "state variable name 'bad name'"),
-        ("none", [("map", "m", "1 hour")], UnsupportedError, "a TTL needs processing time"),
+        ("none", [("map", "m", "1 hour")], UnsupportedError, "a TTL needs time_mode 'processing_time'"),
         ("event_time", [("value", "count", "1 hour")], UnsupportedError,
-         "on Spark a TTL needs time_mode='processing_time'"),
+         "a TTL needs time_mode 'processing_time', and time_mode is 'event_time'"),
     ],
     ids=["duplicate-name", "bad-name", "ttl-without-time-mode", "ttl-in-event-time"],
 )  # fmt: skip

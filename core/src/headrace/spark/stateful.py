@@ -222,7 +222,6 @@ class SparkStateHandle:
         what = f"value state {name!r}"
         s, t = parse_state_schema(schema, what), parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
         self._rules._declare(_HrValue(self._rules, name, s, t))
-        self._check_ttl(what, t)
         return _SparkValue(self._handle.getValueState(name, self._to_spark(s), t), name, s)
 
     def get_list_state(self, name: str, schema: Any, ttl: Any = None, *, ttl_duration_ms: int | None = None
@@ -231,7 +230,6 @@ class SparkStateHandle:
         what = f"list state {name!r}"
         s, t = parse_state_schema(schema, what), parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
         self._rules._declare(_HrList(self._rules, name, s, t))
-        self._check_ttl(what, t)
         return _SparkList(self._handle.getListState(name, self._to_spark(s), t), name, s)
 
     def get_map_state(self, name: str, user_key_schema: Any, value_schema: Any, ttl: Any = None, *,
@@ -241,18 +239,8 @@ class SparkStateHandle:
         t = parse_ttl(ttl if ttl is not None else ttl_duration_ms, what)
         ks, vs = parse_state_schema(user_key_schema, what + " key"), parse_state_schema(value_schema, what)
         self._rules._declare(_HrMap(self._rules, name, ks, vs, t))
-        self._check_ttl(what, t)
         state = self._handle.getMapState(name, self._to_spark(ks), self._to_spark(vs), t)
         return _SparkMap(state, name, ks, vs)
-
-    def _check_ttl(self, what: str, ttl_ms: int | None) -> None:
-        if ttl_ms is not None and self._time_mode == "event_time":
-            from headrace.errors import UnsupportedError
-
-            raise UnsupportedError(f"{what}: on Spark a TTL needs time_mode='processing_time', and this "
-                                   "transform_with_state has 'event_time' (Spark's "
-                                   "STATEFUL_PROCESSOR_INCORRECT_TIME_MODE_TO_ASSIGN_TTL); drop the ttl or "
-                                   "run this query on headrace, which expires it by processing time")  # fmt: skip
 
     def delete_if_exists(self, name: str) -> None:
         """Spark's ``deleteIfExists``."""
