@@ -41,6 +41,7 @@ from headrace.transforms.state_variables import (
     _as_tuple,
     parse_state_schema,
     parse_ttl,
+    timer_timestamp,
 )
 from headrace.transforms.state_variables import ListState as _HrList
 from headrace.transforms.state_variables import MapState as _HrMap
@@ -256,13 +257,7 @@ class SparkStateHandle:
     def register_timer(self, expiry_timestamp_ms: int) -> None:
         """Register a timer for the current key (Spark's ``registerTimer``)."""
         self._check_timers("register_timer")
-        if isinstance(expiry_timestamp_ms, bool) or not isinstance(expiry_timestamp_ms, int):
-            from headrace.errors import HeadraceError
-
-            raise HeadraceError(
-                f"register_timer: {expiry_timestamp_ms!r} is not a timestamp in milliseconds (an int)"
-            )
-        self._handle.registerTimer(int(expiry_timestamp_ms))
+        self._handle.registerTimer(timer_timestamp(expiry_timestamp_ms, "register_timer"))
 
     def delete_timer(self, expiry_timestamp_ms: int) -> None:
         """Delete the current key's timer (Spark's ``deleteTimer``)."""

@@ -217,6 +217,14 @@ def parse_state_schema(schema: Any, what: str) -> pa.Schema:
     return out
 
 
+def timer_timestamp(value: Any, what: str) -> int:
+    """A timer's time in milliseconds since the epoch (an int, not a bool), as ``what`` was given
+    it; anything else is a HeadraceError naming the value."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise HeadraceError(f"{what}: {value!r} is not a timestamp in milliseconds (an int)")
+    return int(value)
+
+
 def parse_ttl(ttl: Any, what: str) -> int | None:
     """A TTL in milliseconds: ``None`` (no TTL), a duration (``"1 hour"``, a ``timedelta``) or a
     whole number of milliseconds (PySpark's ``ttlDurationMs``). Must be positive."""
@@ -938,11 +946,7 @@ class StatefulProcessorHandle:
         """Register a timer for the current key at ``expiry_timestamp_ms`` (processing time or
         event time, as the time mode says); it fires once the time passes it."""
         self._check_timers("register_timer")
-        if isinstance(expiry_timestamp_ms, bool) or not isinstance(expiry_timestamp_ms, int):
-            raise HeadraceError(
-                f"register_timer: {expiry_timestamp_ms!r} is not a timestamp in milliseconds (an int)"
-            )
-        self._timers.register(int(expiry_timestamp_ms))
+        self._timers.register(timer_timestamp(expiry_timestamp_ms, "register_timer"))
 
     def delete_timer(self, expiry_timestamp_ms: int) -> None:
         """Delete the current key's timer at ``expiry_timestamp_ms`` (absent: nothing)."""
