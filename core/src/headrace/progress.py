@@ -108,7 +108,10 @@ class QueryProgress:
     ) -> QueryProgress:
         """Assemble a report from the raw numbers the engine measured (seconds). Called once
         per batch on the query's thread: kept to plain arithmetic and a few allocations."""
-        total = durations.get("triggerExecution", 0.0)
+        # Spark's processedRowsPerSecond: rows / the trigger's duration in whole milliseconds
+        # (at least 1), the same figure durationMs.triggerExecution reports
+        total_ms = round(durations.get("triggerExecution", 0.0) * 1000)
+        total = max(1, total_ms) / 1000
         # Spark's inputRowsPerSecond: rows / time since the previous trigger's start; a run's
         # first batch has no previous trigger, so its input rate is 0 (as Spark reports it),
         # not its processing rate (which would be a spike that dwarfs every later input rate)
@@ -130,7 +133,7 @@ class QueryProgress:
             {k: round(v * 1000) for k, v in durations.items()},
             srcs,
             SinkProgress(*sink),
-            round(total * 1000),
+            total_ms,
             {k: latency_summary(v) for k, v in latencies.items()} if latencies else None,
             dict(event_time) if event_time else {},
             [dict(m) for m in state_operators] if state_operators else [],
