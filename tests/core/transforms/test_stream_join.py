@@ -60,8 +60,13 @@ class Streams:
         self.left, self.right = left.alias("l"), right.alias("r")
 
     def add(self, lrows: list[tuple[str, int, int]], rrows: list[tuple[str, int, int]]) -> None:
-        self.left_stream.add([{"lk": k, "lts": at(s), "lv": v} for k, s, v in lrows])
-        self.right_stream.add([{"rk": k, "rts": at(s), "rv": v} for k, s, v in rrows])
+        """Both sides' rows of one step. The running query plans a batch whenever it sees new
+        rows, and adding to two streams is two steps: the tables are built first, so the two
+        appends follow each other at once and the query sees the step's rows in one batch."""
+        left = pa.Table.from_pylist([{"lk": k, "lts": at(s), "lv": v} for k, s, v in lrows], schema=LEFT)
+        right = pa.Table.from_pylist([{"rk": k, "rts": at(s), "rv": v} for k, s, v in rrows], schema=RIGHT)
+        self.left_stream.add(left)
+        self.right_stream.add(right)
 
 
 class Run:
