@@ -126,6 +126,14 @@ _CASES: tuple[Case, ...] = (
     Case(_q("dedup-within-watermark", _WM, Step("drop_duplicates_within_watermark", ("id",)))),
     # output names Spark gives unaliased expressions (a cast of a column is named by the column)
     Case(_q("cast-names", Step("select_expr", ("ts", "CAST(id AS STRING)", "n::string", "try_cast(k AS INT)")))),
+    # filters Spark evaluates below the watermark, so the rows they drop do not move it: a where's
+    # conjuncts without the event-time column (through a renaming projection), and the IS NOT NULL
+    # an inner join with a static table infers for its key
+    Case(_q("filter-below-watermark", _WM, Step("select_expr", ("ts", "k AS key", "id", "n")),
+            Step("where", ("key IS NOT NULL AND id > 1 AND ts IS NOT NULL",)),
+            Step("group_by", ([_TUMBLE, "key"], ["count(*) AS n", "sum(id) AS ids"])))),
+    Case(_q("join-static-after-watermark", _WM, Step("join", (["k"],), {"how": "inner"}),
+            Step("group_by", ([_TUMBLE], ["count(*) AS n", "sum(id) AS ids"])))),
 )
 
 # ---- stream-stream joins and chained stateful operators (tests/core/transforms/test_stream_join.py

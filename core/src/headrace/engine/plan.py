@@ -37,6 +37,7 @@ from headrace.errors import HeadraceError, UnsupportedError
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 from headrace.transforms.stateless import SchemaUnknown, SqlOperator
 from headrace.transforms.watermark import WatermarkOperator
+from headrace.transforms.watermark_filters import assign_measure_filters, downstream_filters
 
 __all__ = ["PlanRunner", "is_aggregation"]
 
@@ -131,6 +132,7 @@ class PlanRunner:
                 unknown_after = op.name
         self.output_schema: pa.Schema | None = schema
         self.sink_schema: pa.Schema | None = schema  # what the sink is told (None: unknown)
+        self._assign_measure_filters(steps)
         first_stateful = next((k for k, s in enumerate(steps) if s.op.stateful), len(steps))
         self.prefix: list[Operator] = _fuse(steps[:first_stateful])
         self.suffix: list[Operator] = [s.op for s in steps[first_stateful:]]
@@ -146,6 +148,19 @@ class PlanRunner:
             self.watermarks[:0] = self.multi_input.side_watermarks()  # type: ignore[attr-defined]
         self._opened = False
         self.finished = True
+
+    def _assign_measure_filters(self, steps: Sequence[_Step]) -> None:
+        """Spark evaluates some filters below a watermark, so the rows they drop do not move
+        it: each ``with_watermark`` step (the sides' too) learns which
+        (:mod:`headrace.transforms.watermark_filters`)."""
+        chain = [(s.op, s.schema) for s in steps]
+        if self.multi_input is not None:
+            first = self.multi_input
+            names = steps[1].schema.names if len(steps) > 1 and steps[1].schema is not None else []
+            after = downstream_filters(chain[1:], names).conjuncts if names else []
+            first.assign_measure_filters(after)  # type: ignore[attr-defined]
+            chain = chain[1:]
+        assign_measure_filters(chain)
 
     @property
     def has_stateful(self) -> bool:

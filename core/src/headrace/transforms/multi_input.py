@@ -57,6 +57,7 @@ class TwoInputs:
             tuple(right_steps),
         )
         self._side_schemas: tuple[pa.Schema, pa.Schema] | None = None
+        self._side_chains: tuple[list[tuple[Operator, pa.Schema | None]], ...] = ([], [])
         self._info: BatchInfo | None = None
         for side, steps in enumerate(self.steps):
             for op in steps:
@@ -88,11 +89,36 @@ class TwoInputs:
             tuple(copy.copy(op) for op in self.steps[1]),
         )
         outs = []
+        chains: list[list[tuple[Operator, pa.Schema | None]]] = []
         for side, schema in ((0, schemas[0]), (1, schemas[self.left_sources])):
+            chain: list[tuple[Operator, pa.Schema | None]] = []
             for op in self.steps[side]:
+                chain.append((op, schema))
                 schema = op.output_schema(schema)
             outs.append(schema)
+            chains.append(chain)
         self._side_schemas = (outs[0], outs[1])
+        self._side_chains = (chains[0], chains[1])
+
+    def side_filters(self, side: int) -> list[Any]:
+        """Filters (sqlglot expressions over the side's output columns) that Spark moves from
+        this operator into the side (a join's inferred ``IS NOT NULL``); none by default."""
+        return []
+
+    #: whether the filters after this operator apply to each side's rows unchanged (a union)
+    filters_reach_sides: ClassVar[bool] = False
+
+    def assign_measure_filters(self, after: Sequence[Any] = ()) -> None:
+        """Called by the engine when the query starts, after :meth:`bind_sources` and the
+        operator's ``output_schema``: each side's ``with_watermark`` steps get the filters Spark
+        evaluates below them (:mod:`headrace.transforms.watermark_filters`): this operator's
+        own, and ``after`` (the conjuncts of the filters following it, over its output columns)
+        when they reach the sides."""
+        from headrace.transforms.watermark_filters import assign_measure_filters
+
+        for side in (0, 1):
+            tail = self.side_filters(side) + (list(after) if self.filters_reach_sides else [])
+            assign_measure_filters(self._side_chains[side], tail)
 
     def side_watermarks(self) -> list[tuple[str, WatermarkOperator]]:
         """The sides' ``with_watermark`` steps, keyed for the checkpoint's event-time maxima."""

@@ -65,6 +65,9 @@ JOIN_TYPES = {
 _SPARK_NAME = {"inner": "Inner", "left_outer": "LeftOuter", "right_outer": "RightOuter",
                "full_outer": "FullOuter", "left_semi": "LeftSemi"}  # fmt: skip
 
+#: the sides Spark filters before the join (by the condition's inferred IS NOT NULL and its
+#: one-side conjuncts), per join type: not the preserved side of an outer join
+_FILTERED_SIDES = {"inner": (0, 1), "left_semi": (0, 1), "left_outer": (1,), "right_outer": (0,)}
 _SEQ = "__index"
 _MATCHED = "__matched"
 _ROW = "__i"
@@ -126,6 +129,9 @@ class JoinCondition:
     #: per side, the columns a NULL in which fails the condition (the keys and the columns of
     #: its comparisons): Spark infers ``IS NOT NULL`` filters on them before the join
     not_null: tuple[list[str], list[str]] = ([], [])
+    #: per side, the condition's conjuncts over that side's columns alone (DuckDB SQL over its
+    #: unqualified columns): Spark moves them into the side for the join types that allow it
+    one_side: tuple[list[str], list[str]] = ([], [])
 
 
 def _interval_us(node: Any, what: str) -> int:
@@ -252,8 +258,12 @@ def parse_condition(on: Any, left: pa.Schema, right: pa.Schema, aliases: tuple[s
     rest: list[Any] = []
     bounds: list[_Bound] = []
     not_null: tuple[list[str], list[str]] = ([], [])
+    one_side: tuple[list[str], list[str]] = ([], [])
     for c in conjuncts:
         refs = [side_of(col) for col in c.find_all(exp.Column)]  # every column resolves
+        sides = {ref[0] for ref in refs if ref is not None}
+        if len(sides) == 1:
+            one_side[sides.pop()].append(_side_sql(c, side_of, dialect, what))
         if isinstance(c, exp.EQ | exp.LT | exp.LTE | exp.GT | exp.GTE | exp.Between) and all(
             _linear(x, side_of, what) is not None for x in c.iter_expressions()
         ):  # null-intolerant: a NULL in any of its columns makes it NULL
@@ -288,7 +298,23 @@ def parse_condition(on: Any, left: pa.Schema, right: pa.Schema, aliases: tuple[s
             residual = to_duckdb(body.sql(dialect="spark"), what=what, kind="expression")
         else:
             residual = body.sql(dialect="duckdb")
-    return JoinCondition(keys, residual, bounds, False, not_null)
+    return JoinCondition(keys, residual, bounds, False, not_null, one_side)
+
+
+def _side_sql(node: Any, side_of: Callable[[Any], tuple[int, str] | None], dialect: str, what: str) -> str:
+    """A conjunct over one side's columns as DuckDB SQL over its unqualified, quoted columns."""
+    from sqlglot import exp
+
+    body = node.copy()
+    for col in list(body.find_all(exp.Column)):
+        ref = side_of(col)
+        assert ref is not None
+        col.replace(exp.column(ref[1], quoted=True))
+    if dialect == "spark":
+        from headrace.transforms.spark_sql import to_duckdb
+
+        return to_duckdb(body.sql(dialect="spark"), what=what, kind="expression")
+    return str(body.sql(dialect="duckdb"))
 
 
 # ------------------------------------------------------------------------------------------ state
@@ -528,6 +554,14 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
                                       "cast one side first")  # fmt: skip
         self._cond = cond
         self._event = event
+        from headrace.transforms.stateless import SqlOperator, where_query
+
+        self._side_where = tuple(
+            SqlOperator(where_query(" AND ".join(f"({t})" for t in cond.one_side[side])),
+                        what=f"{self.name}: the {('left', 'right')[side]} side's own conditions", dialect="duckdb")
+            if cond.one_side[side] and side in _FILTERED_SIDES.get(self.how, ()) else None
+            for side in (0, 1)
+        )  # fmt: skip
         self._evict_key = self._key_eviction(cond, event)
         bounds: list[list[_Bound]] = [[], []]
         for b in cond.bounds:
@@ -604,6 +638,25 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
                 f"{self.name}: Join between two streaming DataFrames/Datasets is not supported in {mode.title()} "
                 "output mode, only in Append output mode; use output_mode('append')"
             )
+
+    def side_filters(self, side: int) -> list[Any]:
+        """The filters Spark moves from the join into a side, over the side's columns:
+        ``IS NOT NULL`` on the columns of the condition's null-intolerant comparisons (its
+        InferFiltersFromConstraints) and the conjuncts on that side alone (its
+        PushPredicateThroughJoin), for the sides the join type lets it filter: both sides of
+        an inner or left semi join, the right side of a left outer join, the left side of a
+        right outer one, neither side of a full outer one. They decide which rows move the
+        side's watermark (:mod:`headrace.transforms.watermark_filters`)."""
+        cond = self._cond
+        if cond is None or side not in _FILTERED_SIDES.get(self.how, ()):
+            return []
+        import sqlglot
+        from sqlglot import exp
+
+        out: list[Any] = [exp.Not(this=exp.Is(this=exp.column(c, quoted=True), expression=exp.Null()))
+                          for c in cond.not_null[side]]  # fmt: skip
+        out += [sqlglot.parse_one(text, read="duckdb") for text in cond.one_side[side]]
+        return out
 
     def state_spec(self) -> dict[str, Any]:
         assert self._cond is not None and self._side_schemas is not None
@@ -704,25 +757,28 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
         table = pa.concat_tables(parts) if parts else schema.empty_table()
         if not table.num_rows:
             return table
-        col = self._event[side]
-        if col is not None and batch.late_ms is not None:
-            us = _time_us(table.column(col))
-            late = pc.fill_null(pc.less_equal(us, batch.late_ms * 1000), False)
-            n_late = int(pc.sum(late).as_py() or 0)
-            if n_late:
-                self._dropped += n_late
-                table = table.filter(pc.invert(late))
-        # a row with a NULL in a column of the condition's equalities and comparisons never
-        # matches: Spark filters such rows out before the join, except on the preserved side of
-        # an outer join (where they wait, unmatched)
-        preserved = {"left_outer": (0,), "right_outer": (1,), "full_outer": (0, 1)}.get(self.how, ())
-        if side not in preserved:
+        # Spark filters a side before the join (and before its watermark; see side_filters):
+        # a row with a NULL in a column of the condition's equalities and comparisons, or
+        # failing a conjunct on that side alone, never matches; not on the preserved side of an
+        # outer join (where such rows wait, unmatched)
+        if side in _FILTERED_SIDES.get(self.how, ()):
             mask = None
             for name in self._cond.not_null[side]:
                 v = pc.is_valid(table.column(name))
                 mask = v if mask is None else pc.and_(mask, v)
             if mask is not None and not pc.all(mask).as_py():
                 table = table.filter(mask)
+            where = self._side_where[side]
+            if where is not None and table.num_rows:
+                table = where.process(table, batch) or table.slice(0, 0)
+        col = self._event[side]
+        if col is not None and batch.late_ms is not None and table.num_rows:
+            us = _time_us(table.column(col))
+            late = pc.fill_null(pc.less_equal(us, batch.late_ms * 1000), False)
+            n_late = int(pc.sum(late).as_py() or 0)
+            if n_late:
+                self._dropped += n_late
+                table = table.filter(pc.invert(late))
         return table
 
     def _state_threshold(self, side: int, wm_ms: int | None) -> int | None:

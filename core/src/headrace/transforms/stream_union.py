@@ -26,6 +26,7 @@ class StreamUnionOperator(TwoInputs, Operator):
 
     supports_real_time: ClassVar[bool] = False
     what: ClassVar[str] = "union() of two transformed streams"
+    filters_reach_sides: ClassVar[bool] = True  # Spark pushes a filter through a union into both inputs
 
     def __init__(
         self, left_steps: Sequence[Operator], right_steps: Sequence[Operator], left_sources: int

@@ -66,10 +66,23 @@ class WatermarkOperator(Operator):
         self.delay_text = str(delay)
         self.delay_ms = parse_delay_ms(delay, what=f"with_watermark({column!r}, {delay!r})")
         self.stats = EventTimeStats()
+        self.measure_filter: str | None = None
+        self._measured_rows: Operator | None = None
 
     @property
     def name(self) -> str:
         return f"with_watermark({self.column!r}, {self.delay_text!r})"
+
+    def set_measure_filter(self, predicate: str | None) -> None:
+        """Measure event times only on the rows for which ``predicate`` (DuckDB SQL over the
+        step's input columns) is true: the filters Spark evaluates below its watermark node
+        (:mod:`headrace.transforms.watermark_filters`). Every row still passes on. Called when
+        the query starts, on the run's own copy of the step."""
+        from headrace.transforms.stateless import SqlOperator, where_query
+
+        self.measure_filter = predicate
+        what = f"{self.name}: the rows it measures ({predicate})"
+        self._measured_rows = SqlOperator(where_query(predicate), what=what, dialect="duckdb") if predicate else None
 
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         if self.column not in input_schema.names:
@@ -89,19 +102,25 @@ class WatermarkOperator(Operator):
         self.stats.reset()
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
+        measured = table
+        if self._measured_rows is not None and table.num_rows:
+            measured = self._measured_rows.process(table, batch) or table.slice(0, 0)
+        self._measure(measured)
+        return table
+
+    def _measure(self, table: pa.Table) -> None:
         if table.num_rows:
             import pyarrow.compute as pc
 
             col = table.column(self.column)
             if not col.null_count and col.type.unit == "us" and self._measure_us(col):
-                return table
+                return
             ms = event_times_ms(col)
             mm = pc.min_max(ms)
             lo, hi = mm["min"].as_py(), mm["max"].as_py()
             if lo is not None and hi is not None:
                 n = len(ms) - ms.null_count
                 self.stats.add(lo, hi, int(pc.sum(ms).as_py() or 0), n)
-        return table
 
     def _measure_us(self, col: pa.ChunkedArray) -> bool:
         """Microsecond event times without nulls, all at or after the epoch (where flooring to
