@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.errors import CheckpointError, HeadraceError, UnsupportedError
-from headrace.transforms.expressions import ExpressionError, quote_ident
+from headrace.transforms.expressions import ExpressionError, condition_mask, quote_ident
 from headrace.transforms.multi_input import TwoInputs, side_of
 from headrace.transforms.operator import BatchInfo, Operator, OperatorContext, StateWrite
 from headrace.transforms.stateful import StatefulOperator
@@ -562,6 +562,13 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
             if cond.one_side[side] and side in _FILTERED_SIDES.get(self.how, ()) else None
             for side in (0, 1)
         )  # fmt: skip
+        # a preserved side's own conjuncts (Spark's preJoinFilter): a row failing them never
+        # matches, so it is emitted with NULLs for the other side in its own batch, not kept
+        preserved = {"left_outer": (0,), "right_outer": (1,), "full_outer": (0, 1)}.get(self.how, ())
+        self._preserved_where: tuple[str | None, ...] = tuple(
+            " AND ".join(f"({t})" for t in cond.one_side[side]) if cond.one_side[side] and side in preserved else None
+            for side in (0, 1)
+        )
         self._evict_key = self._key_eviction(cond, event)
         bounds: list[list[_Bound]] = [[], []]
         for b in cond.bounds:
@@ -903,7 +910,17 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
         updated = 0
         semi = self.how == "left_semi"
         seq0 = batch.batch_id << 32
-        inputs = [self._with_keys(s, self._side_input(s, batch), seq0) for s in (0, 1)]
+        raw = [self._side_input(s, batch) for s in (0, 1)]
+        for s in (0, 1):  # Spark's pre-join filter of a preserved side: a row failing it is out at once
+            check = self._preserved_where[s]
+            if check is not None and raw[s].num_rows:
+                ok = condition_mask(raw[s], check)
+                if not pc.all(ok).as_py():
+                    failing = raw[s].filter(pc.invert(ok))
+                    raw[s] = raw[s].filter(ok)
+                    outs.append(self._output(failing, None, failing.num_rows) if s == 0
+                                else self._output(None, failing, failing.num_rows))  # fmt: skip
+        inputs = [self._with_keys(s, raw[s], seq0) for s in (0, 1)]
         thresholds = [self._state_threshold(s, batch.watermark_ms) for s in (0, 1)]
         for side in (0, 1):
             this, other_state, own_state = inputs[side], self._sides[1 - side], self._sides[side]
