@@ -292,10 +292,22 @@ class _Custom(Operator):
         return table
 
 
+def _untranspilable_join(s: Any) -> Any:
+    with hr.sql_dialect("duckdb"):  # sqlglot writes no Spark SQL for read_parquet of two files
+        return s.alias("l").join(s.select_expr("user AS u", "ts AS rts").alias("r"),
+                                 "l.user = r.u AND read_parquet('a', 'b') IS NOT NULL")  # fmt: skip
+
+
 REFUSED = {
     "map_batches-without-schema": (lambda s: s.map_batches(lambda t: t), "map_batches cannot run on Spark"),
     "custom-operator": (lambda s: s.apply_operator(_Custom()), "step custom cannot run on Spark"),
-}
+    "map_batches-without-schema-on-a-union-side": (
+        lambda s: s.where("amount > 0").union(s.map_batches(lambda t: t)),
+        r"step map_batches cannot run on Spark: \(in the right side of union\(stream\)\) Spark's mapInArrow"),
+    "duckdb-join-condition-without-spark-sql": (
+        _untranspilable_join,
+        r"its DuckDB-dialect join condition .*read_parquet\('a', 'b'\).* does not transpile to Spark SQL"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(REFUSED), ids=list(REFUSED))

@@ -27,6 +27,10 @@ Steps and their Spark forms (docs/spark.md, "Moving a query to Spark"):
   ``window``/``session_window``; ``drop_duplicates[_within_watermark]``: ``dropDuplicates[WithinWatermark]``;
 - ``join`` with a static frame: a static Spark DataFrame (``spark.read`` of a native format,
   else the headrace read on the driver handed to ``createDataFrame``);
+- ``join`` of two streams / ``union`` of two streams with their own steps: each side's steps
+  translated on its own sources, then ``left.alias(a).join(right.alias(b), expr(on) or keys,
+  how)`` / ``unionByName``; chained time windows: ``window_time(window)`` grouped by a second
+  ``window(...)``;
 - ``map_batches``/``filter(fn)``/``mapInArrow``: ``mapInArrow`` (the output schema must be given);
 - ``group_by(keys).transform_with_state(processor, ...)``: ``groupBy(keys).transformWithStateInPandas``
   with the headrace processor inside a pyspark ``StatefulProcessor`` (:mod:`headrace.spark.stateful`;
@@ -497,13 +501,15 @@ def check_plan(frame: StreamFrame) -> None:
 def _check_steps(steps: Iterable[Operator], where: str) -> None:
     """Refuse the first of ``steps`` (or of a static side's or a stream side's steps) that
     cannot be translated; ``where`` names the side they are on, for the message."""
+    from headrace.transforms.multi_input import TwoInputs
+
     for op in steps:
         why = refusal(op)
         if why is not None:
             raise _refuse(op, f"{where}{why}")
         static = getattr(op, "static", None)
         _check_steps(getattr(static, "_steps", ()), f"(in the static side of {op.name}) ")
-        if getattr(op, "multi_input", False):
+        if isinstance(op, TwoInputs):
             for side, side_steps in zip(("left", "right"), op.steps, strict=True):
                 _check_steps(side_steps, f"(in the {side} side of {op.name}) ")
 
