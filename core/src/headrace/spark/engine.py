@@ -201,6 +201,7 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
     )
     from headrace.transforms.watermark import WatermarkOperator
     from headrace.transforms.window import SessionWindowSpec, WindowSpec
+    from headrace.transforms.window_time import WindowTimeOperator
 
     spark = engine.session
     if isinstance(op, WithColumnOperator):
@@ -249,7 +250,7 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
         return df.alias("batch").join(static.alias("static"), F.expr(cond), how=op.how)
     if type(op).__name__ == "TransformWithStateOperator":
         return _transform_with_state(df, op, engine)
-    if type(op).__name__ == "WindowTimeOperator":
+    if isinstance(op, WindowTimeOperator):
         return _window_time(df, op)
     if getattr(op, "multi_input", False):
         raise _refuse(op, "a step combining two streams translates only as the first step of its plan")
@@ -395,6 +396,8 @@ def _two_inputs(op: Any, frames: list[DataFrame], engine: SparkEngine) -> DataFr
     """A two-input first step (a stream-stream join, or the union of two streams with their
     own steps): each side's sources unioned and its own steps translated on them (its own
     ``withWatermark``), then the sides joined or unioned by name."""
+    from headrace.transforms.stream_union import StreamUnionOperator
+
     sides = []
     for side, sources in enumerate((frames[: op.left_sources], frames[op.left_sources :])):
         if not sources:
@@ -404,7 +407,7 @@ def _two_inputs(op: Any, frames: list[DataFrame], engine: SparkEngine) -> DataFr
             df = _step(df, sop, engine)
         sides.append(df)
     left, right = sides
-    if type(op).__name__ == "StreamUnionOperator":
+    if isinstance(op, StreamUnionOperator):
         return left.unionByName(right)
     return _stream_join(op, left, right)
 
@@ -443,18 +446,21 @@ def refusal(op: Operator) -> str | None:
         SelectColumnsOperator,
         SqlOperator,
     )
+    from headrace.transforms.stream_join import StreamStreamJoinOperator
+    from headrace.transforms.stream_union import StreamUnionOperator
     from headrace.transforms.watermark import WatermarkOperator
+    from headrace.transforms.window_time import WindowTimeOperator
 
     if isinstance(op, MapBatchesOperator) and op.schema is None:
         return ("Spark's mapInArrow needs the schema the function returns; "
                 "give it: map_batches(fn, schema=pyarrow.schema([...]))")  # fmt: skip
     if type(op).__name__ == "TransformWithStateOperator":
         return _tws_refusal()
-    if getattr(op, "multi_input", False) or type(op).__name__ == "WindowTimeOperator":
+    if isinstance(op, StreamStreamJoinOperator):
         return _join_condition_refusal(op)  # its sides' steps are checked one by one (check_plan)
     known = (SqlOperator, SelectColumnsOperator, RenameColumnOperator, DropColumnsOperator, MapBatchesOperator,
              FilterFunctionOperator, WatermarkOperator, AggregateOperator, DropDuplicatesOperator,
-             StreamStaticJoinOperator)  # fmt: skip
+             StreamStaticJoinOperator, StreamUnionOperator, WindowTimeOperator)  # fmt: skip
     if not isinstance(op, known):
         return (f"{type(op).__name__} (a custom operator from apply_operator) has no Spark form; "
                 "run this query on headrace, or express the step with map_batches(fn, schema=...)")  # fmt: skip
