@@ -54,7 +54,18 @@ CI_TIER: dict[str, frozenset[str]] = {
         "ss-join-left-side-conditions-append",  # a preserved side's own conjunct (a known difference)
         "filter-below-watermark-append",  # filters Spark evaluates below the watermark
     },
-    "test_spark_engine.py": THREE_WAY_TIER,
+    # and the translations of the two-input operators and of chained stateful operators
+    "test_spark_engine.py": THREE_WAY_TIER | {
+        "ss-join-inner-append",
+        "ss-join-left-append",
+        "ss-join-right-append",
+        "ss-join-full-append",
+        "ss-join-semi-append",
+        "ss-join-inner-equality-append",
+        "union-two-watermarks-append",
+        "chained-dedup-window-append",
+        "chained-window-window-append",
+    },
     "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append"}),
     # transform_with_state: value, list and map state three ways, and event-time timers (the
     # initial state and TTL: tests/spark/test_engine.py, and the deep tier here)

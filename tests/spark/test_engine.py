@@ -135,6 +135,60 @@ def test_duckdb_dialect_step_is_transpiled(spark: Any, tmp_path: Path) -> None:
     assert ours == theirs and ("u", "A-x") in [r[0] for r in ours]
 
 
+def _left(s: Any) -> Any:
+    """The join's left side: the events but every fourth amount, watermarked, aliased ``l``."""
+    return s.where("amount % 4 != 2").with_watermark("ts", "5 seconds").alias("l")
+
+
+def _right(o: Any) -> Any:
+    """The join's right side: the events renamed, every fourth amount left out, watermarked,
+    aliased ``r`` (so each join kind has matched and unmatched rows on both sides)."""
+    return (o.select_expr("ts AS rts", "user AS ruser", "amount AS ramount").where("ramount % 4 != 1")
+            .with_watermark("rts", "5 seconds").alias("r"))  # fmt: skip
+
+
+_RANGE = "l.user = r.ruser AND l.ts BETWEEN r.rts - INTERVAL 3 SECONDS AND r.rts + INTERVAL 3 SECONDS"
+
+
+def _duckdb_join(s: Any, o: Any) -> Any:
+    with hr.sql_dialect("duckdb"):  # DuckDB quotes identifiers with double quotes; Spark would read strings
+        return _left(s).join(_right(o), '"l"."user" = "r"."ruser" AND l.ts BETWEEN r.rts - INTERVAL 3 SECONDS '
+                                        "AND r.rts + INTERVAL 3 SECONDS", how="left")  # fmt: skip
+
+
+# queries over two streams (the events read twice): stream-stream joins, the union of two
+# streams with their own watermarks, and chained stateful operators
+TWO_STREAMS = {
+    "join-stream-inner-condition": lambda s, o: _left(s).join(_right(o), _RANGE),
+    "join-stream-left-outer-duckdb-condition": _duckdb_join,
+    "join-stream-right-outer": lambda s, o: _left(s).join(_right(o), _RANGE, how="right"),
+    "join-stream-full-outer": lambda s, o: _left(s).join(_right(o), _RANGE, how="full"),
+    "join-stream-left-semi": lambda s, o: _left(s).join(_right(o), _RANGE, how="left_semi"),
+    "join-stream-keys": lambda s, o: s.select("user", "amount").join(
+        o.select_expr("user", "amount AS ramount").where("ramount < 5"), ["user"]),
+    "union-two-watermarks": lambda s, o: s.with_watermark("ts", "5 seconds")
+    .union(o.with_watermark("ts", "2 seconds")).group_by(hr.window("ts", "10 seconds")).agg("count(*) AS n"),
+    "chained-window-window": lambda s, o: s.with_watermark("ts", "5 seconds")
+    .group_by(hr.window("ts", "10 seconds")).agg("count(*) AS n")
+    .group_by(hr.window("window", "20 seconds")).agg("sum(n) AS total", "count(*) AS windows"),
+    "chained-dedup-window": lambda s, o: s.with_watermark("ts", "5 seconds").drop_duplicates("amount", "ts")
+    .group_by(hr.window("ts", "10 seconds")).agg("count(*) AS n", "sum(amount) AS total"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(TWO_STREAMS), ids=list(TWO_STREAMS))
+def test_two_streams_and_chained_operators_give_the_same_rows_on_spark(
+    spark: Any, tmp_path: Path, case: str
+) -> None:
+    def build(s: Any) -> Any:
+        other = _stream(str(tmp_path / "in"), str(tmp_path / f"other-{id(s)}"))
+        return TWO_STREAMS[case](s, other)
+
+    ours, theirs = _run_both(spark, build, tmp_path)
+    assert ours, "the query gave no rows: the case tests nothing"
+    assert ours == theirs
+
+
 class _StateAndTimers(hr.StatefulProcessor):
     """Event time: a count (value state), the batch sizes (list state), the latest amount
     (map state), an event-time timer registered in the first file's batch only (the watermark
@@ -238,10 +292,22 @@ class _Custom(Operator):
         return table
 
 
+def _untranspilable_join(s: Any) -> Any:
+    with hr.sql_dialect("duckdb"):  # sqlglot writes no Spark SQL for read_parquet of two files
+        return s.alias("l").join(s.select_expr("user AS u", "ts AS rts").alias("r"),
+                                 "l.user = r.u AND read_parquet('a', 'b') IS NOT NULL")  # fmt: skip
+
+
 REFUSED = {
     "map_batches-without-schema": (lambda s: s.map_batches(lambda t: t), "map_batches cannot run on Spark"),
     "custom-operator": (lambda s: s.apply_operator(_Custom()), "step custom cannot run on Spark"),
-}
+    "map_batches-without-schema-on-a-union-side": (
+        lambda s: s.where("amount > 0").union(s.map_batches(lambda t: t)),
+        r"step map_batches cannot run on Spark: \(in the right side of union\(stream\)\) Spark's mapInArrow"),
+    "duckdb-join-condition-without-spark-sql": (
+        _untranspilable_join,
+        r"its DuckDB-dialect join condition .*read_parquet\('a', 'b'\).* does not transpile to Spark SQL"),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(REFUSED), ids=list(REFUSED))

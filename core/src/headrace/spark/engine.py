@@ -27,6 +27,10 @@ Steps and their Spark forms (docs/spark.md, "Moving a query to Spark"):
   ``window``/``session_window``; ``drop_duplicates[_within_watermark]``: ``dropDuplicates[WithinWatermark]``;
 - ``join`` with a static frame: a static Spark DataFrame (``spark.read`` of a native format,
   else the headrace read on the driver handed to ``createDataFrame``);
+- ``join`` of two streams / ``union`` of two streams with their own steps: each side's steps
+  translated on its own sources, then ``left.alias(a).join(right.alias(b), expr(on) or keys,
+  how)`` / ``unionByName``; chained time windows: ``window_time(window)`` grouped by a second
+  ``window(...)``;
 - ``map_batches``/``filter(fn)``/``mapInArrow``: ``mapInArrow`` (the output schema must be given);
 - ``group_by(keys).transform_with_state(processor, ...)``: ``groupBy(keys).transformWithStateInPandas``
   with the headrace processor inside a pyspark ``StatefulProcessor`` (:mod:`headrace.spark.stateful`;
@@ -197,6 +201,7 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
     )
     from headrace.transforms.watermark import WatermarkOperator
     from headrace.transforms.window import SessionWindowSpec, WindowSpec
+    from headrace.transforms.window_time import WindowTimeOperator
 
     spark = engine.session
     if isinstance(op, WithColumnOperator):
@@ -245,7 +250,20 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
         return df.alias("batch").join(static.alias("static"), F.expr(cond), how=op.how)
     if type(op).__name__ == "TransformWithStateOperator":
         return _transform_with_state(df, op, engine)
+    if isinstance(op, WindowTimeOperator):
+        return _window_time(df, op)
+    if getattr(op, "multi_input", False):
+        raise _refuse(op, "a step combining two streams translates only as the first step of its plan")
     raise _refuse(op, refusal(op) or f"{type(op).__name__} has no Spark form")
+
+
+def _window_time(df: DataFrame, op: Any) -> DataFrame:
+    """Chained time windows: the event time of an earlier windowed aggregation's window column
+    as Spark's ``window_time(window)`` (``window.end`` minus one microsecond, keeping the
+    column's watermark), which the next ``groupBy(window(...))`` groups by."""
+    from pyspark.sql import functions as F
+
+    return df.withColumn(op.output, F.window_time(F.col(f"`{op.window}`")))
 
 
 def _transform_with_state(df: DataFrame, op: Any, engine: SparkEngine) -> DataFrame:
@@ -357,12 +375,62 @@ def to_spark(frame: StreamFrame, engine: Any, checkpoint: str | None = None) -> 
     eng = as_engine(engine)
     frames = [_source(p, eng, os.path.join(checkpoint, "sources", str(i), "headrace") if checkpoint else None)
               for i, p in enumerate(frame._sources)]  # fmt: skip
+    steps = frame._steps
+    if steps and getattr(steps[0], "multi_input", False):
+        df, steps = _two_inputs(steps[0], frames, eng), steps[1:]
+    else:
+        df = _union(frames)
+    for op in steps:
+        df = _step(df, op, eng)
+    return df
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
     df = frames[0]
     for other in frames[1:]:
         df = df.unionByName(other)
-    for op in frame._steps:
-        df = _step(df, op, eng)
     return df
+
+
+def _two_inputs(op: Any, frames: list[DataFrame], engine: SparkEngine) -> DataFrame:
+    """A two-input first step (a stream-stream join, or the union of two streams with their
+    own steps): each side's sources unioned and its own steps translated on them (its own
+    ``withWatermark``), then the sides joined or unioned by name."""
+    from headrace.transforms.stream_union import StreamUnionOperator
+
+    sides = []
+    for side, sources in enumerate((frames[: op.left_sources], frames[op.left_sources :])):
+        if not sources:
+            raise _refuse(op, f"the {('left', 'right')[side]} side has no source")
+        df = _union(sources)
+        for sop in op.steps[side]:
+            df = _step(df, sop, engine)
+        sides.append(df)
+    left, right = sides
+    if isinstance(op, StreamUnionOperator):
+        return left.unionByName(right)
+    return _stream_join(op, left, right)
+
+
+def _stream_join(op: Any, left: DataFrame, right: DataFrame) -> DataFrame:
+    """``left.join(right, on, how)`` of two streams as Spark's stream-stream join: each side
+    aliased as the frame's ``alias()`` name, joined on the key list or on ``expr(on)`` (the
+    condition in Spark SQL; a DuckDB-dialect one transpiled by sqlglot), with Spark's name of
+    the join type. What Spark refuses of the plan (a missing watermark or range condition for
+    an outer join, ...) is Spark's ``AnalysisException`` from ``start()``."""
+    from pyspark.sql import functions as F
+
+    for side, alias in enumerate(op.aliases):
+        if alias is not None:
+            if side == 0:
+                left = left.alias(alias)
+            else:
+                right = right.alias(alias)
+    on = op.on
+    if isinstance(on, str) and not on.strip().isidentifier():
+        return left.join(right, F.expr(_spark_sql(op, on, "join condition")), op.how)
+    keys = [on.strip()] if isinstance(on, str) else [str(k) for k in on]
+    return left.join(right, keys, op.how)
 
 
 def refusal(op: Operator) -> str | None:
@@ -378,22 +446,37 @@ def refusal(op: Operator) -> str | None:
         SelectColumnsOperator,
         SqlOperator,
     )
+    from headrace.transforms.stream_join import StreamStreamJoinOperator
+    from headrace.transforms.stream_union import StreamUnionOperator
     from headrace.transforms.watermark import WatermarkOperator
+    from headrace.transforms.window_time import WindowTimeOperator
 
     if isinstance(op, MapBatchesOperator) and op.schema is None:
         return ("Spark's mapInArrow needs the schema the function returns; "
                 "give it: map_batches(fn, schema=pyarrow.schema([...]))")  # fmt: skip
     if type(op).__name__ == "TransformWithStateOperator":
         return _tws_refusal()
-    if getattr(op, "multi_input", False) or type(op).__name__ == "WindowTimeOperator":
-        return ("stream-stream joins, unions of transformed streams and chained time windows are not translated "
-                "to Spark yet; run this query on headrace")  # fmt: skip
+    if isinstance(op, StreamStreamJoinOperator):
+        return _join_condition_refusal(op)  # its sides' steps are checked one by one (check_plan)
     known = (SqlOperator, SelectColumnsOperator, RenameColumnOperator, DropColumnsOperator, MapBatchesOperator,
              FilterFunctionOperator, WatermarkOperator, AggregateOperator, DropDuplicatesOperator,
-             StreamStaticJoinOperator)  # fmt: skip
+             StreamStaticJoinOperator, StreamUnionOperator, WindowTimeOperator)  # fmt: skip
     if not isinstance(op, known):
         return (f"{type(op).__name__} (a custom operator from apply_operator) has no Spark form; "
                 "run this query on headrace, or express the step with map_batches(fn, schema=...)")  # fmt: skip
+    return None
+
+
+def _join_condition_refusal(op: Any) -> str | None:
+    """Why a stream-stream join's SQL condition cannot be given to Spark (a DuckDB-dialect
+    condition sqlglot does not transpile), or None."""
+    on = getattr(op, "on", None)
+    if not isinstance(on, str) or on.strip().isidentifier():
+        return None
+    try:
+        _spark_sql(op, on, "join condition")
+    except UnsupportedError as e:
+        return str(e).removeprefix(f"step {op.name} cannot run on Spark: ")
     return None
 
 
@@ -418,15 +501,23 @@ def _tws_refusal() -> str | None:
 def check_plan(frame: StreamFrame) -> None:
     """Refuse, before any Spark call, the first step the translation cannot take (naming the
     step and why). Called by :func:`start_on_spark`; pure."""
-    for op in frame._steps:
+    _check_steps(frame._steps, "")
+
+
+def _check_steps(steps: Iterable[Operator], where: str) -> None:
+    """Refuse the first of ``steps`` (or of a static side's or a stream side's steps) that
+    cannot be translated; ``where`` names the side they are on, for the message."""
+    from headrace.transforms.multi_input import TwoInputs
+
+    for op in steps:
         why = refusal(op)
         if why is not None:
-            raise _refuse(op, why)
+            raise _refuse(op, f"{where}{why}")
         static = getattr(op, "static", None)
-        for sop in getattr(static, "_steps", ()):
-            why = refusal(sop)
-            if why is not None:
-                raise _refuse(sop, f"(in the static side of {op.name}) {why}")
+        _check_steps(getattr(static, "_steps", ()), f"(in the static side of {op.name}) ")
+        if isinstance(op, TwoInputs):
+            for side, side_steps in zip(("left", "right"), op.steps, strict=True):
+                _check_steps(side_steps, f"(in the {side} side of {op.name}) ")
 
 
 def start_on_spark(writer: DataStreamWriter, path: str | None, engine: Any) -> SparkStreamingQuery:
