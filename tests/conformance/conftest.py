@@ -53,7 +53,8 @@ CI_TIER: dict[str, frozenset[str]] = {
         "ss-join-left-append",  # stream-stream joins: an outer join (late, matched and unmatched rows)
     },
     "test_spark_engine.py": THREE_WAY_TIER,
-    "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append"}),
+    "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append",
+                                         "union-max-policy-append"}),
     # transform_with_state: value, list and map state three ways, and event-time timers (the
     # initial state and TTL: tests/spark/test_engine.py, and the deep tier here)
     "test_transform_with_state.py": frozenset({"all-state", "event-time-timers"}),
