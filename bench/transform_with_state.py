@@ -257,7 +257,7 @@ def state_cost(backend: str, state_keys: int, batched: bool, touch: int = 1000, 
     once its state is durable). The periodic snapshot (every ``stateSnapshotInterval``
     batches, in the background, its cost growing with the state) is settled between batches,
     outside the timing, as in bench/transforms_stateful.py. The state is filled
-    with the batched processor (fast); the measured batches run ``batched`` or per key."""
+    by the processor measured (``batched`` or per key), in the same run, as a query would."""
     from headrace.transforms.operator import BatchInfo, OperatorContext
     from headrace.transforms.transform_with_state import TransformWithStateOperator
 
@@ -267,7 +267,7 @@ def state_cost(backend: str, state_keys: int, batched: bool, touch: int = 1000, 
         ts = pa.array(np.full(len(keys), ts_ms * 1000, np.int64)).cast(pa.timestamp("us", tz="UTC"))
         return pa.table({"k": keys, "timestamp": ts}, schema=schema)
 
-    proc: Any = CountWithTimerBatched()
+    proc: Any = CountWithTimerBatched() if batched else CountWithTimer()
     with tempfile.TemporaryDirectory() as d:
         op = TransformWithStateOperator(["k"], proc, "k BIGINT, n BIGINT", "update", "event_time",
                                         watermark_column="timestamp")  # fmt: skip
@@ -295,14 +295,6 @@ def state_cost(backend: str, state_keys: int, batched: bool, touch: int = 1000, 
 
         for lo in range(0, state_keys, fill_batch):
             run(table(np.arange(lo, min(state_keys, lo + fill_batch), dtype=np.int64), START_MS + 10**9))
-        if not batched:  # the same state, now handled per key (the processor's state is its stores)
-            op.close()
-            proc = CountWithTimer()
-            op = TransformWithStateOperator(["k"], proc, "k BIGINT, n BIGINT", "update", "event_time",
-                                            watermark_column="timestamp")  # fmt: skip
-            op.output_schema(schema)
-            op.open(OperatorContext(index=0, state_path=d, state_backend=backend, output_mode="update",
-                                    options={"lastCommittedBatch": batch - 1}))  # fmt: skip
         rng = np.random.default_rng(7)
         times = [run(table(rng.choice(state_keys, touch, replace=False).astype(np.int64), START_MS + 10**9))
                  for _ in range(7)]  # fmt: skip
