@@ -1127,5 +1127,12 @@ class StatefulProcessorHandle:
             v.flush()
             v.reset()
 
+    def _abandon(self) -> None:
+        """End a run of per-key calls that failed: nothing written back (the batch fails; a
+        retry loads the state of the batch before)."""
+        self._key, self._keyset, self._pos = None, None, -1
+        for v in self._all():
+            v.reset()
+
     def _all(self) -> list[_Variable]:
         return [self._timers, *self._variables.values()]

@@ -383,8 +383,10 @@ class TransformWithStateOperator(StatefulOperator):
                 out.add(
                     self.processor.handle_input_rows(key, table.slice(i, 1), self._tv), "handle_input_rows"
                 )
-        finally:
-            handle._end()
+        except BaseException:
+            handle._abandon()
+            raise
+        handle._end()
         self._extra_metrics["numInputRowsHandled"] += table.num_rows
         return out.table()
 
@@ -440,8 +442,10 @@ class TransformWithStateOperator(StatefulOperator):
                 result = call(key, rows.slice(lo, offsets[pos + 1] - lo), *args)
                 if result is not None and emits:
                     add(result, method)
-        finally:
-            handle._end()
+        except BaseException:
+            handle._abandon()
+            raise
+        handle._end()
 
     def _run_initial_state(self, out: _Output) -> None:
         from headrace.transforms.join import StaticTable
@@ -535,9 +539,11 @@ class TransformWithStateOperator(StatefulOperator):
                     out.add(result, "handle_expired_timer")
                 timers.delete(ts)
                 n += 1
-        finally:
-            self._extra_metrics["numTimersFired"] += n
-            handle._end()
+        except BaseException:
+            handle._abandon()
+            raise
+        self._extra_metrics["numTimersFired"] += n
+        handle._end()
 
     def _fire_timers_batched(self, before: int, out: _Output) -> None:
         """The timers earlier than ``before``, by rounds: round ``r`` calls
