@@ -61,8 +61,9 @@ def _input() -> Input:
 
 # the union of two watermarked streams: ``a`` (the main input, delay 5 s) runs ahead of ``b``
 # (the second, delay 2 s); per batch, a's rows and b's. Their watermarks after each batch: a's
-# 96, 100, 107, 120 and b's 48, 95, 99, 109 (the query's: min or max of the two), so b's rows
-# behind a's watermark (55, 58, 93, 96) are late by max only, and windows close earlier by max
+# 96, 100, 107, 120 and b's 48, 95, 99, 109 (the query's: min or max of the two); a batch's
+# rows are late by the previous batch's: b's rows at 55, 58 and 96 by max only (their windows
+# closed), and windows close earlier by max
 UNION_A = [[(100, "a"), (101, "b")], [(105, "a")], [(112, "b")], [(125, "a")]]
 UNION_B = [
     [(50, "a"), (45, "b")],
