@@ -58,15 +58,14 @@ CI_TIER: dict[str, frozenset[str]] = {
     "test_spark_engine.py": THREE_WAY_TIER | {
         "ss-join-inner-append",
         "ss-join-left-append",
-        "ss-join-right-append",
         "ss-join-full-append",
         "ss-join-semi-append",
-        "ss-join-inner-equality-append",
         "union-two-watermarks-append",
         "chained-dedup-window-append",
         "chained-window-window-append",
     },
-    "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append"}),
+    "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append",
+                                         "union-max-policy-append"}),
     # transform_with_state: value, list and map state three ways, and event-time timers (the
     # initial state and TTL: tests/spark/test_engine.py, and the deep tier here)
     "test_transform_with_state.py": frozenset({"all-state", "event-time-timers"}),

@@ -80,13 +80,16 @@ def session_window(column: str, gap: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class QuerySpec:
-    """A query both engines run: its steps in order, the output mode, and whether the stream is
-    the union of two sources (the input's ``batches`` and ``second``)."""
+    """A query both engines run: its steps in order, the output mode, whether the stream is
+    the union of two sources (the input's ``batches`` and ``second``), and ``conf``: Spark
+    session settings the query starts with (``(name, value)`` pairs; headrace gets each as a
+    writer option of the same name, e.g. ``spark.sql.streaming.multipleWatermarkPolicy``)."""
 
     name: str
     steps: tuple[Step, ...]
     mode: str = "append"
     union: bool = False
+    conf: tuple[tuple[str, str], ...] = ()
 
     @property
     def id(self) -> str:
@@ -94,7 +97,8 @@ class QuerySpec:
 
     def describe(self) -> str:
         src = "union(a, b)" if self.union else "files"
-        return " -> ".join([src, *(s.describe() for s in self.steps), f"{self.mode} mode"])
+        conf = [f"{k}={v}" for k, v in self.conf]
+        return " -> ".join([src, *(s.describe() for s in self.steps), f"{self.mode} mode", *conf])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,8 +376,21 @@ class _SparkRun:
         self.spec = spec
         self.out: dict[int, pa.Table] = {}
         self.started = time.monotonic()
-        self.query = (spark_frame(spark, spec, paths).writeStream.foreachBatch(self._collect).outputMode(spec.mode)
-                      .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())  # fmt: skip
+        # a query keeps the session's settings as they are when it starts (Spark clones the
+        # session for it), so the spec's own are set for the start only
+        before = {k: spark.conf.get(k, None) for k, _ in spec.conf}
+        for k, v in spec.conf:
+            spark.conf.set(k, v)
+        try:
+            self.query = (spark_frame(spark, spec, paths).writeStream.foreachBatch(self._collect)
+                          .outputMode(spec.mode).option("checkpointLocation", checkpoint)
+                          .trigger(availableNow=True).start())  # fmt: skip
+        finally:
+            for k, old in before.items():
+                if old is None:
+                    spark.conf.unset(k)
+                else:
+                    spark.conf.set(k, old)
 
     def _collect(self, df: Any, batch_id: int) -> None:
         self.out[int(batch_id)] = df.toArrow()
@@ -415,7 +432,8 @@ def run_headrace(spec: QuerySpec, paths: Paths, data: Input, checkpoint: str, *,
 
     started = time.monotonic()
     q = (headrace_frame(spec, paths, data).write_stream.foreach_batch(collect).output_mode(spec.mode)
-         .option("checkpointLocation", checkpoint).trigger(available_now=True).start())  # fmt: skip
+         .option("checkpointLocation", checkpoint).options(**dict(spec.conf))
+         .trigger(available_now=True).start())  # fmt: skip
     try:
         if not q.await_termination(timeout):
             raise AssertionError(f"headrace query {spec.id} did not finish within {timeout} s")

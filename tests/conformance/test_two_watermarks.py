@@ -6,7 +6,8 @@ windows drop late rows in complete mode too and run no batch without data there.
 
 The input is made by hand so each batch has rows between the two watermarks (kept by Spark,
 dropped by a single watermark), rows behind both (dropped, several of one group), and
-watermark moves that leave nothing to emit.
+watermark moves that leave nothing to emit. A second input, two streams of a union with a
+watermark each, checks ``spark.sql.streaming.multipleWatermarkPolicy`` (min and max).
 """
 
 from __future__ import annotations
@@ -58,8 +59,34 @@ def _input() -> Input:
     return Input(0, tuple(batches), tuple(empty for _ in batches), STATIC_SCHEMA.empty_table())
 
 
-def _q(name: str, *steps: Step, mode: str = "append") -> QuerySpec:
-    return QuerySpec(name, tuple(steps), mode)
+# the union of two watermarked streams: ``a`` (the main input, delay 5 s) runs ahead of ``b``
+# (the second, delay 2 s); per batch, a's rows and b's. Their watermarks after each batch: a's
+# 96, 100, 107, 120 and b's 48, 95, 99, 109 (the query's: min or max of the two); a batch's
+# rows are late by the previous batch's: b's rows at 55, 58 and 96 by max only (their windows
+# closed), and windows close earlier by max
+UNION_A = [[(100, "a"), (101, "b")], [(105, "a")], [(112, "b")], [(125, "a")]]
+UNION_B = [
+    [(50, "a"), (45, "b")],
+    [(55, "a"), (93, "b"), (97, "a")],
+    [(99, "b"), (101, "a"), (58, "b")],
+    [(103, "a"), (111, "b"), (96, "a")],
+]
+
+
+def _union_input() -> Input:
+    first, next_id = [], 1
+    for rows in UNION_A:
+        first.append(_batch(rows, next_id))
+        next_id += len(rows)
+    second = []
+    for rows in UNION_B:
+        second.append(_batch(rows, next_id))
+        next_id += len(rows)
+    return Input(0, tuple(first), tuple(second), STATIC_SCHEMA.empty_table())
+
+
+def _q(name: str, *steps: Step, mode: str = "append", conf: tuple[tuple[str, str], ...] = ()) -> QuerySpec:
+    return QuerySpec(name, tuple(steps), mode, conf=conf)
 
 
 SPECS = [
@@ -72,11 +99,28 @@ SPECS = [
     _q("dedup-within-watermark", _WM, Step("drop_duplicates_within_watermark", ("k",))),
 ]  # fmt: skip
 
+# two watermarked inputs of a union, then a windowed aggregation, under each
+# ``spark.sql.streaming.multipleWatermarkPolicy``: min follows the slower input, max the faster
+# one (the slower input's rows behind it dropped as late)
+_UNION_WM = Step("union_stream", ((Step("watermark", ("ts", "2 seconds")),),))
+UNION_SPECS = [
+    _q(f"union-{policy}-policy", _WM, _UNION_WM, Step("group_by", ([_TUMBLE, "k"], ["count(*) AS n", "sum(id) AS ids"])),
+       mode=mode, conf=(("spark.sql.streaming.multipleWatermarkPolicy", policy),))
+    for policy in ("min", "max") for mode in ("append", "update")
+]  # fmt: skip
+
 
 @pytest.fixture(scope="module")
 def outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str, Outcome]:
     selected = selected_cases(request)
     return {o.spec.id: o for o in run_many(conformance_spark, [s for s in SPECS if s.id in selected], _input())}
+
+
+@pytest.fixture(scope="module")
+def union_outcomes(conformance_spark: Any, request: pytest.FixtureRequest) -> dict[str, Outcome]:
+    selected = selected_cases(request)
+    specs = [s for s in UNION_SPECS if s.id in selected]
+    return {o.spec.id: o for o in run_many(conformance_spark, specs, _union_input())}
 
 
 # differences allowed for reasons other than the watermarks (none left); anything else must be identical
@@ -85,6 +129,17 @@ OTHER: dict[str, str] = {}
 
 @pytest.mark.parametrize("spec", SPECS, ids=[s.id for s in SPECS])
 def test_same_as_spark(spec: QuerySpec, outcomes: dict[str, Outcome]) -> None:
+    _check(spec, outcomes)
+
+
+@pytest.mark.parametrize("spec", UNION_SPECS, ids=[s.id for s in UNION_SPECS])
+def test_union_of_two_watermarked_streams_same_as_spark(
+    spec: QuerySpec, union_outcomes: dict[str, Outcome]
+) -> None:
+    _check(spec, union_outcomes)
+
+
+def _check(spec: QuerySpec, outcomes: dict[str, Outcome]) -> None:
     outcome = outcomes[spec.id]
     allowed = OTHER.get(spec.id)
     left = [d for d in outcome.differences if allowed is None or not re.search(allowed, d)]

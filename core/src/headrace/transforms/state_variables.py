@@ -2,11 +2,13 @@
 ``MapState``), the timers, and the handle a :class:`StatefulProcessor` declares them on.
 
 Each variable lives in its own state store (``<state>/vars/<name>/``, either backend), keyed by
-the grouping key; the timers live in the operator's own store. Per batch the operator fetches
-the rows of the keys the batch touches in one ``get`` per store (:meth:`_Variable.prefetch`),
-the processor reads and changes them in memory for the key it is called for (the *implicit
-key*, as in Spark), and the changed rows are written back in one ``put`` and one ``remove``
-per store (:meth:`_Variable.flush`). A row's ``order`` in its store is its earliest TTL expiry
+the grouping key; the timers live in the operator's own store. The per-key calls of a batch
+come in runs (the keys with rows, the keys whose timers fire), each over a :class:`KeySet`:
+a variable's first read in a run fetches the rows of all its keys in one ``get`` (decoded
+into one Python entry per key, held by position), the processor reads and changes the entry
+of the key it is called for (the *implicit key*, as in Spark) at the handle's position, and
+the changed entries are written back at the end of the run in one ``put`` and one ``remove``
+per store, their keys taken from the key set's table (:meth:`_Variable.flush`). A row's ``order`` in its store is its earliest TTL expiry
 (timers: the earliest timer), so expiry and firing walk the stores' ordered index and cost
 what expires, not the state's size.
 
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ExpiredTimerInfo",
     "KeyBatch",
+    "KeySet",
     "ListState",
     "MapState",
     "StatefulProcessorHandle",
@@ -139,6 +142,27 @@ class KeyBatch:
 
     def __repr__(self) -> str:
         return f"KeyBatch({self.num_keys} keys, {0 if self.rows is None else self.rows.num_rows} rows)"
+
+
+_UNREAD = object()  # a slot whose stored row is not read yet
+_NO_KEYS = object()  # what a variable holds slots for before its first use
+
+
+class KeySet:
+    """The grouping keys a run of per-key calls is for (the batch's keys with rows, the keys
+    whose timers fire, ...): ``table``, their key columns, each key once, and ``keys``, the
+    same as tuples (``None`` where no call needs them). A state variable holds one entry per
+    position of the handle's current key set; the call for ``keys[i]`` runs with the handle
+    at position ``i``. Built by the operator on its thread."""
+
+    __slots__ = ("keys", "table")
+
+    def __init__(self, keys: list[tuple[Any, ...]] | None, table: pa.Table) -> None:
+        self.keys = keys
+        self.table = table
+
+    def __len__(self) -> int:
+        return int(self.table.num_rows)
 
 
 def _where(where: Any, n: int, what: str) -> np.ndarray | None:
@@ -297,10 +321,13 @@ class _Variable:
         self.schema = schema
         self.ttl_ms = ttl_ms
         self.store: StateStore | None = None
-        self._cache: dict[tuple[Any, ...], Any] = {}
-        self._dirty: set[tuple[Any, ...]] = set()
+        # the entries of the handle's current key set, by position (read in one ``get`` at the
+        # first read); ``_slots_for``/``_read_for``: the key set they belong to / were read for
+        self._vals: list[Any] = []
+        self._dirty: list[int] = []  # positions written (repeats allowed)
+        self._slots_for: object = _NO_KEYS
+        self._read_for: object = _NO_KEYS
         self._last_read: tuple[KeyBatch, pa.Table, np.ndarray] | None = None
-        self._read_for: object = None  # the handle's pending keys this variable has read
 
     # -------------------------------------------------------------- what the store holds
     def value_schema(self) -> pa.Schema:
@@ -326,25 +353,43 @@ class _Variable:
 
     # -------------------------------------------------------------- per batch
     def reset(self) -> None:
-        self._cache.clear()
-        self._dirty.clear()
+        """Forget the entries held (unwritten changes too: :meth:`flush` first)."""
+        self._vals = []
+        self._dirty = []
+        self._slots_for = self._read_for = _NO_KEYS
         self._last_read = None
-        self._read_for = None
 
-    def prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
-        """Read the rows of ``keys`` (not yet cached) in one ``get``."""
-        assert self.store is not None
-        todo = [i for i, k in enumerate(keys) if k not in self._cache]
-        if not todo:
-            return
-        if len(todo) != len(keys):
-            key_table = key_table.take(pa.array(todo))
-        values, found = self.store.get(key_table)
-        for i, entry in zip(todo, self._decode_many(values, found), strict=True):
-            self._cache[keys[i]] = entry
+    def _load(self, read: bool) -> None:
+        """Make the slots of the handle's current key set (one per key, unread); with
+        ``read``, read the rows of the keys whose slot is unread in one ``get``. Called at
+        a variable's first use within a run of per-key calls."""
+        handle = self._handle
+        keys = handle._keyset
+        if handle._key is None:
+            handle._current_key()  # raises: no grouping key
+        if keys is None:
+            raise AssertionError(f"{self.name}: a per-key call outside a run of per-key calls")
+        if self._slots_for is not keys:
+            if self._dirty:
+                raise AssertionError(f"{self.name}: unwritten changes of another key set")
+            self._vals = [_UNREAD] * len(keys)
+            self._slots_for = keys
+        if read and self._read_for is not keys:
+            assert self.store is not None
+            vals = self._vals
+            if not self._dirty:  # nothing written yet: every slot is unread
+                values, found = self.store.get(keys.table)
+                self._vals = vals = self._decode_many(values, found)
+            else:
+                todo = [i for i, v in enumerate(vals) if v is _UNREAD]
+                if todo:
+                    values, found = self.store.get(keys.table.take(pa.array(todo, pa.int64())))
+                    for i, entry in zip(todo, self._decode_many(values, found), strict=True):
+                        vals[i] = entry
+            self._read_for = keys
 
     def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
-        """The cached entries of stored rows (``found[i]`` false: no row)."""
+        """The entries of stored rows (``found[i]`` false: no row)."""
         rows = values.to_pylist()
         return [self._decode(r) if f else self._empty() for r, f in zip(rows, found, strict=True)]
 
@@ -358,23 +403,20 @@ class _Variable:
         return pa.Table.from_pylist(rows, schema=self.value_schema()), pa.array(orders, pa.int64())
 
     def _entry(self) -> Any:
-        key = self._handle._current_key()
-        try:
-            return self._cache[key]
-        except KeyError:
-            pending = self._handle._pending
-            if pending is not None and self._read_for is not pending:
-                self._read_for = pending  # the first read among the pending keys reads them all
-                self.prefetch(*pending)
-                if key in self._cache:
-                    return self._cache[key]
-            self.prefetch([key], self._handle._key_table([key]))
-            return self._cache[key]
+        """The current key's entry."""
+        handle = self._handle
+        if self._read_for is not handle._keyset:
+            self._load(True)
+        return self._vals[handle._pos]
 
     def _set(self, entry: Any) -> None:
-        key = self._handle._current_key()
-        self._cache[key] = entry
-        self._dirty.add(key)
+        """Replace the current key's entry."""
+        handle = self._handle
+        if self._slots_for is not handle._keyset:
+            self._load(False)
+        pos = handle._pos
+        self._vals[pos] = entry
+        self._dirty.append(pos)
 
     def _now(self) -> int:
         return self._handle._timer_values.current_processing_time_ms
@@ -383,24 +425,34 @@ class _Variable:
         return None if self.ttl_ms is None else self._now() + self.ttl_ms
 
     def flush(self) -> None:
-        """Write the changed rows back: one ``put``, one ``remove``."""
+        """Write the changed entries back: one ``put``, one ``remove`` (the keys taken from
+        the key set's table, no key converted from Python)."""
         assert self.store is not None
         if not self._dirty:
             return
-        put_keys, put_entries, gone = [], [], []
-        for key in self._dirty:
-            entry = self._cache[key]
+        keys = self._slots_for
+        assert isinstance(keys, KeySet)
+        positions = sorted(set(self._dirty))
+        self._dirty = []
+        vals = self._vals
+        put_pos, put_entries, gone = [], [], []
+        for p in positions:
+            entry = vals[p]
             if not entry:  # None, [] or {}: no row
-                gone.append(key)
+                gone.append(p)
             else:
-                put_keys.append(key)
+                put_pos.append(p)
                 put_entries.append(entry)
         if gone:
-            self.store.remove(self._handle._key_table(gone))
-        if put_keys:
+            self.store.remove(keys.table.take(pa.array(gone, pa.int64())))
+        if put_pos:
             values, order = self._encode_many(put_entries)
-            self.store.put(self._handle._key_table(put_keys), values, order)
-        self._dirty.clear()
+            # every key of the set: its own table, the one the read looked up (a store may keep
+            # what that lookup found for the write of the same keys)
+            table = (
+                keys.table if len(put_pos) == len(keys) else keys.table.take(pa.array(put_pos, pa.int64()))
+            )
+            self.store.put(table, values, order)
 
     def expire(self, now: int) -> None:
         """Remove what expired at processing time ``now``: the rows whose earliest expiry is
@@ -414,12 +466,13 @@ class _Variable:
         out = self.store.evict(now)
         if not out.num_rows:
             return
-        keys = self._handle._keys_of(out)
-        for key, row in zip(keys, out.select(self.value_schema().names).to_pylist(), strict=True):
-            left = self._unexpired(self._decode(row), now)
-            self._cache[key] = left
-            self._dirty.add(key)
+        self.reset()
+        rows = out.select(self.value_schema().names).to_pylist()
+        self._vals = [self._unexpired(self._decode(row), now) for row in rows]
+        self._slots_for = self._read_for = KeySet(None, out.select(self.store.key_schema.names))
+        self._dirty = list(range(len(rows)))
         self.flush()
+        self.reset()
 
     def purge(self) -> None:
         """Remove every row (``handle.delete_if_exists``): reads the whole variable."""
@@ -436,6 +489,12 @@ class ValueState(_Variable):
     ``handle_expired_timer`` or ``handle_initial_state`` only, on the engine's thread."""
 
     kind = "value"
+
+    def __init__(
+        self, handle: StatefulProcessorHandle, name: str, schema: pa.Schema, ttl_ms: int | None
+    ) -> None:
+        super().__init__(handle, name, schema, ttl_ms)
+        self._width = len(schema)
 
     def value_schema(self) -> pa.Schema:
         # one column per field (``value.<field>``), not a struct: both backends keep flat
@@ -462,15 +521,18 @@ class ValueState(_Variable):
 
     def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
         # column by column: a to_pylist per field instead of a dict per row
-        valid = np.asarray(found, np.bool_)
+        valid = np.asarray(found, np.bool_).tolist()
         tuples = list(zip(*(values.column(c).to_pylist() for c in self._columns()), strict=True))
         expires = values.column("__expires").to_pylist()
-        return [(tuples[i], expires[i]) if valid[i] else None for i in range(len(expires))]
+        return [(t, e) if v else None for t, e, v in zip(tuples, expires, valid, strict=True)]
 
     def _encode_many(self, entries: list[Any]) -> tuple[pa.Table, pa.Array]:
-        cols = list(zip(*(v for v, _ in entries), strict=True))
-        arrays = [pa.array(list(c), f.type) for c, f in zip(cols, self.schema, strict=True)]
-        expires = pa.array([e for _, e in entries], pa.int64())
+        values = [v for v, _ in entries]
+        arrays = [pa.array([v[i] for v in values], f.type) for i, f in enumerate(self.schema)]
+        if self.ttl_ms is None and all(e is None for _, e in entries):
+            expires = pa.nulls(len(entries), pa.int64())
+        else:
+            expires = pa.array([e for _, e in entries], pa.int64())
         return pa.Table.from_arrays([*arrays, expires], schema=self.value_schema()), expires
 
     def _unexpired(self, entry: Any, now: int) -> Any:
@@ -478,19 +540,41 @@ class ValueState(_Variable):
             return None
         return entry
 
+    # the per-key methods below are called once per key and batch: each reads the slot of the
+    # handle's current position directly (no helper calls on the common path)
     def exists(self) -> bool:
         """Whether the key has a value (not expired)."""
-        return self._unexpired(self._entry(), self._now()) is not None
+        return self.get() is not None
 
     def get(self) -> tuple[Any, ...] | None:
         """The key's value as a tuple of the schema's fields, or ``None``."""
-        entry = self._unexpired(self._entry(), self._now())
-        return None if entry is None else entry[0]
+        handle = self._handle
+        if self._read_for is not handle._keyset:
+            self._load(True)
+        entry = self._vals[handle._pos]
+        if entry is None:
+            return None
+        expires = entry[1]
+        if expires is not None and expires <= handle._timer_values.current_processing_time_ms:
+            return None
+        value: tuple[Any, ...] = entry[0]
+        return value
 
     def update(self, value: Any) -> None:
         """Set the key's value (a tuple of the schema's fields; for a one-field schema also the
         bare value). Resets its TTL."""
-        self._set((_as_tuple(value, self.schema, f"value state {self.name!r}"), self._expiry()))
+        handle = self._handle
+        if self._slots_for is not handle._keyset:
+            self._load(False)
+        if type(value) is not tuple or len(value) != self._width:
+            value = _as_tuple(value, self.schema, f"value state {self.name!r}")
+        ttl = self.ttl_ms
+        pos = handle._pos
+        self._vals[pos] = (
+            value,
+            None if ttl is None else handle._timer_values.current_processing_time_ms + ttl,
+        )
+        self._dirty.append(pos)
 
     def clear(self) -> None:
         """Remove the key's value."""
@@ -735,6 +819,8 @@ class Timers(_Variable):
         return {"__timer": entry[0], "__later": list(entry[1:]) or None}, entry[0]
 
     def _decode_many(self, values: pa.Table, found: Any) -> list[Any]:
+        if values.column("__later").null_count == values.num_rows:  # one timer per key at most
+            return [[] if t is None else [t] for t in values.column("__timer").to_pylist()]
         parent, times = self.flatten(values)
         out: list[list[int]] = [[] for _ in range(values.num_rows)]
         for p, t in zip(parent.tolist(), times.tolist(), strict=True):
@@ -793,9 +879,18 @@ class Timers(_Variable):
         return entry
 
     def register(self, ts: int) -> None:
-        cur = self._entry()
-        if ts not in cur:
-            self._set(sorted([*cur, ts]))
+        handle = self._handle
+        if self._read_for is not handle._keyset:
+            self._load(True)
+        pos = handle._pos
+        cur = self._vals[pos]
+        if not cur:
+            self._vals[pos] = [ts]
+        elif ts not in cur:
+            self._vals[pos] = sorted([*cur, ts])
+        else:
+            return
+        self._dirty.append(pos)
 
     def delete(self, ts: int) -> None:
         cur = self._entry()
@@ -840,23 +935,25 @@ class Timers(_Variable):
         np.cumsum(np.bincount(parent, minlength=keys.num_rows), out=offsets[1:])
         return pa.ListArray.from_arrays(pa.array(offsets), pa.array(times, pa.int64()))
 
-    def expired(self, before: int) -> list[tuple[int, tuple[Any, ...]]]:
+    def expired(self, before: int) -> tuple[KeySet, list[tuple[int, int]]]:
         """Take the timers earlier than ``before`` (Spark fires a timer once the time passes
-        it): the rows whose earliest timer is earlier are evicted from the store and kept in
-        the cache (written back by :meth:`flush`); returns ``(timestamp, key)`` pairs in time
-        order."""
+        it): the rows whose earliest timer is earlier are evicted from the store and held as
+        the slots of a new key set (written back by :meth:`flush` with what is left);
+        returns that key set and ``(timestamp, position)`` pairs in time order."""
         assert self.store is not None
         earliest = self.store.earliest_order()
         if earliest is None or earliest >= before:
-            return []
+            return KeySet([], self._handle._key_schema.empty_table()), []
         out = self.store.evict(before - 1)
-        fired: list[tuple[int, tuple[Any, ...]]] = []
-        for key, timers in zip(self._handle._keys_of(out), self._decode_many(out, None), strict=True):
-            self._cache[key] = timers
-            self._dirty.add(key)  # evicted: written back with what is left
-            fired.extend((t, key) for t in timers if t < before)
-        fired.sort(key=lambda p: p[0])
-        return fired
+        keys = out.select(self._handle._key_schema.names)
+        keyset = KeySet(self._handle._keys_of(keys), keys)
+        self.reset()
+        self._vals = self._decode_many(out, None)
+        self._slots_for = self._read_for = keyset
+        self._dirty = list(range(len(self._vals)))  # evicted: written back with what is left
+        fired = [(t, p) for p, timers in enumerate(self._vals) for t in timers if t < before]
+        fired.sort(key=lambda f: f[0])
+        return keyset, fired
 
 
 class StatefulProcessorHandle:
@@ -870,10 +967,12 @@ class StatefulProcessorHandle:
         self._key_schema = key_schema
         self._variables: dict[str, _Variable] = {}
         self._declaring = declaring
+        # the per-key call running: its key, the key set of the run of calls it belongs to
+        # (each variable reads the rows of all of them at its first use) and its position there
         self._key: tuple[Any, ...] | None = None
+        self._keyset: KeySet | None = None
+        self._pos = -1
         self._batch: KeyBatch | None = None
-        # (keys, key table) the coming per-key calls are for, read by each variable at its first use
-        self._pending: tuple[list[tuple[Any, ...]], pa.Table] | None = None
         self._timer_values = TimerValues()
         self._timers = Timers(self, "__timers", pa.schema([pa.field("t", pa.int64())]), None)
         self._purge: list[str] = []
@@ -945,8 +1044,11 @@ class StatefulProcessorHandle:
     def register_timer(self, expiry_timestamp_ms: int) -> None:
         """Register a timer for the current key at ``expiry_timestamp_ms`` (processing time or
         event time, as the time mode says); it fires once the time passes it."""
-        self._check_timers("register_timer")
-        self._timers.register(timer_timestamp(expiry_timestamp_ms, "register_timer"))
+        if self._key is None or self._time_mode == "none":
+            self._check_timers("register_timer")
+        if type(expiry_timestamp_ms) is not int:
+            expiry_timestamp_ms = timer_timestamp(expiry_timestamp_ms, "register_timer")
+        self._timers.register(expiry_timestamp_ms)
 
     def delete_timer(self, expiry_timestamp_ms: int) -> None:
         """Delete the current key's timer at ``expiry_timestamp_ms`` (absent: nothing)."""
@@ -1008,14 +1110,29 @@ class StatefulProcessorHandle:
                                 "methods; list and map state have none: use handle_input_rows)")  # fmt: skip
         return self._key
 
-    def _key_table(self, keys: list[tuple[Any, ...]]) -> pa.Table:
-        cols = list(zip(*keys, strict=True)) if keys else [()] * len(self._key_schema)
-        return pa.Table.from_arrays([pa.array(list(c), f.type) for c, f in zip(cols, self._key_schema, strict=True)],
-                                    schema=self._key_schema)  # fmt: skip
-
     def _keys_of(self, table: pa.Table) -> list[tuple[Any, ...]]:
         cols = [table.column(n).to_pylist() for n in self._key_schema.names]
         return list(zip(*cols, strict=True)) if cols else []
+
+    def _begin(self, keys: KeySet) -> None:
+        """Start a run of per-key calls for ``keys`` (the operator sets ``_key`` and ``_pos``
+        before each call)."""
+        self._keyset = keys
+
+    def _end(self) -> None:
+        """End the run of per-key calls: every variable's changes written back, its slots
+        forgotten."""
+        self._key, self._keyset, self._pos = None, None, -1
+        for v in self._all():
+            v.flush()
+            v.reset()
+
+    def _abandon(self) -> None:
+        """End a run of per-key calls that failed: nothing written back (the batch fails; a
+        retry loads the state of the batch before)."""
+        self._key, self._keyset, self._pos = None, None, -1
+        for v in self._all():
+            v.reset()
 
     def _all(self) -> list[_Variable]:
         return [self._timers, *self._variables.values()]

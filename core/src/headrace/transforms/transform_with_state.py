@@ -9,10 +9,10 @@ per key of an initial state (``handle_initial_state``), and yields output rows.
 Per micro-batch, in ``finish`` (on the engine's consumer thread):
 
 1. first batch only: the initial state's keys, ``handle_initial_state`` per key;
-2. the batch's rows grouped by key (one Arrow ``group_by`` and one ``take``), the state of
-   those keys fetched in one ``get`` per store, ``handle_input_rows`` per key with a slice
-   of the rows (a ``pyarrow.Table``);
-3. the changed rows written back, then the timers that expired (processing time: earlier
+2. the batch's rows grouped by key (one Arrow ``group_by`` and one ``take``),
+   ``handle_input_rows`` per key with a slice of the sorted rows (a ``pyarrow.Table``); a
+   state variable's first read fetches the state of all those keys in one ``get`` per store;
+3. the changed state written back, then the timers that expired (processing time: earlier
    than the batch's timestamp; event time: earlier than the batch's watermark) taken from
    the timer store's ordered index, in time order, ``handle_expired_timer`` for each;
 4. values whose TTL expired removed, each store committed as version ``batch_id``.
@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,6 +42,7 @@ from headrace.transforms.operator import BatchInfo, OperatorContext, StateWrite
 from headrace.transforms.state_variables import (
     ExpiredTimerInfo,
     KeyBatch,
+    KeySet,
     ListState,
     MapState,
     StatefulProcessorHandle,
@@ -316,9 +317,9 @@ class TransformWithStateOperator(StatefulOperator):
         for var in handle._variables.values():
             assert var.store is not None
             var.store.load(batch.batch_id - 1)
+        handle._key, handle._keyset, handle._pos = None, None, -1
         for v in handle._all():
             v.reset()
-        handle._pending = None
         if self._first_batch_of_run:
             for name in handle._purge:
                 handle._variables[name].purge()
@@ -367,15 +368,26 @@ class TransformWithStateOperator(StatefulOperator):
                 self._call_batch(out, keyed, "handle_input_batch", self._tv)
             self._extra_metrics["numInputRowsHandled"] += table.num_rows
             return out.table()
-        keys = handle._keys_of(table.select(self.keys))
-        self._prefetch(keys, table.select(self.keys))
+        key_table = table.select(self.keys)
+        keys = handle._keys_of(key_table)
+        index: dict[tuple[Any, ...], int] = {}
+        first: list[int] = []  # a key set holds each key once: the position of each key's first row
         for i, key in enumerate(keys):
-            handle._key = key
-            out.add(self.processor.handle_input_rows(key, table.slice(i, 1), self._tv), "handle_input_rows")
-        handle._key = None
+            if key not in index:
+                index[key] = len(first)
+                first.append(i)
+        handle._begin(KeySet([keys[i] for i in first], key_table.take(pa.array(first, pa.int64()))))
+        try:
+            for i, key in enumerate(keys):
+                handle._key, handle._pos = key, index[key]
+                out.add(
+                    self.processor.handle_input_rows(key, table.slice(i, 1), self._tv), "handle_input_rows"
+                )
+        except BaseException:
+            handle._abandon()
+            raise
+        handle._end()
         self._extra_metrics["numInputRowsHandled"] += table.num_rows
-        for v in handle._all():
-            v.flush()
         return out.table()
 
     def _drop_late(self, table: pa.Table, batch: BatchInfo) -> pa.Table:
@@ -397,11 +409,9 @@ class TransformWithStateOperator(StatefulOperator):
         return table.filter(pa.array(~late))
 
     def _settle_caches(self) -> None:
-        """Write back and forget what per-key calls cached, so that batched calls (which
+        """Write back and forget what per-key calls held, so that batched calls (which
         read and write the stores directly) see it, and later per-key calls see theirs."""
-        for v in self.handle_._all():
-            v.flush()
-            v.reset()
+        self.handle_._end()
 
     def _call_batch(self, out: _Output, batch: KeyBatch, method: str, *args: Any) -> None:
         handle = self.handle_
@@ -411,10 +421,31 @@ class TransformWithStateOperator(StatefulOperator):
         finally:
             handle._batch = None
 
-    def _prefetch(self, keys: list[tuple[Any, ...]], key_table: pa.Table) -> None:
-        """The keys the coming per-key calls are for: a variable's first read of one of them
-        reads all of them in one ``get`` (a variable the calls never read costs nothing)."""
-        self.handle_._pending = (keys, key_table)
+    def _per_key(self, out: _Output, method: str, groups: _Groups, *args: Any) -> None:
+        """``method`` (``handle_input_rows`` or ``handle_initial_state``) once per key of
+        ``groups`` with its rows, in key order; the variables hold the entries of these keys
+        by position (a variable's first read reads all of them in one ``get``; one never read
+        costs nothing) and write back what changed when the run ends."""
+        handle = self.handle_
+        keys = handle._keys_of(groups.keys)
+        call = getattr(self.processor, method)
+        add = out.add
+        emits = method != "handle_initial_state"  # which returns nothing (Spark's handleInitialState)
+        rows = groups._rows
+        offsets = groups._offsets.tolist()
+        handle._begin(KeySet(keys, groups.keys))
+        try:
+            for pos, key in enumerate(keys):
+                handle._key = key
+                handle._pos = pos
+                lo = offsets[pos]
+                result = call(key, rows.slice(lo, offsets[pos + 1] - lo), *args)
+                if result is not None and emits:
+                    add(result, method)
+        except BaseException:
+            handle._abandon()
+            raise
+        handle._end()
 
     def _run_initial_state(self, out: _Output) -> None:
         from headrace.transforms.join import StaticTable
@@ -440,14 +471,8 @@ class TransformWithStateOperator(StatefulOperator):
             raise HeadraceError(f"transform_with_state: the initial_state's grouping columns do not have the "
                                 f"stream's types ({ks}): {e}") from None  # fmt: skip
         groups = _group(key_cols, init)
-        handle = self.handle_
-        keys = handle._keys_of(groups.keys)
-        self._prefetch(keys, groups.keys)
-        for key, rows in zip(keys, groups.slices(), strict=True):
-            handle._key = key
-            self.processor.handle_initial_state(key, rows, self._tv)
-        handle._key = None
-        self._extra_metrics["numInitialStateKeys"] += len(keys)
+        self._per_key(out, "handle_initial_state", groups, self._tv)
+        self._extra_metrics["numInitialStateKeys"] += groups.keys.num_rows
 
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         """Handle the batch's rows per key, fire the expired timers, expire TTLs, commit."""
@@ -464,15 +489,9 @@ class TransformWithStateOperator(StatefulOperator):
                 keyed = KeyBatch(groups.keys, groups._rows, groups._offsets)
                 self._call_batch(out, keyed, "handle_input_batch", self._tv)
             else:
-                keys = handle._keys_of(groups.keys)
-                self._prefetch(keys, groups.keys)
-                for key, rows in zip(keys, groups.slices(), strict=True):
-                    handle._key = key
-                    out.add(self.processor.handle_input_rows(key, rows, self._tv), "handle_input_rows")
-                handle._key = None
+                self._per_key(out, "handle_input_rows", groups, self._tv)
             self._extra_metrics["numInputRowsHandled"] += table.num_rows
-        for v in handle._all():
-            v.flush()
+        handle._end()
         self._fire_timers(batch, out)
         now = self._tv.current_processing_time_ms
         if self.time_mode != "none":
@@ -498,24 +517,33 @@ class TransformWithStateOperator(StatefulOperator):
         if self._batched_timers:
             self._fire_timers_batched(before, out)
             return
-        fired = handle._timers.expired(before)
+        timers = handle._timers
+        keyset, fired = timers.expired(before)
         if not fired:
+            handle._end()  # the evicted rows written back
             return
-        keys = list(dict.fromkeys(k for _, k in fired))
-        self._prefetch(keys, handle._key_table(keys))
-        for ts, key in fired:
-            if ts not in handle._timers._cache.get(key, ()):
-                continue  # deleted by an earlier handler of the same key
-            handle._key = key
-            out.add(
-                self.processor.handle_expired_timer(key, self._tv, ExpiredTimerInfo(ts)),
-                "handle_expired_timer",
-            )
-            handle._timers.delete(ts)
-            self._extra_metrics["numTimersFired"] += 1
-        handle._key = None
-        for v in handle._all():
-            v.flush()
+        keys = keyset.keys
+        assert keys is not None
+        call = self.processor.handle_expired_timer
+        handle._begin(keyset)
+        n = 0
+        try:
+            for ts, pos in fired:
+                if ts not in timers._vals[pos]:
+                    continue  # deleted by an earlier handler of the same key
+                key = keys[pos]
+                handle._key = key
+                handle._pos = pos
+                result = call(key, self._tv, ExpiredTimerInfo(ts))
+                if result is not None:
+                    out.add(result, "handle_expired_timer")
+                timers.delete(ts)
+                n += 1
+        except BaseException:
+            handle._abandon()
+            raise
+        self._extra_metrics["numTimersFired"] += n
+        handle._end()
 
     def _fire_timers_batched(self, before: int, out: _Output) -> None:
         """The timers earlier than ``before``, by rounds: round ``r`` calls
@@ -629,12 +657,6 @@ class _Groups:
         self._rows = rows
         self._offsets = offsets
 
-    def slices(self) -> Iterator[pa.Table]:
-        off = self._offsets
-        rows = self._rows
-        for i in range(len(off) - 1):
-            yield rows.slice(int(off[i]), int(off[i + 1] - off[i]))
-
 
 def _group(key_cols: pa.Table, table: pa.Table) -> _Groups:
     if key_cols.num_columns == 1 and table.num_rows > 1:
@@ -668,14 +690,17 @@ def _group_integers(key_cols: pa.Table, table: pa.Table) -> _Groups:
 
 
 class _Output:
-    """The rows a batch emits: tables kept as they are, single rows gathered, all cast to the
-    output schema at the end."""
+    """The rows a batch emits: tables kept as they are, single rows gathered as tuples (in the
+    output schema's column order) and converted column by column once, all cast to the output
+    schema at the end."""
 
     def __init__(self, op: TransformWithStateOperator) -> None:
         self._op = op
         self._schema = op.out_schema
+        self._names = op.out_schema.names
+        self._width = len(op.out_schema)
         self._tables: list[pa.Table] = []
-        self._rows: list[Any] = []
+        self._rows: list[tuple[Any, ...]] = []
 
     def add(self, result: Iterable[Any] | None, method: str) -> None:
         if result is None:
@@ -685,23 +710,27 @@ class _Output:
         except TypeError:
             raise HeadraceError(f"{type(self._op.processor).__name__}.{method} returned {type(result).__name__}; "
                                 "it must yield (or return a list of) output tables or rows") from None  # fmt: skip
+        rows = self._rows
+        width = self._width
         for item in items:
-            if item is None:
+            if type(item) is tuple and len(item) == width:  # the common case first
+                rows.append(item)
+            elif item is None:
                 continue
-            if isinstance(item, pa.Table):
+            elif isinstance(item, pa.Table):
                 self._flush_rows()
                 self._tables.append(self._cast(item, method))
             elif isinstance(item, pa.RecordBatch):
                 self._flush_rows()
                 self._tables.append(self._cast(pa.Table.from_batches([item]), method))
             elif isinstance(item, dict):
-                self._rows.append(item)
+                rows.append(tuple(item.get(n) for n in self._names))
             elif isinstance(item, tuple | list):
-                if len(item) != len(self._schema):
+                if len(item) != width:
                     raise HeadraceError(f"{type(self._op.processor).__name__}.{method} yielded the row {item!r} of "
-                                        f"{len(item)} values; the output schema has {len(self._schema)} columns "
-                                        f"({', '.join(self._schema.names)})")  # fmt: skip
-                self._rows.append(dict(zip(self._schema.names, item, strict=True)))
+                                        f"{len(item)} values; the output schema has {width} columns "
+                                        f"({', '.join(self._names)})")  # fmt: skip
+                rows.append(tuple(item))
             elif type(item).__name__ == "DataFrame" and hasattr(item, "columns"):
                 self._flush_rows()
                 self._tables.append(self._cast(pa.Table.from_pandas(item, preserve_index=False), method))
@@ -714,7 +743,8 @@ class _Output:
         if self._rows:
             rows, self._rows = self._rows, []
             try:
-                self._tables.append(pa.Table.from_pylist(rows, schema=self._schema))
+                arrays = [pa.array([r[i] for r in rows], f.type) for i, f in enumerate(self._schema)]
+                self._tables.append(pa.Table.from_arrays(arrays, schema=self._schema))
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as e:
                 raise HeadraceError(f"{type(self._op.processor).__name__}: output rows do not fit the output schema "
                                     f"({self._schema}): {e}") from None  # fmt: skip
