@@ -9,9 +9,13 @@ its side. On the consumer, per batch (Spark's order):
 1. late rows dropped per side: a row whose event time (the side's watermark column) is at or
    before the watermark for late events (``numRowsDroppedByWatermark``);
 2. the left rows joined with the right side's state, then kept in the left side's state
-   (unless the state watermark would evict them at once, or a left-semi row already matched);
+   (unless a left-semi row already matched);
 3. the right rows joined with the left side's state (which now holds this batch's left rows),
-   then kept in the right side's state;
+   then kept in the right side's state (unless the state watermark evicts them at the end of
+   this batch and they need no unmatched output); a left semi join runs 3 before 2, as Spark
+   does, so a left row matching a right row of its own batch is emitted and never kept, and
+   a stored left row a right row matches is emitted and removed (it can never be emitted
+   again);
 4. both sides' state evicted by the watermark for eviction: by the join key when a key is a
    side's event-time column, else by the side's event time against the bound the join
    condition puts on it (``l.ts BETWEEN r.ts - INTERVAL 1 HOUR AND r.ts`` keeps a left row
@@ -451,8 +455,21 @@ class _SideState:
         remaining rows with an index past its new count move into the holes (Spark's
         compaction)."""
         out = self.rows.evict(upto)
-        if not out.num_rows:
-            return out
+        if out.num_rows:
+            self._close_holes(out)
+        return out
+
+    def remove(self, rows: pa.Table) -> None:
+        """Remove stored ``rows`` (from :meth:`candidates`), closing their holes as
+        :meth:`evict` does."""
+        if not rows.num_rows:
+            return
+        self.rows.remove(rows.select(self.rows.key_schema.names))
+        self._close_holes(rows)
+
+    def _close_holes(self, out: pa.Table) -> None:
+        """After ``out`` (key columns and ``__index``) left: each key's rows past its new count
+        move into the holes, and its count is updated."""
         kt, pos = self._distinct(out)
         n = self._counts(kt)
         gone = np.bincount(pos, minlength=kt.num_rows)
@@ -480,7 +497,6 @@ class _SideState:
         drop = np.flatnonzero(m <= 0)
         if len(drop):
             self.keys.remove(kt.take(pa.array(drop)))
-        return out
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -907,7 +923,7 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
     def finish(self, batch: BatchInfo) -> pa.Table | None:
         assert self._sides is not None and self._side_schemas is not None
         outs: list[pa.Table] = []
-        updated = 0
+        updated = removed_matched = 0
         semi = self.how == "left_semi"
         seq0 = batch.batch_id << 32
         raw = [self._side_input(s, batch) for s in (0, 1)]
@@ -922,7 +938,9 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
                                 else self._output(None, failing, failing.num_rows))  # fmt: skip
         inputs = [self._with_keys(s, raw[s], seq0) for s in (0, 1)]
         thresholds = [self._state_threshold(s, batch.watermark_ms) for s in (0, 1)]
-        for side in (0, 1):
+        # Spark's order: the left rows, then the right rows; a left semi join takes the right
+        # rows first, so a left row matching a row of its own batch is emitted and never kept
+        for side in (1, 0) if semi else (0, 1):
             this, other_state, own_state = inputs[side], self._sides[1 - side], self._sides[side]
             if not this.num_rows:
                 continue
@@ -946,7 +964,11 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
                 outs.append(
                     self._output(a, b, len(this_idx)) if side == 0 else self._output(b, a, len(this_idx))
                 )
-            if len(other_idx) and (self.how != "inner"):
+            if len(other_idx) and semi and side == 1:  # an emitted left row is done: Spark drops it
+                hit_rows = cand.take(pa.array(np.unique(other_idx)))
+                other_state.remove(hit_rows)
+                removed_matched += hit_rows.num_rows
+            elif len(other_idx) and (self.how != "inner"):
                 hit_rows = cand.take(pa.array(np.unique(other_idx)))
                 hit_rows = hit_rows.filter(pc.invert(hit_rows.column(_MATCHED)))
                 other_state.set_matched(hit_rows, self._orders(1 - side, hit_rows))
@@ -973,7 +995,7 @@ class StreamStreamJoinOperator(TwoInputs, StatefulOperator):
                 own_state.add(rows.select([*own_state.rows.key_schema.names, *own_state.rows.value_schema.names]),
                               orders.take(pa.array(idx)))  # fmt: skip
                 updated += len(idx)
-        removed = 0
+        removed = removed_matched
         for side in (0, 1):
             th = thresholds[side]
             if th is None:
