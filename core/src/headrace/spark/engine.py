@@ -95,6 +95,10 @@ class SparkEngine:
     #: name): a read of one is ``spark.readStream.table(name)`` / ``spark.read.table(name)``
     #: (a pipeline's datasets, run by Spark Declarative Pipelines: headrace.spark.pipelines)
     tables: Mapping[str, str] = field(default_factory=dict)
+    #: watermarks as Spark SQL's ``WATERMARK col DELAY OF INTERVAL ...`` clause instead of
+    #: ``withWatermark``: Spark Connect plans ``withWatermark`` by analysing its input at once,
+    #: which fails for a read of a dataset Spark Declarative Pipelines has not created yet
+    sql_watermarks: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "native", frozenset(n.lower() for n in self.native))
@@ -233,6 +237,12 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
         pred = op.predicate
         return _map_in_arrow(df, lambda t: t.filter(pred(t)), _input_schema(df))
     if isinstance(op, WatermarkOperator):
+        if engine.sql_watermarks:
+            column = op.column.replace("`", "``")
+            query = (
+                f"SELECT * FROM {{batch}} WATERMARK `{column}` DELAY OF INTERVAL {op.delay_ms} MILLISECONDS"
+            )
+            return spark.sql(query, batch=df)
         return df.withWatermark(op.column, f"{op.delay_ms} milliseconds")
     if isinstance(op, AggregateOperator):
         keys: list[Any] = []
