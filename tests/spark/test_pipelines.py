@@ -138,3 +138,20 @@ def test_one_pipeline_gives_the_same_tables_on_headrace_and_on_spark(tmp_path: P
         ours = _rows(p.storage.read(name))
         theirs = _rows(pq.read_table(project.table_path(name)))
         assert ours == theirs and ours, name
+
+
+@pytest.mark.parametrize(
+    ("query", "template"),
+    [
+        pytest.param("SELECT id FROM batch WHERE amount > 0", "SELECT id FROM {batch} AS batch WHERE amount > 0", id="plain"),
+        pytest.param("SELECT '{x}' AS s FROM batch b", "SELECT '{{x}}' AS s FROM {batch} AS b", id="braces-doubled"),
+        pytest.param("WITH batch AS (SELECT 1 AS one) SELECT * FROM batch", "WITH batch AS (SELECT 1 AS one) SELECT * FROM batch",
+                     id="cte-named-batch-kept"),
+    ],
+)  # fmt: skip
+def test_a_sql_step_is_a_spark_sql_template_over_its_input(query: str, template: str) -> None:
+    """The SQL step's Spark form (no temporary view, which a pipeline definition cannot make):
+    ``spark.sql(template, batch=df)``."""
+    from headrace.spark.engine import _batch_template
+
+    assert _batch_template(query) == template
