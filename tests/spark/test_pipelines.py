@@ -110,6 +110,7 @@ def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.deep
+@pytest.mark.timeout(1800)  # spark-pipelines starts a Spark Connect server: minutes under load
 def test_one_pipeline_gives_the_same_tables_on_headrace_and_on_spark(tmp_path: Path) -> None:
     from headrace.cli import main
     from tests.spark._spark_home import worker_friendly_spark_home

@@ -20,6 +20,7 @@ in ``start(..., engine=spark)``. SQL files are Spark SQL already and go to Spark
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -419,6 +420,20 @@ def spark_pipelines_command() -> str:
     return found
 
 
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Stop the process group ``run_on_spark`` started (SIGTERM, then SIGKILL after 30 s)."""
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 30.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 _FLOW_FAILED = re.compile(r"Flow '?([^\s']+)'? has FAILED")
 _COMPLETED = "Run is COMPLETED"
 #: PySpark 4.3's client raises this after the run's last event when a Python data source ran:
@@ -435,7 +450,6 @@ def run_on_spark(
     refresh: Sequence[str] = (),
     dry: bool = False,
     out: Callable[[str], None] = print,
-    timeout: float | None = None,
 ) -> SparkRunResult:
     """Write the Spark project of ``p`` and run ``spark-pipelines run`` (``dry-run`` with
     ``dry``) on it, passing each output line to ``out``; the refresh selections as Spark's.
@@ -461,20 +475,26 @@ def run_on_spark(
     )
     log.info("running %s", " ".join(cmd))
     result = SparkRunResult(completed=False)
+    # its own process group: the launcher starts a JVM, which starts the Python client, which
+    # starts the Spark Connect server; an interrupted run stops all of them
     proc = subprocess.Popen(cmd, cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace")  # fmt: skip
+                            text=True, errors="replace", start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
     tail: list[str] = []
-    for line in proc.stdout:
-        line = line.rstrip("\n")
-        out(line)
-        tail = [*tail[-39:], line]
-        m = _FLOW_FAILED.search(line)
-        if m and m.group(1).rsplit(".", 1)[-1] not in result.failed_flows:
-            result.failed_flows.append(m.group(1).rsplit(".", 1)[-1])
-        if _COMPLETED in line:
-            result.completed = True
-    result.returncode = proc.wait(timeout)
+    try:
+        for line in proc.stdout:
+            line = line.rstrip("\n")
+            out(line)
+            tail = [*tail[-39:], line]
+            m = _FLOW_FAILED.search(line)
+            if m and m.group(1).rsplit(".", 1)[-1] not in result.failed_flows:
+                result.failed_flows.append(m.group(1).rsplit(".", 1)[-1])
+            if _COMPLETED in line:
+                result.completed = True
+        result.returncode = proc.wait()
+    finally:
+        if proc.poll() is None:
+            _stop_group(proc)
     result.tail = tail
     if result.returncode != 0 and result.completed:
         text = "\n".join(tail)
