@@ -126,8 +126,6 @@ def refusals(p: LoadedPipeline) -> list[str]:
             out.append(
                 f"sink {ds.name!r}: dp.create_sink is not mapped to Spark's sinks; write it from a headrace run"
             )
-        if ds.format not in (None, "delta"):
-            out.append(f"dataset {ds.name!r}: format={ds.format!r}")
     for flow in graph.flows:
         target = graph.lookup(flow.target)
         where = f"flow {flow.name!r}"
