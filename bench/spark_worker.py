@@ -164,6 +164,65 @@ def floor_round(src: Path, work: Path, per_trigger: int, clock: Clock) -> int:
     return rows
 
 
+def fresh_task(kind: str, folder: Path) -> None:
+    """One task's work of one micro-batch in this (new) interpreter; prints its CPU seconds.
+    ``folder`` holds the input files and, for the adapter, the pickled reader, partition and
+    writer (written by :func:`fresh_rounds`)."""
+    import pyspark.worker  # noqa: F401  (a forked worker has it: the daemon imported it)
+
+    c0 = time.process_time()
+    if kind == "adapter":
+        reader = pickle.loads((folder / "reader.pkl").read_bytes())
+        batches = spark_batches(list(reader.read(pickle.loads((folder / "part.pkl").read_bytes()))))
+        writer = pickle.loads((folder / "writer.pkl").read_bytes())
+        from headrace.spark.type_mapping import conform_batches
+
+        sink = writer._sink()
+        sink.write(0, iter(conform_batches(iter(batches), writer._arrow_schema)))
+        sink.close()
+    else:
+        clock = Clock()
+        floor_round(folder / "in", folder / f"floor-{os.getpid()}", 10**6, clock)
+    print(f"{time.process_time() - c0:.4f}")
+
+
+def fresh_rounds(base: Path, rounds: int) -> None:
+    """``--fresh``: each round one new interpreter per kind, interleaved; medians printed."""
+    from pyspark import cloudpickle
+
+    import headrace.spark
+    from headrace.spark.type_mapping import arrow_to_spark_schema
+
+    src = base / "in"
+    schema = arrow_to_spark_schema(pq.read_schema(next(src.glob("*.parquet"))))
+    chk = base / "chk"
+    os.makedirs(chk / "offsets", exist_ok=True)
+    ropts = {"path": str(src), "cloudFiles.format": "parquet", "cloudFiles.schemaLocation": str(chk / "schema"),
+             "cloudFiles.maxFilesPerTrigger": "1000000", "headraceStatePath": str(chk / "state")}  # fmt: skip
+    reader = headrace.spark.data_source_class("cloudFiles", max_tasks=1)(ropts).streamReader(schema)
+    reader.prepareForTriggerAvailableNow()
+    start = reader.initialOffset()
+    parts = reader.partitions(start, reader.latestOffset(start, reader.getDefaultReadLimit()))
+    writer = headrace.spark.data_source_class("files")(
+        {"path": str(base / "out"), "checkpointLocation": str(chk)}
+    )
+    (base / "reader.pkl").write_bytes(cloudpickle.dumps(reader))
+    (base / "part.pkl").write_bytes(cloudpickle.dumps(parts[0]))
+    (base / "writer.pkl").write_bytes(cloudpickle.dumps(writer.streamWriter(schema, False)))
+    got: dict[str, list[float]] = {"adapter": [], "floor": []}
+    import subprocess
+
+    for _ in range(rounds):
+        for kind in got:
+            out = subprocess.run([sys.executable, __file__, "--task", kind, str(base)], capture_output=True,
+                                 text=True, check=True)  # fmt: skip
+            got[kind].append(float(out.stdout.split()[-1]))
+    for kind, values in got.items():
+        print(f"fresh worker, one task ({kind}): median {statistics.median(values):.3f} CPU s "
+              f"({' '.join(f'{v:.3f}' for v in values)})")  # fmt: skip
+    print(f"floor / adapter {statistics.median(got['floor']) / statistics.median(got['adapter']):.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=20)
@@ -173,13 +232,23 @@ def main() -> None:
     ap.add_argument(
         "--profile", action="store_true", help="cProfile the adapter's parts (top 25 by own time)"
     )
+    ap.add_argument(
+        "--fresh", action="store_true", help="one task per new interpreter (a fresh worker's cost)"
+    )
+    ap.add_argument("--task", nargs=2, metavar=("KIND", "FOLDER"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.task:
+        fresh_task(args.task[0], Path(args.task[1]))
+        return
     print(f"load average at start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
     base = Path(tempfile.mkdtemp(prefix="headrace-bench-worker-"))
     try:
         src = base / "in"
         src.mkdir()
         write_files(src, args.files, args.rows)
+        if args.fresh:
+            fresh_rounds(base, args.rounds)
+            return
         total = args.files * args.rows
         results: dict[str, list[Clock]] = {"adapter": [], "floor": []}
         prof = cProfile.Profile() if args.profile else None
