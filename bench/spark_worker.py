@@ -35,8 +35,6 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
-from bench.spark import write_files  # noqa: E402
-
 SPARK_BATCH_ROWS = 10_000  # spark.sql.execution.arrow.maxRecordsPerBatch's default
 TASKS = 2
 
@@ -241,6 +239,10 @@ def main() -> None:
         fresh_task(args.task[0], Path(args.task[1]))
         return
     print(f"load average at start: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    from bench.spark import (
+        write_files,
+    )  # not in --task: it imports pyarrow.dataset, which a task must pay itself
+
     base = Path(tempfile.mkdtemp(prefix="headrace-bench-worker-"))
     try:
         src = base / "in"
