@@ -24,7 +24,8 @@ Steps and their Spark forms (docs/spark.md, "Moving a query to Spark"):
   DuckDB dialect are transpiled by sqlglot);
   ``with_column``: ``withColumn(name, expr(...))``; ``select``, ``drop``,
   ``with_column_renamed``: the same DataFrame methods;
-- ``with_watermark``: ``withWatermark``; ``group_by(...).agg``: ``groupBy(...).agg`` with
+- ``with_watermark``: ``withWatermark`` (with ``SparkEngine.sql_watermarks``, as in a pipeline
+  run by Spark Declarative Pipelines: Spark SQL's ``WATERMARK`` clause); ``group_by(...).agg``: ``groupBy(...).agg`` with
   ``window``/``session_window``; ``drop_duplicates[_within_watermark]``: ``dropDuplicates[WithinWatermark]``;
 - ``join`` with a static frame: a static Spark DataFrame (``spark.read`` of a native format,
   else the headrace read on the driver handed to ``createDataFrame``);
