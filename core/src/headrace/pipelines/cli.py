@@ -43,6 +43,8 @@ def _dry_run(args: argparse.Namespace) -> int:
     from headrace.pipelines.render import render_text
     from headrace.pipelines.spec import in_dir
 
+    if args.engine == "spark":
+        return _on_spark(args, dry=True)
     p = _load(args)
     with in_dir(p.spec.base_dir):
         try:
@@ -58,9 +60,41 @@ def _dry_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _on_spark(args: argparse.Namespace, *, dry: bool) -> int:
+    """``--engine spark``: the pipeline written as a Spark pipeline project and run by
+    ``spark-pipelines`` (headrace.spark.pipelines)."""
+    from headrace.spark.pipelines import project_of, run_on_spark
+
+    p = _load(args)
+    if getattr(args, "continuous", False):
+        print("headrace: error: --continuous with --engine spark: spark-pipelines runs are triggered; "
+              "leave out --continuous or run on headrace", file=sys.stderr)  # fmt: skip
+        return 2
+    project = project_of(p)
+    print(f"pipeline {p.spec.name!r}: {'dry run' if dry else 'run'} on Spark Declarative Pipelines "
+          f"(project {project.root}, tables in {project.warehouse})", file=sys.stderr, flush=True)  # fmt: skip
+    result = run_on_spark(
+        p,
+        full_refresh=_names(getattr(args, "full_refresh", None)),
+        full_refresh_all=bool(getattr(args, "full_refresh_all", False)),
+        refresh=_names(getattr(args, "refresh", None)),
+        dry=dry,
+        out=lambda line: print(line, flush=True),
+    )
+    if result.ok:
+        print(f"pipeline {p.spec.name!r}: completed on Spark", file=sys.stderr)
+        return 0
+    failed = f"; failed: {', '.join(result.failed_flows)}" if result.failed_flows else ""
+    print(f"pipeline {p.spec.name!r}: failed on Spark (spark-pipelines exit status {result.returncode}{failed})",
+          file=sys.stderr)  # fmt: skip
+    return 1
+
+
 def _run(args: argparse.Namespace) -> int:
     from headrace.pipelines.runner import PipelineRun
 
+    if args.engine == "spark":
+        return _on_spark(args, dry=False)
     p = _load(args)
     run = PipelineRun(
         p,
@@ -105,7 +139,7 @@ def _events(args: argparse.Namespace) -> int:
         events = [e for e in events if e.get("event_type") in _names(args.type)]
     if args.flow:
         events = [e for e in events if e["origin"].get("flow_name") == args.flow]
-    for e in events[-args.limit:] if args.limit else events:
+    for e in events[-args.limit :] if args.limit else events:
         print(json.dumps(e) if args.json else format_event(e))
     return 0
 
@@ -135,14 +169,24 @@ def register(sub: Any) -> None:
     i = gs.add_parser("init", help="create a runnable example pipeline in folder NAME")
     i.add_argument("name")
     i.set_defaults(fn=_init)
-    d = gs.add_parser("dry-run", parents=[spec], help="load every definition and check the graph; no data read")
+    d = gs.add_parser(
+        "dry-run", parents=[spec], help="load every definition and check the graph; no data read"
+    )
+    engine_help = ("headrace (default) or spark: write the pipeline as a Spark pipeline project and run "
+                   "spark-pipelines on it")  # fmt: skip
+    d.add_argument("--engine", choices=("headrace", "spark"), default="headrace", help=engine_help)
     d.set_defaults(fn=_dry_run)
     r = gs.add_parser("run", parents=[spec], help="run the pipeline (triggered by default)")
     fr = r.add_mutually_exclusive_group()
-    fr.add_argument("--full-refresh", metavar="A,B", help="truncate these datasets, reset their flows and recompute")
+    fr.add_argument(
+        "--full-refresh", metavar="A,B", help="truncate these datasets, reset their flows and recompute"
+    )
     fr.add_argument("--full-refresh-all", action="store_true", help="full refresh of every dataset")
     r.add_argument("--refresh", metavar="A,B", help="update only these datasets")
-    r.add_argument("--continuous", action="store_true", help="keep every flow running with its trigger until Ctrl-C")
+    r.add_argument(
+        "--continuous", action="store_true", help="keep every flow running with its trigger until Ctrl-C"
+    )
+    r.add_argument("--engine", choices=("headrace", "spark"), default="headrace", help=engine_help)
     r.set_defaults(fn=_run)
     e = gs.add_parser("events", parents=[spec], help="print the event log")
     e.add_argument("--last", action="store_true", help="only the latest run")
@@ -152,6 +196,8 @@ def register(sub: Any) -> None:
     e.add_argument("--json", action="store_true", help="print the JSON lines as stored")
     e.set_defaults(fn=_events)
     gr = gs.add_parser("graph", parents=[spec], help="print the graph and draw it (SVG/PNG via graphviz)")
-    gr.add_argument("-o", "--output", help="picture to write: .svg, .png or .dot (default graph.svg next to the spec)")
+    gr.add_argument(
+        "-o", "--output", help="picture to write: .svg, .png or .dot (default graph.svg next to the spec)"
+    )
     gr.add_argument("--no-stats", action="store_true", help="do not read row counts and last updates")
     gr.set_defaults(fn=_graph)

@@ -19,11 +19,13 @@ Steps and their Spark forms (docs/spark.md, "Moving a query to Spark"):
 
 - sources: ``spark.readStream.format("headrace.<name>")`` with the options as given (or the
   native format for names in ``SparkEngine.native``); ``union``: ``unionByName``;
-- ``sql``/``select_expr``/``where``: Spark SQL over a temporary view of the step's input
-  (headrace's SQL is Spark SQL; steps written in the DuckDB dialect are transpiled by sqlglot);
+- ``sql``/``select_expr``/``where``: ``spark.sql(query, batch=df)``, the step's input as a
+  DataFrame parameter (no temporary view; headrace's SQL is Spark SQL; steps written in the
+  DuckDB dialect are transpiled by sqlglot);
   ``with_column``: ``withColumn(name, expr(...))``; ``select``, ``drop``,
   ``with_column_renamed``: the same DataFrame methods;
-- ``with_watermark``: ``withWatermark``; ``group_by(...).agg``: ``groupBy(...).agg`` with
+- ``with_watermark``: ``withWatermark`` (with ``SparkEngine.sql_watermarks``, as in a pipeline
+  run by Spark Declarative Pipelines: Spark SQL's ``WATERMARK`` clause); ``group_by(...).agg``: ``groupBy(...).agg`` with
   ``window``/``session_window``; ``drop_duplicates[_within_watermark]``: ``dropDuplicates[WithinWatermark]``;
 - ``join`` with a static frame: a static Spark DataFrame (``spark.read`` of a native format,
   else the headrace read on the driver handed to ``createDataFrame``);
@@ -44,7 +46,6 @@ the reverse (``headrace checkpoint`` commands refuse a Spark checkpoint).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -84,7 +85,6 @@ _ENGINE_ONLY = {
     "statestore": "spark.sql.streaming.stateStore.providerClass (a Spark session setting)",
     "statesnapshotinterval": "spark.sql.streaming.stateStore.minDeltasForSnapshot (a Spark session setting)",
 }
-_views = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,25 @@ class SparkEngine:
 
     session: Any
     native: frozenset[str] = field(default_factory=frozenset)
+    #: headrace table paths that are tables of the Spark session's catalog (path -> table
+    #: name): a read of one is ``spark.readStream.table(name)`` / ``spark.read.table(name)``
+    #: (a pipeline's datasets, run by Spark Declarative Pipelines: headrace.spark.pipelines)
+    tables: Mapping[str, str] = field(default_factory=dict)
+    #: watermarks as Spark SQL's ``WATERMARK col DELAY OF INTERVAL ...`` clause instead of
+    #: ``withWatermark``: Spark Connect plans ``withWatermark`` by analysing its input at once,
+    #: which fails for a read of a dataset Spark Declarative Pipelines has not created yet
+    sql_watermarks: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "native", frozenset(n.lower() for n in self.native))
+        object.__setattr__(self, "tables", {os.path.normpath(p): n for p, n in self.tables.items()})
+
+    def table_of(self, plan: Any) -> str | None:
+        """The catalog table a source plan reads (see ``tables``), or None."""
+        path = getattr(plan, "path", None)
+        if not self.tables or path is None or str(getattr(plan, "connector", "")).lower() != "delta":
+            return None
+        return self.tables.get(os.path.normpath(str(path)))
 
     def format_of(self, connector: str) -> str:
         """The Spark format name for a headrace connector."""
@@ -146,8 +162,12 @@ def _spark_sql(op: Any, text: str, kind: str) -> str:
     return out[0]
 
 
-def _rename_batch(query: str, view: str) -> str:
-    """``query`` (Spark SQL over the table ``batch``) reading the view ``view`` instead."""
+_BATCH_TOKEN = "headrace_step_input_0d5e"  # stands for the step's input while the query is rewritten
+
+
+def _batch_template(query: str) -> str:
+    """``query`` (Spark SQL over the table ``batch``) as a ``spark.sql`` template whose
+    ``{batch}`` is the step's input DataFrame (braces of the query itself doubled)."""
     import sqlglot
     from sqlglot import exp
 
@@ -156,9 +176,10 @@ def _rename_batch(query: str, view: str) -> str:
     for t in tree.find_all(exp.Table):
         if t.name.lower() == "batch" and not t.args.get("db") and "batch" not in ctes:
             alias = t.alias
-            t.set("this", exp.to_identifier(view))
+            t.set("this", exp.to_identifier(_BATCH_TOKEN))
             t.set("alias", exp.TableAlias(this=exp.to_identifier(alias or "batch")))
-    return str(tree.sql(dialect="spark"))
+    text = str(tree.sql(dialect="spark")).replace("{", "{{").replace("}", "}}")
+    return text.replace(_BATCH_TOKEN, "{batch}")
 
 
 def _micros(us: int) -> str:
@@ -207,10 +228,9 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
     if isinstance(op, WithColumnOperator):
         return df.withColumn(op.column, F.expr(_spark_sql(op, op.expr, "expression")))
     if isinstance(op, SqlOperator):
-        view = f"headrace_step_{next(_views)}"
-        query = _rename_batch(_spark_sql(op, op.source, "query"), view)
-        df.createOrReplaceTempView(view)
-        return spark.sql(query)
+        # the input as a DataFrame parameter, no temporary view: Spark Declarative Pipelines
+        # forbid createOrReplaceTempView in a definition (block_session_mutations)
+        return spark.sql(_batch_template(_spark_sql(op, op.source, "query")), batch=df)
     if isinstance(op, SelectColumnsOperator):
         return df.select(*(F.col(f"`{c}`") for c in op.columns))
     if isinstance(op, RenameColumnOperator):
@@ -223,6 +243,12 @@ def _step(df: DataFrame, op: Operator, engine: SparkEngine) -> DataFrame:
         pred = op.predicate
         return _map_in_arrow(df, lambda t: t.filter(pred(t)), _input_schema(df))
     if isinstance(op, WatermarkOperator):
+        if engine.sql_watermarks:
+            column = op.column.replace("`", "``")
+            query = (
+                f"SELECT * FROM {{batch}} WATERMARK `{column}` DELAY OF INTERVAL {op.delay_ms} MILLISECONDS"
+            )
+            return spark.sql(query, batch=df)
         return df.withWatermark(op.column, f"{op.delay_ms} milliseconds")
     if isinstance(op, AggregateOperator):
         keys: list[Any] = []
@@ -316,7 +342,10 @@ def static_to_spark(static: Any, engine: SparkEngine) -> DataFrame:
     if isinstance(static, pa.Table):
         return spark.createDataFrame(static)
     base = static._base
-    if isinstance(base, pa.Table):
+    table = engine.table_of(base)
+    if table is not None:
+        df = spark.read.table(table)
+    elif isinstance(base, pa.Table):
         df = spark.createDataFrame(base)
     elif str(getattr(base, "connector", "")).lower() in engine.native:  # a connector's read (SourcePlan)
         reader = spark.read.format(base.connector).options(**_strs(base.raw_options))
@@ -342,6 +371,9 @@ def _strs(options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _source(plan: SourcePlan, engine: SparkEngine, state_path: str | None) -> DataFrame:
+    table = engine.table_of(plan)
+    if table is not None:
+        return engine.session.readStream.table(table)
     reader = engine.session.readStream.format(engine.format_of(plan.connector))
     if plan.user_schema is not None:
         from headrace.spark.type_mapping import arrow_to_spark_schema
