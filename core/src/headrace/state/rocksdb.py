@@ -41,6 +41,7 @@ from headrace.state.rocksdb_codec import (
     enc_order,
     key_codec,
     key_encoding,
+    present,
     row_codec,
     row_encoding,
 )
@@ -70,6 +71,15 @@ def _link_or_copy(src: str, dst: str) -> None:
     shutil.copy2(src, dst)
 
 
+def _key_order(dbkeys: list[bytes]) -> np.ndarray | None:
+    """The positions of ``dbkeys`` in ascending byte order (numpy's sort of fixed-width
+    bytes; keys differing only by trailing zero bytes may come in either order: the order is
+    a hint for locality, never needed for correctness); None for fewer than two keys."""
+    if len(dbkeys) < 2:
+        return None
+    return np.argsort(np.array(dbkeys, dtype=np.bytes_), kind="stable")
+
+
 class RocksDBStateStore(StateStore):
     """State in a RocksDB database on local disk; see the module docstring."""
 
@@ -93,7 +103,7 @@ class RocksDBStateStore(StateStore):
         self._rows = 0
         self._db_version: int | None = None
         self._db_dirty = False
-        self._last: tuple[pa.Table, list[bytes], list[Any]] | None = None
+        self._last: tuple[pa.Table, tuple[list[bytes], list[Any], list[bytes], np.ndarray | None]] | None = None
         self._last_orders: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
         self._write_opts = self._rocksdict.WriteOptions()
         # no RocksDB write-ahead log: the changelog files are the durable record. A process
@@ -133,6 +143,11 @@ class RocksDBStateStore(StateStore):
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         opts.set_block_based_table_factory(table)
+        # a whole-key bloom filter on the memtable too: most keys a batch looks up are new (a
+        # deduplication's ids, a window's first rows), and without it each miss walks the
+        # memtable's skiplist (~2.5 µs; ~0.3 µs with it)
+        opts.set_memtable_prefix_bloom_ratio(0.1)
+        opts.set_memtable_whole_key_filtering(True)
         # LZ4 decompresses about twice as fast as the default Snappy (a block read that misses
         # the cache); files written with Snappy stay readable (the codec is per block)
         opts.set_compression_type(rd.DBCompressionType.lz4())
@@ -232,27 +247,61 @@ class RocksDBStateStore(StateStore):
     def __len__(self) -> int:
         return self._rows
 
-    def _lookup(self, keys: pa.Table) -> tuple[list[bytes], list[Any]]:
-        """(encoded keys, their rows or None), cached for the ``put`` of the same keys."""
+    def _lookup(self, keys: pa.Table) -> tuple[list[bytes], list[Any], list[bytes], np.ndarray | None]:
+        """(encoded keys, their rows or None, their database keys, the database keys' order
+        (:func:`_key_order`)), cached for the ``put`` of the same keys."""
         last = self._last
         if last is not None and last[0] is keys:
-            return last[1], last[2]
+            return last[1]
         kbs = self._keys.encode(keys)
-        raw = list(map(self._db.get, self._keys.data_keys(kbs)))  # faster than rocksdict's multi-get
-        self._last = (keys, kbs, raw)
-        return kbs, raw
+        dks = self._keys.data_keys(kbs)
+        perm = _key_order(dks)
+        found = (kbs, self._get_many(dks, perm), dks, perm)
+        self._last = (keys, found)
+        return found
+
+    def _get_many(self, dks: list[bytes], perm: np.ndarray | None) -> list[Any]:
+        """The values of database keys ``dks`` (None where absent), in their order, read in
+        key order ``perm`` (a memtable or block read then follows the one before it: ~3x
+        faster than in the batch's order) by one ``get`` each (faster than rocksdict's
+        multi-get)."""
+        if perm is None:
+            return list(map(self._db.get, dks))
+        got = list(map(self._db.get, [dks[i] for i in perm.tolist()]))
+        out = np.empty(len(dks), object)
+        out[perm] = got
+        return out.tolist()
+
+    @staticmethod
+    def _put_sorted(
+        wb: Any, dbkeys: list[bytes], values: list[bytes] | None = None, perm: np.ndarray | None = None
+    ) -> None:
+        """Add puts (``values``) or deletes (None) of ``dbkeys`` to ``wb`` in key order
+        (``perm``, when known): the memtable then inserts each next to the one before it
+        (several times faster than at random places of its skiplist)."""
+        if perm is None:
+            perm = _key_order(dbkeys)
+        if perm is not None:
+            order = perm.tolist()
+            dbkeys = [dbkeys[i] for i in order]
+            if values is not None:
+                values = [values[i] for i in order]
+        if values is None:
+            list(map(wb.delete, dbkeys))
+        else:
+            list(map(wb.put, dbkeys, values))
 
     def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
-        _, raw = self._lookup(keys)
+        raw = self._lookup(keys)[1]
         self.work.rows_looked_up += len(raw)
-        found = np.fromiter((r is not None for r in raw), dtype=np.bool_, count=len(raw))
+        found = present(raw)
         with self._decoding():
             ords, has, arrays = self._codec.decode(raw)
         self._last_orders = (keys, ords, has)
         return pa.Table.from_arrays(arrays, schema=self.value_schema), found
 
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
-        kbs, old = self._lookup(keys)
+        kbs, old, dks, perm = self._lookup(keys)
         self._last = None
         cached = self._last_orders
         self._last_orders = None
@@ -270,19 +319,17 @@ class RocksDBStateStore(StateStore):
         drop = np.flatnonzero(changed & old_has)
         add = np.flatnonzero(changed & new_has)
         wb = self._write_batch()
-        for k in self._keys.order_keys(kbs, drop, old_o[drop]):
-            wb.delete(k)
+        self._put_sorted(wb, self._keys.order_keys(kbs, drop, old_o[drop]))
         okeys = self._keys.order_keys(kbs, add, new_o[add])
-        put = wb.put
-        list(map(put, okeys, [b""] * len(okeys)))
-        list(map(put, self._keys.data_keys(kbs), self._codec.encode(values, order)))
-        self._rows += int(np.count_nonzero(np.fromiter((r is None for r in old), np.bool_, count=len(old))))
+        self._put_sorted(wb, okeys, [b""] * len(okeys))
+        self._put_sorted(wb, dks, self._codec.encode(values, order), perm)
+        self._rows += old.count(None)
         self._write(wb)
 
     def _remove(self, keys: pa.Table) -> int:
-        kbs, old = self._lookup(keys)
+        kbs, old, _, _ = self._lookup(keys)
         self._last = self._last_orders = None
-        hit = np.fromiter((r is not None for r in old), np.bool_, count=len(old))
+        hit = present(old)
         rows = np.flatnonzero(hit)
         if not len(rows):
             return 0
@@ -290,11 +337,9 @@ class RocksDBStateStore(StateStore):
             ords, has = self._codec.orders([old[i] for i in rows.tolist()])
         wb = self._write_batch()
         hit_kbs = [kbs[i] for i in rows.tolist()]
-        for k in self._keys.data_keys(hit_kbs):
-            wb.delete(k)
+        self._put_sorted(wb, self._keys.data_keys(hit_kbs))
         indexed = np.flatnonzero(has)
-        for k in self._keys.order_keys(hit_kbs, indexed, ords[indexed]):
-            wb.delete(k)
+        self._put_sorted(wb, self._keys.order_keys(hit_kbs, indexed, ords[indexed]))
         self._rows -= len(rows)
         self._write(wb)
         return len(rows)
@@ -331,16 +376,28 @@ class RocksDBStateStore(StateStore):
             return self._decode_rows([], [])
         kbs = [k[9:] for k in index_keys]
         dks = self._keys.data_keys(kbs)
-        raw = list(map(self._db.get, dks))
         self.work.rows_scanned += len(kbs)
         wb = self._write_batch()
         wb.delete_range(b"o", upper)
-        live = [i for i, r in enumerate(raw) if r is not None]
+        if not len(self.value_schema):
+            # rows without values (a deduplication's keys): the index entry holds all of
+            # the row (its key and order, which put and remove keep equal to its ``d`` row's),
+            # so nothing is read back
+            self._put_sorted(wb, dks)
+            self._rows -= len(kbs)
+            self._write(wb)
+            biased = np.frombuffer(b"".join([k[1:9] for k in index_keys]), ">u8").astype(np.uint64)
+            ords = (biased ^ np.uint64(1 << 63)).view(np.int64)
+            with self._decoding():
+                arrays = [*self._keys.decode(kbs), pa.array(ords, pa.int64())]
+            return pa.Table.from_arrays(arrays, names=[*self.key_schema.names, ORDER_COLUMN])
+        raw = self._get_many(dks, _key_order(dks))
+        live = np.flatnonzero(present(raw)).tolist()
         if len(live) == len(raw):
             live_kbs, live_raw, live_dks = kbs, raw, dks
         else:
             live_kbs, live_raw, live_dks = [kbs[i] for i in live], [raw[i] for i in live], [dks[i] for i in live]
-        list(map(wb.delete, live_dks))
+        self._put_sorted(wb, live_dks)
         self._rows -= len(live_kbs)
         self._write(wb)
         return self._decode_rows(live_kbs, live_raw)
