@@ -80,6 +80,13 @@ def _key_order(dbkeys: list[bytes]) -> np.ndarray | None:
     return np.argsort(np.array(dbkeys, dtype=np.bytes_), kind="stable")
 
 
+def _permuted(items: list[bytes], perm: np.ndarray) -> list[bytes]:
+    """``[items[i] for i in perm]``, by numpy (about twice as fast)."""
+    arr = np.empty(len(items), object)
+    arr[:] = items
+    return arr[perm].tolist()
+
+
 class RocksDBStateStore(StateStore):
     """State in a RocksDB database on local disk; see the module docstring."""
 
@@ -260,6 +267,18 @@ class RocksDBStateStore(StateStore):
         self._last = (keys, found)
         return found
 
+    def _known_absent(self, keys: pa.Table) -> None:
+        n = keys.num_rows
+        last = self._last
+        if last is not None and last[0] is keys:  # the keys just looked up (all of them new)
+            kbs, _, dks, perm = last[1]
+        else:
+            kbs = self._keys.encode(keys)
+            dks = self._keys.data_keys(kbs)
+            perm = _key_order(dks)
+        self._last = (keys, (kbs, [None] * n, dks, perm))
+        self._last_orders = (keys, np.zeros(n, np.int64), np.zeros(n, np.bool_))
+
     def _get_many(self, dks: list[bytes], perm: np.ndarray | None) -> list[Any]:
         """The values of database keys ``dks`` (None where absent), in their order, read in
         key order ``perm`` (a memtable or block read then follows the one before it: ~3x
@@ -267,7 +286,7 @@ class RocksDBStateStore(StateStore):
         multi-get)."""
         if perm is None:
             return list(map(self._db.get, dks))
-        got = list(map(self._db.get, [dks[i] for i in perm.tolist()]))
+        got = list(map(self._db.get, _permuted(dks, perm)))
         out = np.empty(len(dks), object)
         out[perm] = got
         return out.tolist()
@@ -282,10 +301,9 @@ class RocksDBStateStore(StateStore):
         if perm is None:
             perm = _key_order(dbkeys)
         if perm is not None:
-            order = perm.tolist()
-            dbkeys = [dbkeys[i] for i in order]
+            dbkeys = _permuted(dbkeys, perm)
             if values is not None:
-                values = [values[i] for i in order]
+                values = _permuted(values, perm)
         if values is None:
             list(map(wb.delete, dbkeys))
         else:
