@@ -12,6 +12,12 @@ is off: after a crash the database is as of its last flush, whose ``mstate`` say
 A database (or checkpoint) whose ``mstate`` records other state, is not JSON, or is a pickle of
 an earlier headrace is refused with ``CheckpointError``; one RocksDB cannot open is rebuilt.
 
+Per batch the store reads and writes in key order (a batch's keys sorted by numpy, so each
+memtable insert or block read lands next to the one before), one ``get`` per key (the memtable
+has a whole-key bloom filter, so a key not in state costs no skiplist walk) and one write batch
+per call; evicting rows without values (a deduplication's keys) reads nothing back, as the index
+entries it scans hold the whole row (key and order).
+
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,
 cheap) is taken as ``snapshot/<version>.rocksdb``. To load version ``v`` the store uses the
