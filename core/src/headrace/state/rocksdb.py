@@ -13,10 +13,10 @@ A database (or checkpoint) whose ``mstate`` records other state, is not JSON, or
 an earlier headrace is refused with ``CheckpointError``; one RocksDB cannot open is rebuilt.
 
 Per batch the store reads and writes in key order (a batch's keys sorted by numpy, so each
-memtable insert or block read lands next to the one before), one ``get`` per key (the memtable
-has a whole-key bloom filter, so a key not in state costs no skiplist walk) and one write batch
-per call; evicting rows without values (a deduplication's keys) reads nothing back, as the index
-entries it scans hold the whole row (key and order).
+memtable insert or block read lands next to the one before), one ``get`` per key (for keys
+without values, a deduplication's, the memtable has a whole-key bloom filter, so a key not in
+state costs no skiplist walk) and one write batch per call; evicting rows without values
+reads nothing back, as the index entries it scans hold the whole row (key and order).
 
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,
@@ -80,10 +80,12 @@ def _link_or_copy(src: str, dst: str) -> None:
 def _key_order(dbkeys: list[bytes]) -> np.ndarray | None:
     """The positions of ``dbkeys`` in ascending byte order (numpy's sort of fixed-width
     bytes; keys differing only by trailing zero bytes may come in either order: the order is
-    a hint for locality, never needed for correctness); None for fewer than two keys."""
+    a hint for locality, never needed for correctness); None for fewer than two keys or keys
+    already in order (an aggregation's keys often are: nothing to permute)."""
     if len(dbkeys) < 2:
         return None
-    return np.argsort(np.array(dbkeys, dtype=np.bytes_), kind="stable")
+    perm = np.argsort(np.array(dbkeys, dtype=np.bytes_), kind="stable")  # O(n) on sorted runs
+    return None if bool((perm[1:] > perm[:-1]).all()) else perm
 
 
 def _permuted(items: list[bytes], perm: np.ndarray) -> list[bytes]:
@@ -156,11 +158,14 @@ class RocksDBStateStore(StateStore):
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         opts.set_block_based_table_factory(table)
-        # a whole-key bloom filter on the memtable too: most keys a batch looks up are new (a
-        # deduplication's ids, a window's first rows), and without it each miss walks the
-        # memtable's skiplist (~2.5 µs; ~0.3 µs with it)
-        opts.set_memtable_prefix_bloom_ratio(0.1)
-        opts.set_memtable_whole_key_filtering(True)
+        if not len(self.value_schema):
+            # keys without values (a deduplication's): most lookups are of new keys, and without
+            # a whole-key bloom filter on the memtable each miss walks its skiplist (~2.5 µs;
+            # ~0.3 µs with it). Not for stores with values (aggregations, joins), whose lookups
+            # mostly hit: there the filter's probes and inserts cost ~15% of the query (CPU) and
+            # more of its wall time. 2% of the write buffer: ~7 bits per entry of a full memtable
+            opts.set_memtable_prefix_bloom_ratio(0.02)
+            opts.set_memtable_whole_key_filtering(True)
         # LZ4 decompresses about twice as fast as the default Snappy (a block read that misses
         # the cache); files written with Snappy stay readable (the codec is per block)
         opts.set_compression_type(rd.DBCompressionType.lz4())
