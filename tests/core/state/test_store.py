@@ -308,6 +308,34 @@ def test_single_int_key_and_no_values(backend: str, tmp_path: Path) -> None:
     s2.close()
 
 
+@pytest.mark.parametrize("key_type", [pa.int64(), pa.string()], ids=["int-keys", "string-keys"])
+def test_evict_without_values_returns_each_key_once_with_its_latest_order(
+    backend: str, key_type: pa.DataType, tmp_path: Path
+) -> None:
+    ks = pa.schema([("id", key_type)])
+    s = open_state_store(backend, str(tmp_path), ks, pa.schema([]))
+    s.load(-1)
+
+    def ids(xs: list[int]) -> pa.Table:
+        return pa.table({"id": pa.array(xs).cast(key_type)})
+
+    s.put(ids([5, 3, 9, 1, 7]), _empty_values(5), [50, 30, 90, 10, 70])
+    s.put(ids([9, 1]), _empty_values(2), [20, 95])  # orders moved: 9 earlier, 1 later
+    s.remove(ids([3]))
+    s.commit(0)
+    s.load(0)
+    out = s.evict(60)
+    assert out.column_names == ["id", "__order"]
+    assert sorted(zip(out.column("id").to_pylist(), out.column("__order").to_pylist(), strict=True)) == sorted(
+        zip(ids([9, 5]).column("id").to_pylist(), [20, 50], strict=True)
+    )
+    assert len(s) == 2
+    _, found = s.get(ids([9, 5, 1, 7, 3]))
+    assert found.tolist() == [False, False, True, True, False]
+    s.commit(1)
+    s.close()
+
+
 def _empty_values(n: int) -> pa.Table:
     return pa.table({"_": pa.nulls(n)}).drop_columns(["_"])
 

@@ -12,6 +12,12 @@ is off: after a crash the database is as of its last flush, whose ``mstate`` say
 A database (or checkpoint) whose ``mstate`` records other state, is not JSON, or is a pickle of
 an earlier headrace is refused with ``CheckpointError``; one RocksDB cannot open is rebuilt.
 
+Per batch the store reads and writes in key order (a batch's keys sorted by numpy, so each
+memtable insert or block read lands next to the one before), one ``get`` per key (for keys
+without values, a deduplication's, the memtable has a whole-key bloom filter, so a key not in
+state costs no skiplist walk) and one write batch per call; evicting rows without values
+reads nothing back, as the index entries it scans hold the whole row (key and order).
+
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,
 cheap) is taken as ``snapshot/<version>.rocksdb``. To load version ``v`` the store uses the
@@ -41,6 +47,7 @@ from headrace.state.rocksdb_codec import (
     enc_order,
     key_codec,
     key_encoding,
+    present,
     row_codec,
     row_encoding,
 )
@@ -70,6 +77,24 @@ def _link_or_copy(src: str, dst: str) -> None:
     shutil.copy2(src, dst)
 
 
+def _key_order(dbkeys: list[bytes]) -> np.ndarray | None:
+    """The positions of ``dbkeys`` in ascending byte order (numpy's sort of fixed-width
+    bytes; keys differing only by trailing zero bytes may come in either order: the order is
+    a hint for locality, never needed for correctness); None for fewer than two keys or keys
+    already in order (an aggregation's keys often are: nothing to permute)."""
+    if len(dbkeys) < 2:
+        return None
+    perm = np.argsort(np.array(dbkeys, dtype=np.bytes_), kind="stable")  # O(n) on sorted runs
+    return None if bool((perm[1:] > perm[:-1]).all()) else perm
+
+
+def _permuted(items: list[bytes], perm: np.ndarray) -> list[bytes]:
+    """``[items[i] for i in perm]``, by numpy (about twice as fast)."""
+    arr = np.empty(len(items), object)
+    arr[:] = items
+    return arr[perm].tolist()
+
+
 class RocksDBStateStore(StateStore):
     """State in a RocksDB database on local disk; see the module docstring."""
 
@@ -93,7 +118,7 @@ class RocksDBStateStore(StateStore):
         self._rows = 0
         self._db_version: int | None = None
         self._db_dirty = False
-        self._last: tuple[pa.Table, list[bytes], list[Any]] | None = None
+        self._last: tuple[pa.Table, tuple[list[bytes], list[Any], list[bytes], np.ndarray | None]] | None = None
         self._last_orders: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
         self._write_opts = self._rocksdict.WriteOptions()
         # no RocksDB write-ahead log: the changelog files are the durable record. A process
@@ -133,6 +158,14 @@ class RocksDBStateStore(StateStore):
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         opts.set_block_based_table_factory(table)
+        if not len(self.value_schema):
+            # keys without values (a deduplication's): most lookups are of new keys, and without
+            # a whole-key bloom filter on the memtable each miss walks its skiplist (~2.5 µs;
+            # ~0.3 µs with it). Not for stores with values (aggregations, joins), whose lookups
+            # mostly hit: there the filter's probes and inserts cost ~15% of the query (CPU) and
+            # more of its wall time. 2% of the write buffer: ~7 bits per entry of a full memtable
+            opts.set_memtable_prefix_bloom_ratio(0.02)
+            opts.set_memtable_whole_key_filtering(True)
         # LZ4 decompresses about twice as fast as the default Snappy (a block read that misses
         # the cache); files written with Snappy stay readable (the codec is per block)
         opts.set_compression_type(rd.DBCompressionType.lz4())
@@ -232,27 +265,72 @@ class RocksDBStateStore(StateStore):
     def __len__(self) -> int:
         return self._rows
 
-    def _lookup(self, keys: pa.Table) -> tuple[list[bytes], list[Any]]:
-        """(encoded keys, their rows or None), cached for the ``put`` of the same keys."""
+    def _lookup(self, keys: pa.Table) -> tuple[list[bytes], list[Any], list[bytes], np.ndarray | None]:
+        """(encoded keys, their rows or None, their database keys, the database keys' order
+        (:func:`_key_order`)), cached for the ``put`` of the same keys."""
         last = self._last
         if last is not None and last[0] is keys:
-            return last[1], last[2]
+            return last[1]
         kbs = self._keys.encode(keys)
-        raw = list(map(self._db.get, self._keys.data_keys(kbs)))  # faster than rocksdict's multi-get
-        self._last = (keys, kbs, raw)
-        return kbs, raw
+        dks = self._keys.data_keys(kbs)
+        perm = _key_order(dks)
+        found = (kbs, self._get_many(dks, perm), dks, perm)
+        self._last = (keys, found)
+        return found
+
+    def _known_absent(self, keys: pa.Table) -> None:
+        n = keys.num_rows
+        last = self._last
+        if last is not None and last[0] is keys:  # the keys just looked up (all of them new)
+            kbs, _, dks, perm = last[1]
+        else:
+            kbs = self._keys.encode(keys)
+            dks = self._keys.data_keys(kbs)
+            perm = _key_order(dks)
+        self._last = (keys, (kbs, [None] * n, dks, perm))
+        self._last_orders = (keys, np.zeros(n, np.int64), np.zeros(n, np.bool_))
+
+    def _get_many(self, dks: list[bytes], perm: np.ndarray | None) -> list[Any]:
+        """The values of database keys ``dks`` (None where absent), in their order, read in
+        key order ``perm`` (a memtable or block read then follows the one before it: ~3x
+        faster than in the batch's order) by one ``get`` each (faster than rocksdict's
+        multi-get)."""
+        if perm is None:
+            return list(map(self._db.get, dks))
+        got = list(map(self._db.get, _permuted(dks, perm)))
+        out = np.empty(len(dks), object)
+        out[perm] = got
+        return out.tolist()
+
+    @staticmethod
+    def _put_sorted(
+        wb: Any, dbkeys: list[bytes], values: list[bytes] | None = None, perm: np.ndarray | None = None
+    ) -> None:
+        """Add puts (``values``) or deletes (None) of ``dbkeys`` to ``wb`` in key order
+        (``perm``, when known): the memtable then inserts each next to the one before it
+        (several times faster than at random places of its skiplist)."""
+        if perm is None:
+            perm = _key_order(dbkeys)
+        if perm is not None:
+            dbkeys = _permuted(dbkeys, perm)
+            if values is not None:
+                values = _permuted(values, perm)
+        if values is None:
+            list(map(wb.delete, dbkeys))
+        else:
+            list(map(wb.put, dbkeys, values))
 
     def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
-        _, raw = self._lookup(keys)
+        raw = self._lookup(keys)[1]
         self.work.rows_looked_up += len(raw)
-        found = np.fromiter((r is not None for r in raw), dtype=np.bool_, count=len(raw))
+        found = present(raw)
         with self._decoding():
             ords, has, arrays = self._codec.decode(raw)
         self._last_orders = (keys, ords, has)
         return pa.Table.from_arrays(arrays, schema=self.value_schema), found
 
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
-        kbs, old = self._lookup(keys)
+        kbs, old, dks, perm = self._lookup(keys)
         self._last = None
         cached = self._last_orders
         self._last_orders = None
@@ -270,19 +348,17 @@ class RocksDBStateStore(StateStore):
         drop = np.flatnonzero(changed & old_has)
         add = np.flatnonzero(changed & new_has)
         wb = self._write_batch()
-        for k in self._keys.order_keys(kbs, drop, old_o[drop]):
-            wb.delete(k)
+        self._put_sorted(wb, self._keys.order_keys(kbs, drop, old_o[drop]))
         okeys = self._keys.order_keys(kbs, add, new_o[add])
-        put = wb.put
-        list(map(put, okeys, [b""] * len(okeys)))
-        list(map(put, self._keys.data_keys(kbs), self._codec.encode(values, order)))
-        self._rows += int(np.count_nonzero(np.fromiter((r is None for r in old), np.bool_, count=len(old))))
+        self._put_sorted(wb, okeys, [b""] * len(okeys))
+        self._put_sorted(wb, dks, self._codec.encode(values, order), perm)
+        self._rows += old.count(None)
         self._write(wb)
 
     def _remove(self, keys: pa.Table) -> int:
-        kbs, old = self._lookup(keys)
+        kbs, old, _, _ = self._lookup(keys)
         self._last = self._last_orders = None
-        hit = np.fromiter((r is not None for r in old), np.bool_, count=len(old))
+        hit = present(old)
         rows = np.flatnonzero(hit)
         if not len(rows):
             return 0
@@ -290,11 +366,9 @@ class RocksDBStateStore(StateStore):
             ords, has = self._codec.orders([old[i] for i in rows.tolist()])
         wb = self._write_batch()
         hit_kbs = [kbs[i] for i in rows.tolist()]
-        for k in self._keys.data_keys(hit_kbs):
-            wb.delete(k)
+        self._put_sorted(wb, self._keys.data_keys(hit_kbs))
         indexed = np.flatnonzero(has)
-        for k in self._keys.order_keys(hit_kbs, indexed, ords[indexed]):
-            wb.delete(k)
+        self._put_sorted(wb, self._keys.order_keys(hit_kbs, indexed, ords[indexed]))
         self._rows -= len(rows)
         self._write(wb)
         return len(rows)
@@ -331,16 +405,28 @@ class RocksDBStateStore(StateStore):
             return self._decode_rows([], [])
         kbs = [k[9:] for k in index_keys]
         dks = self._keys.data_keys(kbs)
-        raw = list(map(self._db.get, dks))
         self.work.rows_scanned += len(kbs)
         wb = self._write_batch()
         wb.delete_range(b"o", upper)
-        live = [i for i, r in enumerate(raw) if r is not None]
+        if not len(self.value_schema):
+            # rows without values (a deduplication's keys): the index entry holds all of
+            # the row (its key and order, which put and remove keep equal to its ``d`` row's),
+            # so nothing is read back
+            self._put_sorted(wb, dks)
+            self._rows -= len(kbs)
+            self._write(wb)
+            biased = np.frombuffer(b"".join([k[1:9] for k in index_keys]), ">u8").astype(np.uint64)
+            ords = (biased ^ np.uint64(1 << 63)).view(np.int64)
+            with self._decoding():
+                arrays = [*self._keys.decode(kbs), pa.array(ords, pa.int64())]
+            return pa.Table.from_arrays(arrays, names=[*self.key_schema.names, ORDER_COLUMN])
+        raw = self._get_many(dks, _key_order(dks))
+        live = np.flatnonzero(present(raw)).tolist()
         if len(live) == len(raw):
             live_kbs, live_raw, live_dks = kbs, raw, dks
         else:
             live_kbs, live_raw, live_dks = [kbs[i] for i in live], [raw[i] for i in live], [dks[i] for i in live]
-        list(map(wb.delete, live_dks))
+        self._put_sorted(wb, live_dks)
         self._rows -= len(live_kbs)
         self._write(wb)
         return self._decode_rows(live_kbs, live_raw)

@@ -32,6 +32,8 @@ import base64
 import json
 import struct
 from collections.abc import Sequence
+from itertools import repeat
+from operator import is_not
 from typing import Any, cast
 
 import numpy as np
@@ -41,7 +43,7 @@ from headrace.errors import CheckpointError, UnsupportedError
 from headrace.state.columns import from_int64, to_int64
 
 __all__ = ["Damaged", "FixedKeys", "FixedRows", "TypedKeys", "TypedRows", "check_encodings", "dec_order", "enc_order",
-           "fixed_width", "key_codec", "key_encoding", "row_codec", "row_encoding"]  # fmt: skip
+           "fill_missing", "fixed_width", "key_codec", "key_encoding", "present", "row_codec", "row_encoding"]  # fmt: skip
 
 _ORDER = struct.Struct(">Q")
 _BIAS = 1 << 63
@@ -345,6 +347,24 @@ def _join_columns(cols: list[tuple[np.ndarray, np.ndarray]], n: int, head: int =
     return buf, bounds
 
 
+def present(raws: Sequence[bytes | None]) -> np.ndarray:
+    """Which of ``raws`` are not None, as a boolean array (one C-level pass: no Python code
+    per entry)."""
+    return np.fromiter(map(is_not, raws, repeat(None)), np.bool_, count=len(raws))
+
+
+def fill_missing(raws: Sequence[bytes | None], blank: bytes) -> list[bytes]:
+    """``raws`` with ``blank`` in place of each None (C-level passes only)."""
+    missing = raws.count(None) if isinstance(raws, list) else sum(r is None for r in raws)
+    if not missing:
+        return cast("list[bytes]", list(raws))
+    if missing == len(raws):
+        return [blank] * len(raws)
+    arr = np.array(raws, dtype=object)
+    arr[~present(raws)] = blank
+    return cast("list[bytes]", arr.tolist())
+
+
 def _split(buf: np.ndarray, bounds: np.ndarray) -> list[bytes]:
     raw = buf.tobytes()
     b = bounds.tolist()
@@ -495,7 +515,7 @@ class TypedRows:
 
     def orders(self, raws: Sequence[bytes | None]) -> tuple[np.ndarray, np.ndarray]:
         """Each row's order (0 where none) and whether it has one (False for a missing row)."""
-        head = b"".join(r[:9] if r is not None else bytes(9) for r in raws)
+        head = b"".join([r[:9] for r in fill_missing(raws, bytes(9))])
         if len(head) != 9 * len(raws):
             raise Damaged("a row is shorter than its order")
         m = np.frombuffer(head, _U8).reshape(len(raws), 9)
@@ -504,7 +524,7 @@ class TypedRows:
     def decode(self, raws: list[bytes | None]) -> tuple[np.ndarray, np.ndarray, list[pa.Array]]:
         """(orders, which have one, value arrays) of ``raws`` (``None``: a missing row, nulls)."""
         blank = self.blank
-        entries = [r if r is not None else blank for r in raws]
+        entries = fill_missing(raws, blank)
         ords, has = self.orders(entries)
         buf, pos, ends = _joined(entries, skip=9)
         arrays = []
@@ -543,11 +563,10 @@ class FixedRows:
         n = len(raws)
         if not n:
             return np.zeros((0, self.width), np.uint8)
-        blank = self.blank
-        if None not in raws:
-            data = b"".join(cast("list[bytes]", raws))
-        else:
-            data = b"".join(r if r is not None else blank for r in raws)
+        missing = raws.count(None)
+        if missing == n:
+            return np.frombuffer(self.blank * n, np.uint8).reshape(n, self.width)
+        data = b"".join(fill_missing(raws, self.blank) if missing else cast("list[bytes]", raws))
         if len(data) != n * self.width:
             raise Damaged(f"a row is not {self.width} bytes long")
         return np.frombuffer(data, np.uint8).reshape(n, self.width)

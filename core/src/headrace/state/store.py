@@ -299,9 +299,14 @@ class StateStore(ABC):
         """The value rows of ``keys`` (nulls where a key has no row) and a boolean array telling
         which keys were found. Called once or more per batch, for the keys the batch touches."""
 
-    def put(self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None) -> None:
+    def put(
+        self, keys: pa.Table, values: pa.Table, order: pa.Array | np.ndarray | None = None, *, absent: bool = False
+    ) -> None:
         """Insert or replace the rows of ``keys`` (unique within the call). ``order`` (int64 per
-        row, e.g. a window's end in microseconds) is what :meth:`evict` compares to."""
+        row, e.g. a window's end in microseconds) is what :meth:`evict` compares to.
+        ``absent``: the caller has looked every one of ``keys`` up with :meth:`get` since the
+        last change of the state and none was found (a deduplication's new keys), so the
+        backend need not read their old rows again; a wrong ``absent`` corrupts the state."""
         n = keys.num_rows
         if not n:
             return
@@ -309,6 +314,8 @@ class StateStore(ABC):
             raise ValueError(f"put: {n} keys but {values.num_rows} value rows")
         order_arr = self._order_array(order, n)
         self._dirty = True
+        if absent:
+            self._known_absent(keys)
         self._put(keys, values, order_arr)
         self._log_put(keys, values, order_arr)
 
@@ -483,6 +490,9 @@ class StateStore(ABC):
     # ------------------------------------------------------------------ for subclasses
     @abstractmethod
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None: ...
+
+    def _known_absent(self, keys: pa.Table) -> None:
+        """``keys`` (of the ``_put`` that follows) are not in the state (``put(absent=True)``)."""
 
     @abstractmethod
     def _remove(self, keys: pa.Table) -> int: ...

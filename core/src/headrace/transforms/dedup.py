@@ -183,7 +183,7 @@ class DropDuplicatesOperator(StatefulOperator):
         order = None
         if ts is not None:
             order = ts + self.delay_us if self.within_watermark and self.delay_us is not None else ts
-        self.store.put(keys, _no_values(keys.num_rows), order)
+        self.store.put(keys, _no_values(keys.num_rows), order, absent=True)  # looked up just above
         return table
 
     def needs_batch_at(self, watermark_ms: int) -> bool:
