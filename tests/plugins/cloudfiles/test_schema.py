@@ -126,20 +126,3 @@ def test_stored_schema_is_reused_after_restart(tmp_path: Path) -> None:
     t = output(out)
     assert t.schema.field("id").type == pa.int64()
     assert json.loads(next(r for r in t.to_pylist() if r["_rescued_data"])["_rescued_data"])["id"] == 2.5
-
-
-def test_a_user_schema_reads_plain_fields_directly_and_falls_back_per_file(tmp_path: Path) -> None:
-    """With .schema(), integer, double, boolean and string fields are parsed straight into their
-    types; a file whose values are of another JSON type is read as before (inferred, then cast)."""
-    src, out, chk = tmp_path / "in", tmp_path / "out", tmp_path / "chk"
-    write_json(src, "a.json", [{"id": 1, "x": 2, "ok": True, "s": "2024-01-01T00:00:00", "extra": 1}])
-    write_json(src, "b.json", [{"id": 2, "x": 2.5, "ok": False, "s": 7}])  # s: a number, for a string
-    write_json(src, "c.json", [{"id": 3.0, "x": None, "s": "c"}])  # id: 3.0, for a bigint
-    run(src, out, chk, schema="id BIGINT, x DOUBLE, ok BOOLEAN, s STRING", **{"cloudFiles.format": "json"})
-    rows = sorted(output(out).to_pylist(), key=lambda r: r["id"])
-    assert output(out).column_names == ["id", "x", "ok", "s"]
-    assert rows == [
-        {"id": 1, "x": 2.0, "ok": True, "s": "2024-01-01T00:00:00"},
-        {"id": 2, "x": 2.5, "ok": False, "s": "7"},
-        {"id": 3, "x": None, "ok": None, "s": "c"},
-    ]

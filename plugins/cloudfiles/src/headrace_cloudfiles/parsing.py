@@ -67,9 +67,6 @@ class ReaderConfig:
     escape: str = "\\"
     null_value: str = ""
     whole_text: bool = False
-    user_schema: bool = False
-    """The data schema is the user's (``.schema()``): JSON fields of plain types are parsed
-    straight into them (see :func:`_direct_fields`)."""
 
     @property
     def key(self) -> str:
@@ -142,21 +139,6 @@ def _json_rows(text: str, multiline: bool) -> tuple[list[dict[str, Any] | None],
     return rows, bad
 
 
-def _direct_fields(schema: pa.Schema) -> pa.Schema | None:
-    """The fields of ``schema`` that pyarrow's JSON reader can parse straight into their type
-    with the values reading and conforming would give: 64-bit floats from JSON numbers,
-    integers, booleans, strings from JSON strings. It refuses a value of another JSON type (a
-    number for a string, 1.5 for an integer, an integer out of range), and the file is then
-    read with inferred types and conformed as before. Other types (timestamps, decimals,
-    nested) are left to inference and the conforming casts. None when no field qualifies."""
-    fields = [
-        f for f in schema
-        if pa.types.is_integer(f.type) or pa.types.is_float64(f.type) or pa.types.is_boolean(f.type)
-        or pa.types.is_string(f.type)
-    ]  # fmt: skip
-    return pa.schema(fields) if fields else None
-
-
 def _open(store: Store, rel: str, data: bytes | None) -> pa.NativeFile:
     return store.open(rel) if data is None else pa.BufferReader(data)
 
@@ -167,17 +149,9 @@ def _parse_json(
     if data is not None:
         size = len(data)
     if not cfg.multiline:
-        ro = pjson.ReadOptions(block_size=_block_size(size))
-        direct = _direct_fields(schema) if schema is not None and cfg.user_schema and not cfg.typed else None
-        if direct:
-            try:
-                with _open(store, rel, data) as f:
-                    po = pjson.ParseOptions(explicit_schema=direct, unexpected_field_behavior="infer")
-                    return Parsed(table=pjson.read_json(f, read_options=ro, parse_options=po))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                pass  # a value of another JSON type: read with inferred types below (and conformed)
         try:
             with _open(store, rel, data) as f:
+                ro = pjson.ReadOptions(block_size=_block_size(size))
                 if schema is not None and cfg.typed:
                     po = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="infer")
                     return Parsed(table=pjson.read_json(f, read_options=ro, parse_options=po))

@@ -114,7 +114,6 @@ class CloudFilesSource(SchemaResolution, FileDiscovery, Source):
             escape=str(o[ESCAPE] or ""),
             null_value=str(o[NULL_VALUE] or ""),
             whole_text=bool(o[WHOLE_TEXT]),
-            user_schema=context.user_schema is not None,
         )
         self.fixed = fixed_schema(self.fmt)
         self.user_schema = context.user_schema
