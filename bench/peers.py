@@ -144,10 +144,12 @@ def _arrow_schema() -> Any:
 
 def _import_before_the_clock(workload: str) -> None:
     """The modules a headrace run of ``workload`` imports, imported before its clock starts, as
-    the raw loop's are: the API, the plugins and the libraries they import lazily."""
+    the raw loop's are: the API, the plugins (found through their entry points: the process-wide
+    connector registry, built once per process) and the libraries they import lazily."""
     import importlib
 
     import headrace as hr
+    from headrace.plugins import registry
 
     hr.read_stream  # noqa: B018  (a lazy attribute: imports the API)
     modules = {
@@ -158,6 +160,10 @@ def _import_before_the_clock(workload: str) -> None:
     }[workload]
     for m in modules:
         importlib.import_module(m)
+    connectors = {"json_delta": ("cloudFiles", "delta"), "pg_upsert": ("memory", "lakebase"),
+                  "kafka_pg": ("kafka", "lakebase"), "delta_arrow": ("delta",)}[workload]  # fmt: skip
+    for name in connectors:
+        registry().get(name)
 
 
 def w_headrace(workload: str, cfg: dict[str, Any], out: str) -> float:
