@@ -48,6 +48,22 @@ def test_locations_of_kinesis_and_pubsub_records(columns: dict[str, list[object]
         FromJson(column, "id BIGINT")(pa.table(columns))
 
 
+@pytest.mark.parametrize(("values", "bad"), [
+    ([b'{"id": 1} {"id": 9}', b"  ", b'{"id": 3}'], ["row 0", "row 1"]),
+    ([b'{"id": 1}\n{"id": 9}', b'{"id": 3}'], ["row 0"]),
+    ([b' {"id": 1}', b"\t", b'{"id": 3}'], ["row 1"]),
+], ids=["two-objects-and-a-blank", "a-newline-inside", "leading-space-and-a-blank"])  # fmt: skip
+def test_records_that_would_shift_rows_in_one_parse_are_bad_records(values: list[bytes], bad: list[str]) -> None:
+    """A record holding two objects and a blank one parse to as many rows as records in one
+    newline-joined read: each record is still judged on its own."""
+    fj = FromJson("value", "id BIGINT", badRecordsPolicy="drop")
+    out = fj(pa.table({"value": pa.array(values, pa.binary())}))
+    assert out.column("id").to_pylist() == [1, 3][-(len(values) - len(bad)) :]
+    assert fj.bad_records.pending() == len(bad)
+    with pytest.raises(HeadraceError, match=bad[0]):
+        FromJson("value", "id BIGINT")(pa.table({"value": pa.array(values, pa.binary())}))
+
+
 def test_bad_options_and_a_missing_column_are_clear() -> None:
     with pytest.raises(OptionsError, match="badRecordsPath"):
         FromJson("value", "id BIGINT", badRecordsPolicy="deadLetter")

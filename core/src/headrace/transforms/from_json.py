@@ -98,14 +98,17 @@ class FromJson:
             text = arr.cast(pa.large_string())  # checks UTF-8
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
-        if pc.any(pc.match_substring(text, "\n")).as_py():
-            return None
-        if pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)).as_py():
-            return None
+        if not _all_start_with_brace(text) and pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(text)), 0)).as_py():
+            return None  # a blank record
         data = _newline_joined(text)
+        if _count_newlines(data) != n:  # a record holds a newline (each got exactly one appended)
+            return None
+        # one parse block (1 MiB) is parsed on one thread: pyarrow's pool only adds hand-offs then
+        threads = data.size > _BLOCK
         try:
-            got = pj.read_json(pa.BufferReader(data), parse_options=pj.ParseOptions(
-                explicit_schema=self.schema, unexpected_field_behavior="ignore"))  # fmt: skip
+            got = pj.read_json(pa.BufferReader(data), read_options=pj.ReadOptions(use_threads=threads, block_size=_BLOCK),
+                               parse_options=pj.ParseOptions(explicit_schema=self.schema,
+                                                             unexpected_field_behavior="ignore"))  # fmt: skip
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
             return None
         if got.num_rows != n:
@@ -169,6 +172,29 @@ def _locations(table: pa.Table) -> Any:
                 return lambda i: f"{v[0][i]}/{v[1][i]}@{v[2][i]}"
             return lambda i: f"messageId {v[0][i]}"
     return lambda i: f"row {i} of a batch"
+
+
+_BLOCK = 1 << 20  # pyarrow.json's default block size
+
+
+def _all_start_with_brace(text: pa.LargeStringArray) -> bool:
+    """Every value's first byte is ``{`` (then none is blank): one gather over the offsets."""
+    import numpy as np
+
+    n = len(text)
+    offsets = np.frombuffer(text.buffers()[1], np.int64)[text.offset : text.offset + n + 1]
+    data = text.buffers()[2]
+    if data is None or bool((offsets[1:] == offsets[:-1]).any()):
+        return False
+    first = np.frombuffer(data, np.uint8)[offsets[:-1]]
+    return bool((first == ord("{")).all())
+
+
+def _count_newlines(data: pa.Buffer) -> int:
+    """How many newline bytes ``data`` holds (one vectorised pass, no copy of the data)."""
+    import numpy as np
+
+    return int(np.count_nonzero(np.frombuffer(data, np.uint8) == 10))
 
 
 def _newline_joined(text: pa.LargeStringArray) -> pa.Buffer:

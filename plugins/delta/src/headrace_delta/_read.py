@@ -29,6 +29,7 @@ __all__ = [
     "CdfTask",
     "DeltaPartition",
     "FileTask",
+    "arrow_table",
     "conform",
     "event_keys",
     "read_cdf_version",
@@ -72,6 +73,15 @@ class DeltaPartition(Partition):
     """Part of a batch: files (and change-feed versions) read in order. Picklable."""
 
     items: tuple[FileTask | CdfTask, ...] = field(default=())
+
+
+def arrow_table(data: Any) -> pa.Table:
+    """A pyarrow Table of what delta-rs returns (an arro3 table or reader, through the Arrow C
+    stream interface). Not ``pa.table(data)``: for an object it does not know, that first asks
+    whether it is a pandas DataFrame, which imports pandas (about 0.25 s of every query start)."""
+    if isinstance(data, pa.Table):
+        return data
+    return pa.RecordBatchReader.from_stream(data).read_all()
 
 
 def event_keys(arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
@@ -235,7 +245,7 @@ def read_cdf_version(
 
     try:
         dt = DeltaTable(loc.uri, version=version, storage_options=loc.storage_options)
-        table = pa.table(dt.load_cdf(starting_version=version, ending_version=version))
+        table = arrow_table(dt.load_cdf(starting_version=version, ending_version=version))
     except Exception as e:
         if is_not_found(e):
             DataLossPolicy(fail_on_data_loss, "delta", fix="restart from a new checkpoint, or set failOnDataLoss=false "

@@ -26,7 +26,7 @@ from headrace_delta._log import (
     log_versions,
     read_commit,
 )
-from headrace_delta._read import event_keys
+from headrace_delta._read import arrow_table, event_keys
 from headrace_delta._schema import PHYSICAL_NAME, check_protocol, plain
 from headrace_delta._storage import TableLocation
 
@@ -62,6 +62,8 @@ class TableVersions:
     _snapshots: dict[int, list[_SnapFile]]
     _new_listed: int
     _known_latest: int
+    _loaded: tuple[int, Any] | None
+    """The delta-rs table loaded by ``_load_latest`` and its version (not pickled)."""
 
     # ------------------------------------------------------------------ table state
     def _load_latest(self) -> tuple[int, TableInfo, dict[str, Any]]:
@@ -81,6 +83,7 @@ class TableVersions:
                 "and the storage.* options"
             ) from e
         version = int(dt.version())
+        self._loaded = (version, dt)  # the snapshot of this version, if asked, reuses it
         meta = dt.metadata()
         info = TableInfo.from_metadata(
             {
@@ -184,8 +187,12 @@ class TableVersions:
             return cached
         from deltalake import DeltaTable
 
+        loaded, self._loaded = self._loaded, None  # used once: a snapshot is read once per run
         try:
-            dt = DeltaTable(self.loc.uri, version=version, storage_options=self.loc.storage_options)
+            if loaded is not None and loaded[0] == version:
+                dt = loaded[1]
+            else:
+                dt = DeltaTable(self.loc.uri, version=version, storage_options=self.loc.storage_options)
         except Exception as e:
             raise DataLossError(
                 f"the snapshot of version {version} of Delta table {self.loc.uri} cannot be loaded any more ({e}); "
@@ -195,7 +202,7 @@ class TableVersions:
         features = list(p.reader_features or ())
         check_protocol({"minReaderVersion": p.min_reader_version, "readerFeatures": features},
                        f"Delta table {self.loc.uri} at version {version}")  # fmt: skip
-        actions = pa.table(dt.get_add_actions(flatten=True))
+        actions = arrow_table(dt.get_add_actions(flatten=True))
         info = self.info
         dvs: dict[str, tuple[int, ...]] = {}
         if "deletionVectors" in features:
@@ -256,7 +263,7 @@ def _deletion_vectors(dt: Any) -> dict[str, tuple[int, ...]]:
     from urllib.parse import unquote, urlparse
 
     out: dict[str, tuple[int, ...]] = {}
-    table = pa.table(dt.deletion_vectors())
+    table = arrow_table(dt.deletion_vectors())
     for row in table.to_pylist():
         uri = str(row["filepath"])
         path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri

@@ -168,14 +168,21 @@ class DeltaSink(Sink):
             return self.txn_app_id, int(self.txn_version)
         return self.context.query_id, batch_id
 
-    def committed_version(self, app_id: str) -> int | None:
-        """The last transaction version of ``app_id`` in the table, or None (no table or no txn)."""
+    def _table(self) -> Any:
+        """The table at its latest version (a delta-rs ``DeltaTable``), or None when there is none."""
         from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
 
-        if not DeltaTable.is_deltatable(self.loc.uri, storage_options=self.loc.storage_options):
+        try:
+            return DeltaTable(self.loc.uri, storage_options=self.loc.storage_options)
+        except TableNotFoundError:
             return None
-        dt = DeltaTable(self.loc.uri, storage_options=self.loc.storage_options)
-        return dt.transaction_version(app_id)
+
+    def committed_version(self, app_id: str, table: Any = None) -> int | None:
+        """The last transaction version of ``app_id`` in the table (``table``, or the latest
+        version loaded now), or None (no table or no txn)."""
+        dt = table if table is not None else self._table()
+        return None if dt is None else dt.transaction_version(app_id)
 
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
         """Write every staged share of the batch in one Delta commit with the batch's app
@@ -185,7 +192,10 @@ class DeltaSink(Sink):
 
         staged = [m for m in messages if isinstance(m, StagedBatch)]
         app_id, version = self._txn(batch_id)
-        done = self.committed_version(app_id)
+        # one load of the log per batch, for the transaction check and the write (write_deltalake
+        # given a URI would load it again); one run of a query at a time holds its checkpoint
+        table = self._table()
+        done = self.committed_version(app_id, table)
         try:
             if done is not None and done >= version:
                 log.info("delta: batch %d (txn %s/%d) is already in %s; skipping", batch_id, app_id, version, self.loc.uri)
@@ -227,7 +237,7 @@ class DeltaSink(Sink):
             meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
             schema_mode: Any = "merge" if self.merge_schema else ("overwrite" if self.overwrite_schema else None)
             write_deltalake(
-                self.loc.uri,
+                table if table is not None else self.loc.uri,
                 data,
                 mode="overwrite" if self.mode == "complete" else "append",
                 partition_by=self.partition_by,

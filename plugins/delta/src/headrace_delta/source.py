@@ -88,6 +88,7 @@ class DeltaSource(TableVersions, Source):
         self._snapshots: dict[int, list[_SnapFile]] = {}
         self._new_listed = 0
         self._bound: DeltaOffset | None = None
+        self._loaded = None
         self._known_latest, self.info, protocol = self._load_latest()
         check_protocol(protocol, f"Delta table {self.loc.uri}")
         self._table_schema = self.info.arrow_schema
@@ -402,6 +403,7 @@ class DeltaSource(TableVersions, Source):
         state = dict(self.__dict__)
         state["_commits"] = {}
         state["_snapshots"] = {}
+        state["_loaded"] = None
         return state
 
 
