@@ -56,12 +56,8 @@ CI_TIER: dict[str, frozenset[str]] = {
     },
     # and the translations of the two-input operators and of chained stateful operators
     "test_spark_engine.py": THREE_WAY_TIER | {
-        "ss-join-inner-append",
         "ss-join-left-append",
-        "ss-join-full-append",
-        "ss-join-semi-append",
         "union-two-watermarks-append",
-        "chained-dedup-window-append",
         "chained-window-window-append",
     },
     "test_two_watermarks.py": frozenset({"tumbling-keyed-append", "session-complete", "dedup-within-watermark-append",
