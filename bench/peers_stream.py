@@ -33,7 +33,8 @@ the load average:
   wall time pass between two rows of one key (a slow or loaded machine), later rows of that
   window are dropped as late and the windowed check fails; that is reported, not hidden. Pathway: the rows read with
   ``pw.debug.table_from_pandas`` (static mode), ``windowby`` tumbling with a 10 s cutoff, dedup
-  as a ``groupby`` on the id (Pathway has no watermark dedup).
+  as a ``groupby`` on the id (Pathway has no watermark dedup). Bytewax and Pathway emit the
+  windows still open at the end of their input.
 - ``pyflink``: Flink SQL in streaming mode, parallelism 2, on the local mini-cluster inside the
   JVM PyFlink starts (before the clock). The jars ``apache-flink`` bundles have no Parquet
   format, so the files are read in Python (on Flink's clock) into a bounded Arrow source
@@ -54,7 +55,9 @@ the load average:
   topic, the default). Open windows are not flushed at the end (Quix closes a window only when a
   later message passes it).
 
-A peer that is not installed or cannot run is printed as missing with the reason; a peer whose
+For ``windowed``, each system's line also says how many windows the final watermark left open
+it emitted anyway (a system that flushes open windows at the end of its input: more output for
+the same input). A peer that is not installed or cannot run is printed as missing with the reason; a peer whose
 output fails the check is printed as failing with what is wrong; neither is given a figure.
 CPU is of the worker's process tree (the JVM of PySpark and PyFlink included).
 
