@@ -62,6 +62,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 import pyarrow.dataset as ds  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
+from _common import tree_cpu  # noqa: E402
 
 import headrace as hr  # noqa: E402
 from headrace.spark import default_max_tasks  # noqa: E402
@@ -79,33 +80,6 @@ def write_files(folder: Path, files: int, rows: int, offset: int = 0) -> int:
         })  # fmt: skip
         pq.write_table(t, folder / f"part-{f:05d}.parquet")
     return files * rows
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu() -> float:
-    """CPU seconds (user + system, reaped children included) of this process and every
-    descendant: the JVM, PySpark's daemon and its Python workers. Less sensitive than wall time
-    to other work on a shared machine."""
-    stats: dict[int, tuple[int, int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
-    kids: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        kids.setdefault(ppid, []).append(pid)
-    total, todo = 0, [os.getpid()]
-    while todo:
-        p = todo.pop()
-        total += stats.get(p, (0, 0))[1]
-        todo.extend(kids.get(p, []))
-    return total / _TICK
 
 
 def check(out: Path, total: int, id_sum: int) -> None:

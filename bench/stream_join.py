@@ -24,6 +24,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _common import spark_session  # noqa: E402
+
 import headrace as hr  # noqa: E402
 
 START_MS = 1_700_000_020_000
@@ -54,27 +56,6 @@ def headrace_run(rows: int, backend: str = "memory") -> tuple[float, int, dict[s
     out = sum(int((p.get("sink") or {}).get("numOutputRows") or 0) for p in progress)
     last = progress[-1]["stateOperators"][0] if progress else {}
     return elapsed, out, last
-
-
-def spark_session() -> Any:
-    java = os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64"
-    if not Path(java, "bin", "java").exists():
-        return None
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        return None
-    os.environ["JAVA_HOME"] = java
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["TZ"] = "UTC"
-    s = (SparkSession.builder.master("local[2]").appName("headrace-bench-join")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.streaming.stateStore.providerClass",
-                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-         .config("spark.driver.memory", "3g").getOrCreate())  # fmt: skip
-    s.sparkContext.setLogLevel("ERROR")
-    return s
 
 
 def spark_run(spark: Any, rows: int) -> float:
@@ -118,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"   headrace {h:.2f} s ({2 * rows / h:,.0f} input rows/s, {out:,} rows out; state at the end: "
           f"{last.get('numRowsTotal')} rows)")  # fmt: skip
     res.update(headrace_s=h, rows_out=out)
-    spark = None if args.no_spark else spark_session()
+    spark = None if args.no_spark else spark_session("headrace-bench-join", "3g")
     if spark is None:
         print("   PySpark: skipped (--no-spark, or no pyspark/Java)")
     else:

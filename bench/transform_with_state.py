@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
+from _common import spark_session, tree_cpu  # noqa: E402
 
 import headrace as hr  # noqa: E402
 
@@ -90,32 +91,6 @@ class CountWithTimerBatched(hr.StatefulProcessor):
         n = pc.fill_null(self.count.get_batch().column("n"), 0)
         self.count.clear_batch()
         yield pa.table({"k": batch.keys.column("k"), "n": n})
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu() -> float:
-    """CPU seconds (user + system) of this process and every descendant (Spark's JVM and its
-    Python workers): less disturbed than wall time by other work on a shared machine."""
-    stats: dict[int, tuple[int, int]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
-    kids: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        kids.setdefault(ppid, []).append(pid)
-    total, todo = 0, [os.getpid()]
-    while todo:
-        p = todo.pop()
-        total += stats.get(p, (0, 0))[1]
-        todo.extend(kids.get(p, []))
-    return total / _TICK
 
 
 def headrace_run(rows: int, per: int, keys: int, backend: str = "memory", batched: bool = False
@@ -173,27 +148,6 @@ def dict_loop(rows: int, per: int, keys: int) -> tuple[float, float, int]:
                 emitted += 1
         max_ts = ts if max_ts is None else max(max_ts, ts)
     return time.perf_counter() - t, time.process_time() - cpu0, emitted
-
-
-def spark_session() -> Any:
-    java = os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64"
-    if not Path(java, "bin", "java").exists():
-        return None
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        return None
-    os.environ["JAVA_HOME"] = java
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["TZ"] = "UTC"
-    s = (SparkSession.builder.master("local[2]").appName("headrace-bench-tws")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.streaming.stateStore.providerClass",
-                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-         .config("spark.driver.memory", "2g").getOrCreate())  # fmt: skip
-    s.sparkContext.setLogLevel("ERROR")
-    return s
 
 
 def spark_run(spark: Any, rows: int, per: int, keys: int) -> tuple[float, float]:
@@ -334,7 +288,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             res.update({f"headrace_{name}_s": h, f"headrace_{name}_cpu": hc, f"vs_dict_{name}": d / h,
                         f"vs_dict_{name}_cpu": dc / hc})  # fmt: skip
         res.update(dict_loop_s=d, dict_loop_cpu=dc)
-        spark = None if args.no_spark else spark_session()
+        spark = None if args.no_spark else spark_session("headrace-bench-tws", "2g")
         if spark is None:
             print("   PySpark: skipped (--no-spark, or no pyspark/Java)")
         else:

@@ -1,0 +1,61 @@
+"""What several benches share: the CPU seconds of a process tree, and a local PySpark session
+for the benches that compare with Spark Structured Streaming. Imported by the bench scripts
+(run as ``python bench/<name>.py``, so this folder is on ``sys.path``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["spark_session", "tree_cpu"]
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu() -> float:
+    """CPU seconds (user + system, reaped children included) of this process and every
+    descendant: the JVM, PySpark's daemon and its Python workers. Less sensitive than wall time
+    to other work on a shared machine."""
+    stats: dict[int, tuple[int, int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(d)] = (int(fields[1]), sum(int(x) for x in fields[11:15]))
+    kids: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        kids.setdefault(ppid, []).append(pid)
+    total, todo = 0, [os.getpid()]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, (0, 0))[1]
+        todo.extend(kids.get(p, []))
+    return total / _TICK
+
+
+def spark_session(app: str, driver_memory: str = "2g") -> Any:
+    """A ``local[2]`` PySpark session in UTC with RocksDB state, 2 shuffle partitions and no
+    UI; None when Java or pyspark is missing."""
+    java = os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64"
+    if not Path(java, "bin", "java").exists():
+        return None
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        return None
+    os.environ["JAVA_HOME"] = java
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["TZ"] = "UTC"
+    s = (SparkSession.builder.master("local[2]").appName(app)
+         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+         .config("spark.sql.streaming.stateStore.providerClass",
+                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+         .config("spark.driver.memory", driver_memory).getOrCreate())  # fmt: skip
+    s.sparkContext.setLogLevel("ERROR")
+    return s
