@@ -102,7 +102,7 @@ def selected_cases(request: pytest.FixtureRequest) -> set[str]:
 
 @pytest.fixture(scope="module")
 def conformance_spark() -> Iterator[Any]:
-    """The conformance harness's Spark session (local[2], UTC, 2 shuffle partitions), one per
+    """The conformance harness's Spark session (local[2], UTC, 1 shuffle partition), one per
     module: a module's Python workers and state stores do not outlive it, and a module that
     sets session configuration leaves none behind."""
     from tests.conformance.harness import spark_session

@@ -325,7 +325,7 @@ def spark_skip_reason() -> str | None:
 
 
 def spark_session() -> Any:
-    """A local[2] Spark session in UTC, quiet, 2 shuffle partitions; Python workers run this
+    """A local[2] Spark session in UTC, quiet, 1 shuffle partition; Python workers run this
     interpreter with the repository on their path (for ``map_batches`` functions)."""
     java = _java_home()
     assert java is not None, spark_skip_reason()
@@ -346,7 +346,9 @@ def spark_session() -> Any:
         SparkSession.builder.master("local[2]")
         .appName("headrace-conformance")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
+        # one state partition: the metrics compared are sums over partitions, and each extra
+        # partition is another state store to commit every micro-batch
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.pollingDelay", "10ms")
@@ -361,6 +363,12 @@ def spark_session() -> Any:
         .config("spark.sql.parquet.filterPushdown", "false")
         # tiny batches: adaptive planning only adds to Spark's time per batch
         .config("spark.sql.adaptive.enabled", "false")
+        # Spark's cost here is fixed work per micro-batch (planning, code generation, task
+        # serialisation), not data: whole-stage code generation, the JIT's optimising tier and a
+        # parallel collector cost more CPU than they save (a seed of the deep tier: 369 -> 246
+        # CPU-seconds; scripts/conformance.py)
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
