@@ -53,6 +53,8 @@ from tests.conformance.harness import (
     write_input,
 )
 
+_SPARK_TIMEOUT_S = 900  # a Spark query still running after this long is reported as failed
+
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
@@ -83,15 +85,28 @@ def run_seed(spark: Any, cases: Sequence[Case], data: Input, *, parallel: int) -
         top_up()
         for spec in specs:  # headrace works while Spark's queries run
             try:
-                headrace_runs[spec.id] = run_headrace(spec, paths, data, os.path.join(tmp, f"chk-headrace-{spec.id}"))
+                headrace_runs[spec.id] = run_headrace(
+                    spec, paths, data, os.path.join(tmp, f"chk-headrace-{spec.id}")
+                )
             except Exception as e:
                 failed[spec.id].append(f"headrace failed: {_first_line(e)}")
         while running:
-            handle = running.pop(0)
-            try:
-                spark_runs[handle.spec.id] = handle.result()
-            except Exception as e:
-                failed[handle.spec.id].append(f"spark failed: {_first_line(e)}")
+            finished = [
+                h for h in running if not h.query.isActive or time.monotonic() - h.started > _SPARK_TIMEOUT_S
+            ]
+            if not finished:  # a query that ends frees its place at once, whichever it is
+                try:
+                    spark.streams.awaitAnyTermination(60)
+                except Exception:  # a failed query's error is reported by its result()
+                    pass
+                spark.streams.resetTerminated()
+                continue
+            for handle in finished:
+                running.remove(handle)
+                try:
+                    spark_runs[handle.spec.id] = handle.result(timeout=1)  # ended, or too late
+                except Exception as e:
+                    failed[handle.spec.id].append(f"spark failed: {_first_line(e)}")
             top_up()
         outcomes = []
         for spec in specs:
@@ -176,14 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=20, help="how many seeds (default 20)")
     ap.add_argument("--start", type=int, default=1, help="the first seed (default 1)")
     ap.add_argument("--minutes", type=float, default=None, help="stop starting seeds after this many minutes")
-    ap.add_argument("--query", action="append", default=[], help="only cases whose id contains this (repeatable)")
+    ap.add_argument(
+        "--query", action="append", default=[], help="only cases whose id contains this (repeatable)"
+    )
     ap.add_argument("--parallel", type=int, default=40, help="Spark queries run at once (default 40)")
     ap.add_argument("--results", default=None, help="append each pair's result to this JSON-lines file and skip "
                     "the pairs it already holds (resumable)")  # fmt: skip
     ap.add_argument("--session-seeds", type=int, default=6, help="start a fresh Spark session after this many "
                     "seeds (default 6: one local session's driver (1 GB) fills up after about a dozen)")  # fmt: skip
     ap.add_argument("--summary", action="store_true", help="run nothing: summarise the pairs --results holds")
-    ap.add_argument("--verbose", action="store_true", help="print every difference of every seed that differs")
+    ap.add_argument(
+        "--verbose", action="store_true", help="print every difference of every seed that differs"
+    )
     args = ap.parse_args(argv)
     if args.parallel < 1:
         print(f"--parallel must be 1 or more, not {args.parallel}", file=sys.stderr)
@@ -194,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cases = [c for c in CATALOGUE if not args.query or any(q in c.id for q in args.query)]
     if not cases:
-        print(f"no catalogue case matches {args.query}; ids: {', '.join(c.id for c in CATALOGUE)}", file=sys.stderr)
+        print(
+            f"no catalogue case matches {args.query}; ids: {', '.join(c.id for c in CATALOGUE)}",
+            file=sys.stderr,
+        )
         return 2
     by_id = {c.id: c for c in cases}
     seeds = range(args.start, args.start + args.seeds)
@@ -234,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{time.monotonic() - t:.0f} s)", flush=True)  # fmt: skip
             for o in outcomes:
                 if not o.identical and (args.verbose or not _explained(by_id[o.spec.id], o)):
-                    print("    " + o.report(limit=1000 if args.verbose else 3).replace("\n", "\n    "), flush=True)
+                    print(
+                        "    " + o.report(limit=1000 if args.verbose else 3).replace("\n", "\n    "),
+                        flush=True,
+                    )
     finally:
         if spark is not None:
             spark.stop()
