@@ -712,3 +712,120 @@ def test_a_due_snapshot_starts_when_the_next_batch_loads_its_version(backend: st
     again.load(1)
     assert {k[0] for k in as_dict(again.scan())} == {"u0", "u1"}
     again.close()
+
+
+def test_the_same_keys_put_batch_after_batch_match_a_model_across_restarts_and_aborts(
+    backend: str, tmp_path: Path
+) -> None:
+    """Batches that put exactly the keys of the batch before (an open window's; the RocksDB
+    store holds such rows back from its database until something else needs them), mixed
+    with batches of other keys, orders that move, removals, evictions, aborted batches and
+    restarts: every read sees the state of the model."""
+    rng = random.Random(5)
+    model: dict[str, tuple[int, int]] = {}  # user -> (n, order)
+    s = store(backend, tmp_path, snapshot_interval=4)
+    s.load(-1)
+    users = [f"k{i}" for i in range(30)]
+    batch = rng.sample(users, 8)
+    for v in range(60):
+        if rng.random() < 0.3:
+            batch = rng.sample(users, 8)  # other keys (else the same again, as a new table)
+        k = keys(batch, [0] * 8)
+        old, found = s.get(k)
+        assert found.tolist() == [u in model for u in batch]
+        assert old.column("n").to_pylist() == [model[u][0] if u in model else None for u in batch]
+        ords = [model[u][1] if u in model and rng.random() < 0.8 else v + rng.choice([0, 3]) for u in batch]
+        newn = [(model[u][0] if u in model else 0) + 1 for u in batch]
+        s.put(k, vals(newn, [0.0] * 8, ["x"] * 8), order=ords)  # type: ignore[arg-type]
+        if rng.random() < 0.2:  # a failed batch: its changes are forgotten
+            s.abort()
+            s.load(v - 1)
+            assert {k[0]: r[0] for k, r in as_dict(s.scan()).items()} == {u: m[0] for u, m in model.items()}
+            s.put(k, vals(newn, [0.0] * 8, ["x"] * 8), order=ords)  # type: ignore[arg-type]
+        model.update({u: (n, o) for u, n, o in zip(batch, newn, ords, strict=True)})
+        if rng.random() < 0.15:
+            gone = rng.sample(sorted(model), min(3, len(model)))
+            assert s.remove(keys(gone, [0] * len(gone))) == len(gone)
+            for u in gone:
+                del model[u]
+        if v % 3 == 2:
+            ev = s.evict(v - 4)
+            assert sorted(ev.column("user").to_pylist()) == sorted(u for u, m in model.items() if m[1] <= v - 4)
+            model = {u: m for u, m in model.items() if m[1] > v - 4}
+        s.commit(v)
+        assert len(s) == len(model)
+        if v % 7 == 6:
+            s.close()
+            s = store(backend, tmp_path, snapshot_interval=4)
+        s.load(v)
+        assert s.earliest_order() is None or s.earliest_order() <= min((m[1] for m in model.values()), default=2**62)
+    got = as_dict(s.scan())
+    assert {k[0]: r[0] for k, r in got.items()} == {u: m[0] for u, m in model.items()}
+    assert sorted(r["__order"] for r in s.scan().to_pylist()) == sorted(m[1] for m in model.values())
+    s.close()
+
+
+def test_rocksdb_puts_of_the_same_keys_write_the_database_once(tmp_path: Path) -> None:
+    """Batch after batch putting the same keys (an open window's), the RocksDB store writes
+    their rows to its database once, when other keys come; each batch's changelog is written."""
+    s = store("rocksdb", tmp_path)
+    s.load(-1)
+    db_entries = lambda: int(s._db.property_int_value("rocksdb.num-entries-active-mem-table"))  # type: ignore[attr-defined]  # noqa: E731
+    users = [f"u{i}" for i in range(100)]
+    for v in range(5):
+        k = keys(users, [0] * 100)
+        old, found = s.get(k)
+        assert found.tolist() == [v > 0] * 100 and old.column("n").to_pylist() == [v - 1 if v else None] * 100
+        s.put(k, vals([v] * 100, [0.0] * 100, ["x"] * 100), order=[60] * 100)  # type: ignore[arg-type]
+        s.commit(v)
+        s.load(v)
+    before = db_entries()
+    assert before < 100  # (the mstate entries only)
+    assert s.get(keys(["other"], [0]))[1].tolist() == [False]  # other keys: the held rows are written
+    assert db_entries() - before == 2 * 100 + 1  # rows, their index entries, mstate
+    assert len(s.changelog_versions()) == 5
+    s.close()
+    again = store("rocksdb", tmp_path)
+    again.load(4)
+    assert again.get(keys(users[:2], [0, 0]))[0].column("n").to_pylist() == [4, 4]
+    again.close()
+
+
+_KILLED_HOLDER = """
+import os, signal, sys
+import pyarrow as pa
+from headrace.state import open_state_store
+ks = pa.schema([("k", pa.int64())]); vs = pa.schema([("n", pa.int64())])
+s = open_state_store("rocksdb", sys.argv[1], ks, vs, snapshot_interval=int(sys.argv[2]))
+s.load(-1)
+s.put(pa.table({"k": [7]}, schema=ks), pa.table({"n": [70]}, schema=vs), order=[1])
+s.commit(0)
+s.load(0)
+for v in range(1, 8):  # the same keys every batch: held back from the database
+    s.put(pa.table({"k": [1, 2, 3]}, schema=ks), pa.table({"n": [v, 10 * v, 100]}, schema=vs), order=[50, 50 + v, None])
+    s.commit(v)
+    s.load(v)
+s.put(pa.table({"k": [1, 2, 3]}, schema=ks), pa.table({"n": [-1, -1, -1]}, schema=vs))  # batch 8, never committed
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("interval", [3, 1000], ids=["with-checkpoints", "no-flush-ever"])
+def test_rocksdb_rows_held_back_recover_after_sigkill(tmp_path: Path, interval: int) -> None:
+    """A process killed while the RocksDB store holds committed rows back from its database
+    (and an uncommitted put of them): the store reopens and restores the committed state."""
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _KILLED_HOLDER, str(tmp_path), str(interval)], capture_output=True)
+    assert p.returncode == -signal.SIGKILL, p.stderr.decode()
+    ks = pa.schema([("k", pa.int64())])
+    vs = pa.schema([("n", pa.int64())])
+    s = open_state_store("rocksdb", str(tmp_path), ks, vs, snapshot_interval=interval)
+    s.load(7)
+    rows = dict(zip(s.scan().column("k").to_pylist(), s.scan().column("n").to_pylist(), strict=True))
+    assert rows == {7: 70, 1: 7, 2: 70, 3: 100} and len(s) == 4
+    assert sorted(s.evict(50).column("k").to_pylist()) == [1, 7]
+    assert s.earliest_order() == 57
+    s.close()

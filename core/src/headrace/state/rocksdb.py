@@ -18,6 +18,16 @@ without values, a deduplication's, the memtable has a whole-key bloom filter, so
 state costs no skiplist walk) and one write batch per call; evicting rows without values
 reads nothing back, as the index entries it scans hold the whole row (key and order).
 
+A ``put``'s rows (of a store with values) are held back in memory, as Arrow columns: while the
+next batches get and put exactly the same keys (every batch of an open window, as a rule), the
+get returns the held rows and the put replaces them, with no database read, write or
+encoding; they are written in one write batch when anything else reads or changes the
+database (other keys, a removal, an eviction that may reach them, a scan, a snapshot, the
+close). Meanwhile the database lags the state, so a commit leaves its ``mstate`` as it is: a
+clean older version (nothing written since; its changelogs restore it) or dirty (rebuilt from a
+checkpoint). Held rows of the committed version are written with a clean ``mstate`` in the
+same write batch.
+
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,
 cheap) is taken as ``snapshot/<version>.rocksdb``. To load version ``v`` the store uses the
@@ -34,10 +44,12 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from headrace.errors import CheckpointError, HeadraceError
 from headrace.state.rocksdb_codec import (
@@ -95,6 +107,23 @@ def _permuted(items: list[bytes], perm: np.ndarray) -> list[bytes]:
     return arr[perm].tolist()
 
 
+@dataclass
+class _Held:
+    """The rows of the last ``put`` of a store with values, not yet written to the database
+    (:meth:`RocksDBStateStore._put`): the keys (as passed, and encoded), the values and orders
+    put last, and what the database holds for these keys, against which the write is made."""
+
+    keys: pa.Table
+    values: pa.Table
+    order: pa.Array  # int64, null: no order
+    kbs: list[bytes]
+    dks: list[bytes]
+    perm: np.ndarray | None  # the database keys' order (_key_order)
+    db_order: np.ndarray  # the order of each key's row in the database (0 where none)
+    db_has: np.ndarray  # whether the database has an index entry for the key's row
+    added: int  # keys the database has no row for (already counted in ``_rows``)
+
+
 class RocksDBStateStore(StateStore):
     """State in a RocksDB database on local disk; see the module docstring."""
 
@@ -120,6 +149,10 @@ class RocksDBStateStore(StateStore):
         self._db_dirty = False
         self._last: tuple[pa.Table, tuple[list[bytes], list[Any], list[bytes], np.ndarray | None]] | None = None
         self._last_orders: tuple[pa.Table, np.ndarray, np.ndarray] | None = None
+        # the last put's rows, held back from the database while the next batches put the same
+        # keys (an open window's): see _put. Only for stores with values (not deduplications')
+        self._held: _Held | None = None
+        self._hold_puts = bool(len(value_schema))
         self._write_opts = self._rocksdict.WriteOptions()
         # no RocksDB write-ahead log: the changelog files are the durable record. A process
         # that dies loses the memtable, so the database reopens as of its last flush: a
@@ -320,7 +353,21 @@ class RocksDBStateStore(StateStore):
         else:
             list(map(wb.put, dbkeys, values))
 
+    def _holds(self, keys: pa.Table) -> _Held | None:
+        """The held rows when they are of exactly ``keys`` (same rows, same order)."""
+        held = self._held
+        if held is not None and (held.keys is keys or held.keys.equals(keys)):
+            return held
+        return None
+
     def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        held = self._holds(keys)
+        if held is not None:  # the keys the last put wrote: their rows are the held ones
+            self.work.rows_looked_up += keys.num_rows
+            self._last = self._last_orders = None
+            values = pa.Table.from_arrays(held.values.columns, schema=self.value_schema)
+            return values, np.ones(keys.num_rows, np.bool_)
+        self._write_held()
         raw = self._lookup(keys)[1]
         self.work.rows_looked_up += len(raw)
         found = present(raw)
@@ -330,6 +377,23 @@ class RocksDBStateStore(StateStore):
         return pa.Table.from_arrays(arrays, schema=self.value_schema), found
 
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
+        """Rows put are held back from the database (when the store has values and is not
+        restoring): a later put of exactly the same keys (every batch of an open window, as a
+        rule) replaces them in memory, and they are written in one write batch when anything
+        else reads or changes the database (a get or put of other keys, a removal, an eviction
+        that may reach them, a scan, a snapshot, the close). Until then the database lags the
+        state, so a commit leaves its ``mstate`` as it is (a clean older version, whose
+        changelogs then restore it, or dirty: rebuilt from a checkpoint), see
+        :meth:`_commit_backend`."""
+        if isinstance(order, pa.ChunkedArray):
+            order = order.combine_chunks()
+        hold = self._hold_puts and values.schema.types == self.value_schema.types
+        held = self._holds(keys) if hold else None
+        if held is not None:
+            held.keys, held.values, held.order = keys, values, order
+            self._last = self._last_orders = None
+            return
+        self._write_held()
         kbs, old, dks, perm = self._lookup(keys)
         self._last = None
         cached = self._last_orders
@@ -339,9 +403,20 @@ class RocksDBStateStore(StateStore):
         else:
             with self._decoding():
                 old_o, old_has = self._codec.orders(old)
-        if isinstance(order, pa.ChunkedArray):
-            order = order.combine_chunks()
-        new_has = np.ones(len(order), np.bool_) if not order.null_count else order.is_valid().to_numpy(zero_copy_only=False)
+        added = old.count(None)
+        self._rows += added
+        if hold:
+            self._held = _Held(keys, values, order, kbs, dks, perm, old_o, old_has, added)
+            return
+        self._write(self._rows_batch(kbs, dks, perm, old_o, old_has, values, order))
+
+    def _rows_batch(self, kbs: list[bytes], dks: list[bytes], perm: np.ndarray | None, old_o: np.ndarray,
+                    old_has: np.ndarray, values: pa.Table, order: pa.Array) -> Any:  # fmt: skip
+        """A write batch putting rows ``values`` (orders ``order``) under keys ``kbs`` (database
+        keys ``dks``, in key order ``perm``) whose rows in the database have orders ``old_o``
+        where ``old_has``, with the event-time index changed where a row's order does."""
+        valid = order.is_valid().to_numpy(zero_copy_only=False) if order.null_count else None
+        new_has = np.ones(len(order), np.bool_) if valid is None else valid
         new_o = order.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         # the event-time index changes only where a row's order does (a new row has none)
         changed = (old_has != new_has) | (old_has & new_has & (old_o != new_o))
@@ -352,10 +427,34 @@ class RocksDBStateStore(StateStore):
         okeys = self._keys.order_keys(kbs, add, new_o[add])
         self._put_sorted(wb, okeys, [b""] * len(okeys))
         self._put_sorted(wb, dks, self._codec.encode(values, order), perm)
-        self._rows += old.count(None)
-        self._write(wb)
+        return wb
+
+    def _write_held(self) -> None:
+        """Write the held rows (if any) to the database. When the store has no uncommitted
+        change, the database then holds exactly the committed version: its ``mstate`` says so
+        in the same write batch."""
+        held, self._held = self._held, None
+        if held is None:
+            return
+        self._last = self._last_orders = None
+        h = held
+        wb = self._rows_batch(h.kbs, h.dks, h.perm, h.db_order, h.db_has, h.values, h.order)
+        if not self._dirty and self.version is not None:
+            self._db_version = self.version if self.version >= 0 else None
+            self._db_dirty = False
+            self._meta(wb, dirty=False)
+            self._db.write(wb)
+        else:
+            self._write(wb)
+
+    def _drop_held(self) -> None:
+        """Forget the held rows (their batch is restored from files instead)."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._rows -= held.added
 
     def _remove(self, keys: pa.Table) -> int:
+        self._write_held()
         kbs, old, _, _ = self._lookup(keys)
         self._last = self._last_orders = None
         hit = present(old)
@@ -384,6 +483,15 @@ class RocksDBStateStore(StateStore):
         not open (before a batch loads it), an eviction may be due."""
         if self._db is None:
             return -(2**63)
+        first = self._first_indexed()
+        held = self._held
+        if held is not None and len(held.order) > held.order.null_count:
+            low = int(pc.min(held.order).as_py())
+            first = low if first is None else min(first, low)
+        return first
+
+    def _first_indexed(self) -> int | None:
+        """The smallest order in the database's event-time index (one seek), None if empty."""
         it = self._db.iter()
         it.seek(b"o")
         k = it.key() if it.valid() else None
@@ -393,6 +501,14 @@ class RocksDBStateStore(StateStore):
         return dec_order(k[1:9])
 
     def _evict(self, upto: int) -> pa.Table:
+        held = self._held
+        if held is not None:
+            # written first when the eviction may reach a held row, or an index entry of the
+            # database (which may be a held key's older order)
+            first = self._first_indexed()
+            reach = len(held.order) > held.order.null_count and int(pc.min(held.order).as_py()) <= upto
+            if reach or (first is not None and first <= upto):
+                self._write_held()
         self._last = self._last_orders = None
         # the index keys up to ``upto``: one native iteration bounded by ``upper`` (no Python
         # call per key), then deleted as one range (iterating over many point tombstones would
@@ -432,6 +548,7 @@ class RocksDBStateStore(StateStore):
         return self._decode_rows(live_kbs, live_raw)
 
     def scan(self) -> pa.Table:
+        self._write_held()
         it = self._db.iter()
         it.seek(b"d")
         kbs, raws = [], []
@@ -459,6 +576,10 @@ class RocksDBStateStore(StateStore):
 
     # ------------------------------------------------------------------ versions
     def _commit_backend(self, version: int) -> None:
+        if self._held is not None:
+            # the database lags the state by the held rows: its mstate stays as it is (a clean
+            # older version, nothing having been written since, or dirty)
+            return
         wb = self._write_batch()
         self._db_version = version
         self._db_dirty = False
@@ -471,6 +592,9 @@ class RocksDBStateStore(StateStore):
     def _snapshot(self, version: int) -> bool:
         """A RocksDB checkpoint of the working database (flushes the memtable, hard-links the
         SST files): ``snapshot/<version>.rocksdb``."""
+        self._write_held()  # (the version is committed: the database then holds it, clean)
+        if self._db_dirty or self._db_version != version:  # (every write since was of committed batches)
+            self._commit_backend(version)
         final = self.snapshot_path(version) + ".rocksdb"
         tmp = final + ".tmp"
         remove_quietly(tmp)
@@ -482,6 +606,7 @@ class RocksDBStateStore(StateStore):
 
     def _restore(self, version: int) -> None:
         self._last = self._last_orders = None
+        self._drop_held()
         if self._db is None:
             try:
                 self._open()
@@ -517,8 +642,12 @@ class RocksDBStateStore(StateStore):
             else:
                 self._open()
         self.version = base if base >= 0 else None
-        for p in paths:
-            self._apply_file(p)
+        self._hold_puts = False  # the restore's puts go to the database, which then holds the version
+        try:
+            for p in paths:
+                self._apply_file(p)
+        finally:
+            self._hold_puts = bool(len(self.value_schema))
         wb = self._write_batch()
         self.version = version
         self._db_version = version if version >= 0 else None
@@ -526,6 +655,22 @@ class RocksDBStateStore(StateStore):
         self._meta(wb, dirty=False)
         self._db.write(wb)
 
+    def settle(self) -> None:
+        """As ``StateStore.settle``, and the held rows of the committed version written (the
+        deferred work of an earlier batch, which a bench keeps out of the batches it times)."""
+        super().settle()
+        if self._held is not None and not self._dirty and self.version is not None:
+            self._write_held()
+
     def close(self) -> None:
         super().close()
+        if self._held is not None and self._db is not None:
+            if self._dirty or self.version is None:
+                self._drop_held()  # (uncommitted: the changelogs restore what was committed)
+            else:
+                try:
+                    self._write_held()  # the committed version, then flushed as a whole
+                except Exception as e:  # the changelogs are the record: the next open replays them
+                    log.warning("state database %s: writing its last rows before closing failed (%s)",
+                                self._dbdir, e)  # fmt: skip
         self._close_db()
