@@ -34,9 +34,6 @@ __all__ = [
     "event_keys",
     "read_cdf_version",
     "read_file",
-    "read_files_scanned",
-    "scannable",
-    "uses_column_mapping",
 ]
 
 log = logging.getLogger(__name__)
@@ -62,7 +59,6 @@ class FileTask:
     deleted_rows: tuple[int, ...] = ()
     event_range: tuple[Any, Any] | None = None
     change: tuple[str, int, int] | None = None
-    size: int = 0
 
 
 @dataclass(frozen=True)
@@ -226,101 +222,6 @@ def _filter_event_range(t: pa.Table, column: str, lo: Any, hi: Any) -> pa.Table:
     elif cond is not None:
         cond = pc.or_kleene(cond, pc.is_null(keys))
     return t if cond is None else t.filter(cond)
-
-
-SCAN_BYTES = 32 << 20
-"""At most this many bytes of Parquet files (their sizes in the log) per scan of
-:func:`read_files_scanned`: bounds the memory of one scan's rows (a scan returns them all at
-once), as the row groups do for :func:`read_file`. A larger file is read by :func:`read_file`."""
-
-
-def uses_column_mapping(schema: pa.Schema) -> bool:
-    """Whether any field (nested ones too) has a physical name: column mapping is on."""
-
-    def mapped(f: pa.Field) -> bool:
-        if f.metadata and PHYSICAL_NAME.encode() in f.metadata:
-            return True
-        t = f.type
-        if pa.types.is_struct(t):
-            return any(mapped(t.field(i)) for i in range(t.num_fields))
-        if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
-            return any(mapped(t.field(i)) for i in range(t.num_fields))
-        return False
-
-    return any(mapped(f) for f in schema)
-
-
-def scannable(task: FileTask | CdfTask) -> bool:
-    """A file read as it is (no deletion vector, event-time range or change-feed columns): one
-    :func:`read_files_scanned` reads several of them at once."""
-    return isinstance(task, FileTask) and not task.deleted_rows and task.event_range is None and task.change is None
-
-
-def read_files_scanned(
-    loc: TableLocation, tasks: Sequence[FileTask], out_schema: pa.Schema, *, fail_on_data_loss: bool
-) -> Iterator[pa.RecordBatch]:
-    """Yield the rows of ``tasks`` (in order) as batches of ``out_schema``: one pyarrow dataset
-    scan per group of files up to :data:`SCAN_BYTES`, which reads and decodes several files at
-    once on pyarrow's threads (as ``pyarrow.parquet.read_table`` of a list of files does).
-
-    Only for :func:`scannable` tasks of a table without column mapping (``out_schema`` is then
-    the files' own column names). Partition values become the files' partition expressions,
-    columns missing from a file are null, and columns are cast to the table's types (as
-    :func:`read_file` does). A group whose scan fails (a file missing, or a type the scan cannot
-    cast) is read again file by file with :func:`read_file`, which applies the data-loss policy
-    and names the file in its error: nothing of a group is yielded before its scan succeeded."""
-    group: list[FileTask] = []
-    size = 0
-    for task in tasks:
-        if group and (size + task.size > SCAN_BYTES or task.size > SCAN_BYTES):
-            yield from _scan_group(loc, group, out_schema, fail_on_data_loss)
-            group, size = [], 0
-        if task.size > SCAN_BYTES:  # row group by row group
-            yield from read_file(loc, task, out_schema, out_schema=out_schema, event_column=None,
-                                 fail_on_data_loss=fail_on_data_loss)  # fmt: skip
-            continue
-        group.append(task)
-        size += task.size
-    if group:
-        yield from _scan_group(loc, group, out_schema, fail_on_data_loss)
-
-
-def _scan_group(loc: TableLocation, tasks: list[FileTask], out_schema: pa.Schema, fail: bool) -> Iterator[pa.RecordBatch]:
-    import pyarrow.dataset as ds
-
-    try:
-        paths = [loc.data_path(t.path) for t in tasks]
-        parts = [_partition_expression(t.partition_values, out_schema) for t in tasks]
-        fmt = ds.ParquetFileFormat(
-            # INT96 timestamps at microseconds, as read_file reads them (Spark's reading)
-            read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"),
-            default_fragment_scan_options=ds.ParquetFragmentScanOptions(pre_buffer=True),
-        )
-        dataset = ds.FileSystemDataset.from_paths(paths, schema=out_schema, format=fmt, filesystem=loc.fs(),
-                                                  partitions=parts)  # fmt: skip
-        table = dataset.to_table()
-    except (OSError, pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as e:
-        log.debug("Delta table %s: scanning %d file(s) failed (%s); reading them one by one", loc.uri, len(tasks), e)
-        for task in tasks:
-            yield from read_file(loc, task, out_schema, out_schema=out_schema, event_column=None, fail_on_data_loss=fail)
-        return
-    if table.schema != out_schema:
-        table = table.cast(out_schema)
-    for batch in table.to_batches():
-        if batch.num_rows:
-            yield batch
-
-
-def _partition_expression(values: tuple[tuple[str, Any], ...], schema: pa.Schema) -> Any:
-    import pyarrow.dataset as ds
-
-    expr = ds.scalar(True)
-    for name, value in values:
-        if name not in schema.names:
-            continue
-        field = ds.field(name)
-        expr = expr & (field.is_null() if value is None else field == pa.scalar(value, schema.field(name).type))
-    return expr
 
 
 def _lost(loc: TableLocation, task: FileTask, fail: bool, e: BaseException) -> None:

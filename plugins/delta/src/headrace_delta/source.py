@@ -51,9 +51,6 @@ from headrace_delta._read import (
     event_keys,
     read_cdf_version,
     read_file,
-    read_files_scanned,
-    scannable,
-    uses_column_mapping,
 )
 from headrace_delta._schema import check_protocol, plain
 from headrace_delta._storage import TableLocation
@@ -95,7 +92,6 @@ class DeltaSource(TableVersions, Source):
         self._known_latest, self.info, protocol = self._load_latest()
         check_protocol(protocol, f"Delta table {self.loc.uri}")
         self._table_schema = self.info.arrow_schema
-        self._scan = not uses_column_mapping(self._table_schema)  # see read()
         out = plain(self._table_schema)
         if self.cdf:
             for f in CDF_COLUMNS:
@@ -310,14 +306,13 @@ class DeltaSource(TableVersions, Source):
                 hi = b.event_time if b.snapshot else None
                 for f in snap:
                     if (lo is None or f.ev_max is None or f.ev_max >= lo) and (hi is None or f.ev_min is None or f.ev_min < hi):
-                        items.append(FileTask(f.add.path, f.add.partition_values, v, f.deleted_rows, (lo, hi), change,
-                                              f.add.size))  # fmt: skip
+                        items.append(FileTask(f.add.path, f.add.partition_values, v, f.deleted_rows, (lo, hi), change))
             else:
                 stop = b.index if b.snapshot and b.version == v else len(snap)
                 for f in snap[idx:stop]:
-                    items.append(FileTask(f.add.path, f.add.partition_values, v, f.deleted_rows, None, change, f.add.size))
+                    items.append(FileTask(f.add.path, f.add.partition_values, v, f.deleted_rows, None, change))
             if b.snapshot:
-                return self._group(items)
+                return _group(items)
             v, idx = v + 1, 0
         while (v, idx) < (b.version, b.index):
             try:
@@ -341,17 +336,8 @@ class DeltaSource(TableVersions, Source):
             stop = b.index if v == b.version else len(files)
             dvs = self._commit_dvs(c)
             for add in files[idx:stop]:
-                items.append(FileTask(add.path, add.partition_values, v, dvs.get(self.loc.data_path(add.path), ()),
-                                      size=add.size))  # fmt: skip
+                items.append(FileTask(add.path, add.partition_values, v, dvs.get(self.loc.data_path(add.path), ())))
             v, idx = v + 1, 0
-        return self._group(items)
-
-    def _group(self, items: list[FileTask | CdfTask]) -> list[Partition]:
-        """The batch's items as partitions: one when every file is read by a scan (see
-        :meth:`read`: pyarrow reads several files at once, no reader threads or hand-offs of the
-        engine needed), else a few contiguous groups read in parallel."""
-        if self._scan and items and all(scannable(i) for i in items):
-            return [DeltaPartition(tuple(items))]
         return _group(items)
 
     def _snapshot_timestamp(self, version: int) -> int:
@@ -362,22 +348,7 @@ class DeltaSource(TableVersions, Source):
         """Read one partition's files in order. Called once per partition per batch, maybe in a
         worker thread or on a pickled copy; deterministic for a given partition."""
         assert isinstance(partition, DeltaPartition)
-        items = partition.items
-        k = 0
-        while k < len(items):
-            if self._scan and scannable(items[k]):
-                # consecutive plain files of a table without column mapping: pyarrow dataset
-                # scans (several files read at once), with read_file's results
-                run: list[FileTask] = []
-                while k < len(items) and scannable(items[k]):
-                    item = items[k]
-                    assert isinstance(item, FileTask)
-                    run.append(item)
-                    k += 1
-                yield from read_files_scanned(self.loc, run, self._schema, fail_on_data_loss=self.fail_on_data_loss)
-                continue
-            item = items[k]
-            k += 1
+        for item in partition.items:
             if isinstance(item, CdfTask):
                 yield from read_cdf_version(self.loc, item.version, self._table_schema, self._schema,
                                             fail_on_data_loss=self.fail_on_data_loss)  # fmt: skip
