@@ -147,6 +147,7 @@ def _import_before_the_clock(workload: str) -> None:
     the raw loop's are: the API, the plugins (found through their entry points: the process-wide
     connector registry, built once per process) and the libraries they import lazily."""
     import importlib
+    import importlib.util
 
     import headrace as hr
     from headrace.plugins import registry
@@ -156,10 +157,14 @@ def _import_before_the_clock(workload: str) -> None:
         "json_delta": ["headrace_cloudfiles.source", "headrace_delta.sink", "deltalake", "pyarrow.json"],
         "pg_upsert": ["headrace_lakebase", "psycopg"],
         "kafka_pg": ["headrace_kafka.source", "headrace_lakebase", "psycopg", "confluent_kafka", "pyarrow.json"],
-        "delta_arrow": ["headrace_delta.source", "deltalake", "pyarrow.parquet", "pyarrow.dataset"],
+        "delta_arrow": ["headrace_delta.source", "deltalake", "pyarrow.parquet", "pyarrow.dataset",
+                        "headrace.connectors.foreach"],
     }[workload]
+    # the listener plugins' modules, which a query's start imports (the prometheus listener's)
+    modules += ["headrace_prometheus.metrics", "headrace_prometheus.server"]
     for m in modules:
-        importlib.import_module(m)
+        if importlib.util.find_spec(m.partition(".")[0]) is not None:
+            importlib.import_module(m)
     connectors = {"json_delta": ("cloudFiles", "delta"), "pg_upsert": ("memory", "lakebase"),
                   "kafka_pg": ("kafka", "lakebase"), "delta_arrow": ("delta",)}[workload]  # fmt: skip
     for name in connectors:
