@@ -210,14 +210,20 @@ class FixedKeyIndex:
         # first one or two), then the few long chains one key at a time
         while len(idx) > _SCALAR_TAIL:
             s = table[pos]
-            # np.take, not kd[s]: numpy's fancy indexing of rows is ~10x slower; kd[-1] and
-            # kd[-2] (empty, tombstone) are compared and discarded
-            same = np.take(kd, s, axis=0) == np.take(vals, idx, axis=0)
-            eq = s >= 0
-            for j in range(self.k + 1):
+            held = np.flatnonzero(s >= 0)
+            if 2 * len(held) < len(idx):
+                # mostly empty buckets (new keys: a deduplication's): compare the others only
+                hs, hi = s[held], idx[held]
+            else:  # kd[-1] and kd[-2] (empty, tombstone) are compared and discarded
+                held, hs, hi = None, s, idx
+            # np.take, not kd[s]: numpy's fancy indexing of rows is ~10x slower
+            same = np.take(kd, hs, axis=0) == np.take(vals, hi, axis=0)
+            eq = same[:, 0] if held is not None else same[:, 0] & (s >= 0)
+            for j in range(1, self.k + 1):
                 eq &= same[:, j]
-            out[idx[eq]] = s[eq]
-            go = ~eq & (s != _EMPTY)  # a different key or a tombstone: probe the next bucket
+            out[hi[eq]] = hs[eq]
+            go = s != _EMPTY  # a different key or a tombstone: probe the next bucket
+            go[eq if held is None else held[eq]] = False
             idx = idx[go]
             pos = (pos[go] + 1) & mask
         for i, p in zip(idx.tolist(), pos.tolist(), strict=True):
