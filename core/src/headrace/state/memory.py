@@ -213,7 +213,7 @@ class MemoryStateStore(StateStore):
             slots[new] = arr
             self._index.insert(prepared, new, arr)
             for c, col in zip(self._keys, keys.columns, strict=True):
-                c.set(arr, col.take(pa.array(new)))
+                c.set(arr, col if len(new) == len(slots) else col.take(pa.array(new)))  # all new: no copy
         for c, col in zip(self._vals, values.columns, strict=True):
             c.set(slots, col)
         self._set_order(slots, order)
