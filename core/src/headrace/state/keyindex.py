@@ -211,19 +211,19 @@ class FixedKeyIndex:
         while len(idx) > _SCALAR_TAIL:
             s = table[pos]
             held = np.flatnonzero(s >= 0)
-            if 2 * len(held) < len(idx):
-                # mostly empty buckets (new keys: a deduplication's): compare the others only
+            subset = 2 * len(held) < len(idx)
+            if subset:  # mostly empty buckets (new keys: a deduplication's): compare the others only
                 hs, hi = s[held], idx[held]
             else:  # kd[-1] and kd[-2] (empty, tombstone) are compared and discarded
-                held, hs, hi = None, s, idx
+                hs, hi = s, idx
             # np.take, not kd[s]: numpy's fancy indexing of rows is ~10x slower
             same = np.take(kd, hs, axis=0) == np.take(vals, hi, axis=0)
-            eq = same[:, 0] if held is not None else same[:, 0] & (s >= 0)
+            eq = same[:, 0] if subset else same[:, 0] & (s >= 0)
             for j in range(1, self.k + 1):
                 eq &= same[:, j]
             out[hi[eq]] = hs[eq]
             go = s != _EMPTY  # a different key or a tombstone: probe the next bucket
-            go[eq if held is None else held[eq]] = False
+            go[held[eq] if subset else eq] = False
             idx = idx[go]
             pos = (pos[go] + 1) & mask
         for i, p in zip(idx.tolist(), pos.tolist(), strict=True):
