@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from headrace.errors import HeadraceError, UnsupportedError
-from headrace.transforms.dedup import DropDuplicatesOperator
+from headrace.transforms.dedup import DropDuplicatesOperator, _first_rows
 from headrace.transforms.operator import BatchInfo, OperatorContext
 from tests.core.transforms.stateful_harness import run_batches
 
@@ -144,3 +144,39 @@ def test_modes_and_definition_errors() -> None:
         DropDuplicatesOperator(["nope"]).output_schema(schema)
     with pytest.raises(HeadraceError, match="not a timestamp"):
         DropDuplicatesOperator(["id"], watermark_column="id").output_schema(schema)
+
+
+def first_rows_by_group_by(keys: pa.Table) -> list[int]:
+    pos = pa.array(range(keys.num_rows), pa.int64())
+    grouped = keys.append_column("__i", pos).group_by(keys.column_names, use_threads=False).aggregate([("__i", "min")])
+    return sorted(grouped.column("__i_min").to_pylist())
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        {"id": pa.int64()},
+        {"id": pa.int64(), "ts": TS},
+        {"small": pa.int8(), "flag": pa.bool_(), "day": pa.date32()},
+        {"name": pa.string(), "id": pa.int64()},
+    ],
+    ids=["int64", "int64-and-timestamp", "int8-bool-date", "string-and-int64"],
+)
+def test_first_rows_are_each_keys_first_with_nulls_equal(columns: dict[str, pa.DataType]) -> None:
+    rng = random.Random(5)
+    n = 3000  # few distinct values per column: long probe chains and many repeats, nulls among them
+    def column(typ: pa.DataType) -> pa.Array:
+        values = [None if rng.random() < 0.1 else rng.randrange(40) for _ in range(n)]
+        if pa.types.is_string(typ):
+            return pa.array([None if v is None else str(v % 5) for v in values], typ)
+        if pa.types.is_boolean(typ):
+            return pa.array([None if v is None else v % 2 == 0 for v in values], typ)
+        return pa.array(values, pa.int32() if pa.types.is_date32(typ) else pa.int64()).cast(typ)
+
+    data = {name: column(typ) for name, typ in columns.items()}
+    keys = pa.table(data)
+    first = _first_rows(keys)
+    assert first is not None
+    assert first.tolist() == first_rows_by_group_by(keys)
+    distinct = keys.take(pa.array(first))
+    assert _first_rows(distinct) is None  # every key differs: nothing to drop

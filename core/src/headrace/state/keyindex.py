@@ -210,14 +210,20 @@ class FixedKeyIndex:
         # first one or two), then the few long chains one key at a time
         while len(idx) > _SCALAR_TAIL:
             s = table[pos]
-            # np.take, not kd[s]: numpy's fancy indexing of rows is ~10x slower; kd[-1] and
-            # kd[-2] (empty, tombstone) are compared and discarded
-            same = np.take(kd, s, axis=0) == np.take(vals, idx, axis=0)
-            eq = s >= 0
-            for j in range(self.k + 1):
+            held = np.flatnonzero(s >= 0)
+            subset = 2 * len(held) < len(idx)
+            if subset:  # mostly empty buckets (new keys: a deduplication's): compare the others only
+                hs, hi = s[held], idx[held]
+            else:  # kd[-1] and kd[-2] (empty, tombstone) are compared and discarded
+                hs, hi = s, idx
+            # np.take, not kd[s]: numpy's fancy indexing of rows is ~10x slower
+            same = np.take(kd, hs, axis=0) == np.take(vals, hi, axis=0)
+            eq = same[:, 0] if subset else same[:, 0] & (s >= 0)
+            for j in range(1, self.k + 1):
                 eq &= same[:, j]
-            out[idx[eq]] = s[eq]
-            go = ~eq & (s != _EMPTY)  # a different key or a tombstone: probe the next bucket
+            out[hi[eq]] = hs[eq]
+            go = s != _EMPTY  # a different key or a tombstone: probe the next bucket
+            go[held[eq] if subset else eq] = False
             idx = idx[go]
             pos = (pos[go] + 1) & mask
         for i, p in zip(idx.tolist(), pos.tolist(), strict=True):
@@ -248,7 +254,8 @@ class FixedKeyIndex:
         if int(slots[-1]) - first == len(slots) - 1 and (len(slots) < 2 or bool((np.diff(slots) == 1).all())):
             self._kd[first : first + len(slots)] = new_keys  # fresh slots in a run: a slice, not a scatter
         else:
-            self._kd[slots] = new_keys
+            for j in range(self.k + 1):  # column by column: a scatter of whole rows is ~15x slower
+                self._kd[:, j][slots] = new_keys[:, j]
         if 2 * (self._live + self._tombs + len(rows)) > len(self._table):
             self._rehash(self._live + len(rows))
         self._place(slots, h[rows])

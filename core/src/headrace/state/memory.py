@@ -188,6 +188,15 @@ class MemoryStateStore(StateStore):
         self._log_put(keys, out, order_arr)
         return out
 
+    def _known_absent(self, keys: pa.Table) -> None:
+        """``put(absent=True)`` (a deduplication's new keys, just looked up): every key gets a
+        new slot without probing the index again (the keys are a subset of those looked up,
+        a different table, so the memo of the last lookup does not answer)."""
+        last = self._last
+        if last is not None and last[0] is keys:
+            return
+        self._last = (keys, self._index.prepare(keys), np.full(keys.num_rows, -1, np.int64))
+
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
         prepared, slots = self._lookup(keys)
         self._last = None
@@ -204,7 +213,7 @@ class MemoryStateStore(StateStore):
             slots[new] = arr
             self._index.insert(prepared, new, arr)
             for c, col in zip(self._keys, keys.columns, strict=True):
-                c.set(arr, col.take(pa.array(new)))
+                c.set(arr, col if len(new) == len(slots) else col.take(pa.array(new)))  # all new: no copy
         for c, col in zip(self._vals, values.columns, strict=True):
             c.set(slots, col)
         self._set_order(slots, order)
