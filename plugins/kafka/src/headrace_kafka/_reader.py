@@ -28,7 +28,14 @@ __all__ = ["KafkaReader"]
 
 log = logging.getLogger(__name__)
 
-_CONSUME_BATCH = 10_000
+_CONSUME_BATCH = 10_000  # real-time reads: what is fetched already, per chunk
+# A batch read's chunk: up to this many records per ``consume`` (which returns once they are
+# fetched, or after its 0.2 s timeout with what it has). Each chunk becomes one record batch
+# that the query's stateless steps see as one table; a larger chunk spreads their fixed cost
+# per call (a ``from_json`` parse, an Arrow filter, a staged write: ~1.5x cheaper per record at
+# 50,000 records than at 10,000) over more records, as a hand-written loop batching 100,000
+# records before parsing does. ~5 MB of messages of 50 bytes.
+_READ_CHUNK = 100_000
 _error = Message.error
 _topic = cast("Callable[[Message], str]", Message.topic)
 _partition = cast("Callable[[Message], int]", Message.partition)
@@ -88,6 +95,7 @@ class KafkaReader:
     options: Options
     group_id: str
     include_headers: bool
+    columns: frozenset[str] | None  # what the query reads (prune_columns); None: every column
     poll_timeout_s: float
     _servers: str
     _local: threading.local
@@ -132,7 +140,7 @@ class KafkaReader:
         last_check = last_progress
         try:
             while pos < end:
-                msgs = consumer.consume(min(_CONSUME_BATCH, end - pos), timeout=0.2)
+                msgs = consumer.consume(min(_READ_CHUNK, end - pos), timeout=0.2)
                 if msgs and not any(map(_error, msgs)):
                     # fast path, no Python code per message: offsets in order, no errors
                     offsets = list(map(_offset, msgs))
@@ -148,7 +156,7 @@ class KafkaReader:
                     else:
                         pos = offsets[-1] + 1
                     if msgs:
-                        yield to_record_batch(msgs, t, p, self.include_headers, offsets)
+                        yield to_record_batch(msgs, t, p, self.include_headers, offsets, self.columns)
                         last_progress = time.monotonic()
                     continue
                 good: list[Any] = []
@@ -183,7 +191,7 @@ class KafkaReader:
                     good.append(m)
                     pos = off + 1
                 if good:
-                    yield to_record_batch(good, t, p, self.include_headers)
+                    yield to_record_batch(good, t, p, self.include_headers, columns=self.columns)
                     last_progress = time.monotonic()
                 if restart is not None:
                     pos = int(restart)
