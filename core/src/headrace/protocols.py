@@ -254,9 +254,24 @@ class Source(ABC):
         driver. The result must be picklable.
         """
 
+    def prune_columns(self, columns: frozenset[str]) -> None:
+        """The columns of ``schema`` the query reads (a strict, non-empty subset of its names):
+        from now on ``read`` may build only these (Spark's ``pruneColumns``).
+
+        Called at most once per query run, on the driver, after ``schema`` and before the first
+        ``partitions``; only when the engine knows that no step of the query reads the other
+        columns (each step up to the first that narrows the columns says what it reads, e.g. a
+        ``select`` or :class:`~headrace.transforms.from_json.FromJson`); never under Spark. A
+        source that honours it yields batches of exactly these columns, in ``schema``'s order and
+        with its types, and keeps the choice in an attribute (``read`` may run on a pickled copy).
+        The default ignores it: batches keep every column, which is always correct. Real-time
+        reads (``read_real_time``) may ignore it too.
+        """
+
     @abstractmethod
     def read(self, partition: Partition) -> Iterator[pa.RecordBatch]:
-        """Read one partition's rows, each batch with exactly ``self.schema``.
+        """Read one partition's rows, each batch with exactly ``self.schema`` (or the columns
+        given to ``prune_columns``, when the source honours it).
 
         Called once per partition per batch, possibly in a worker thread or on a Spark executor
         (on a pickled copy of the source): it must not depend on state changed after

@@ -149,6 +149,23 @@ class PlanRunner:
         self._opened = False
         self.finished = True
 
+    def source_columns(self) -> frozenset[str] | None:
+        """The source's columns the plan reads, when it reads fewer than all of them: each step
+        is asked, last to first, which of its input columns make the columns the next one reads
+        (``Operator.input_columns``; the last step makes every column it outputs, for the sink).
+        None when some column may be read by a step that cannot say, when the plan reads
+        several sources, or when it reads every column (or none). Called once per query run at
+        ``start()``, for ``Source.prune_columns``."""
+        if self.multi_input is not None or self.source_count != 1:
+            return None
+        needed: frozenset[str] | None = None
+        for op in reversed(self.operators):
+            needed = op.input_columns(needed)
+        names = frozenset(self.input_schema.names)
+        if needed is None or not needed & names or names <= needed:
+            return None
+        return needed & names
+
     def _assign_measure_filters(self, steps: Sequence[_Step]) -> None:
         """Spark evaluates some filters below a watermark, so the rows they drop do not move
         it: each ``with_watermark`` step (the sides' too) learns which

@@ -111,6 +111,9 @@ def setup_query(spec: QuerySpec, *, run_id: str, stop: threading.Event, status: 
             )
             sources.append(plan.source_class(plan.options, ctx))
         runner = resolve_plan(spec, sources[0].schema, [s.schema for s in sources])
+        read = runner.source_columns()
+        if read is not None and callable(getattr(sources[0], "prune_columns", None)):
+            sources[0].prune_columns(read)  # the source may leave the other columns out of its batches
         tracker = EventTimeTracker(runner.watermarks, policy=spec.watermark_policy)
         sctx = SinkContext(
             query_id=query_id,

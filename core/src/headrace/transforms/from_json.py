@@ -59,6 +59,16 @@ class FromJson:
     def __repr__(self) -> str:
         return f"FromJson({self.column!r}, {self.schema.to_string(show_schema_metadata=False)!r}, policy={self.bad_records.policy})"
 
+    def input_columns(self, needed: frozenset[str] | None) -> frozenset[str] | None:
+        """The columns read to make ``needed`` (None: every column, then None): the JSON column,
+        the columns that locate a bad record (``topic``/``partition``/``offset``, ...), and the
+        needed ones this does not parse. Called once per query run at ``start()`` (the engine's
+        ``Operator.input_columns``, so a source builds only these); pure."""
+        if needed is None:
+            return None
+        parsed = frozenset(self.schema.names)
+        return (needed - parsed) | {self.column} | {c for cols in _LOCATIONS for c in cols}
+
     def __call__(self, table: pa.Table) -> pa.Table:
         if self.column not in table.column_names:
             raise HeadraceError(

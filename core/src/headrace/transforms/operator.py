@@ -145,6 +145,17 @@ class Operator(ABC):
         """The schema of the rows this step emits. Called at ``start()``, before any data is
         read; raises ``ExpressionError`` (naming the expression) on a bad expression."""
 
+    def input_columns(self, needed: frozenset[str] | None) -> frozenset[str] | None:
+        """The input columns this step reads to make the output columns ``needed`` (``None``:
+        every output column), or ``None`` when it cannot say (it may read every input column:
+        the default, always correct). The engine asks each step, last to first, to tell a
+        source which of its columns the query reads (``Source.prune_columns``); a step that
+        answers must work on a table holding only the columns it named (and maybe others).
+
+        Called once per query run at ``start()``, on the caller's thread, before any data is
+        read; pure."""
+        return None
+
     def open(self, context: OperatorContext) -> None:
         """Called once per query run, after the checkpoint is open and before the first
         batch. Stateful operators open their state store here."""

@@ -94,6 +94,12 @@ class MapBatchesOperator(Operator):
             return self.schema
         raise SchemaUnknown(self.label)
 
+    def input_columns(self, needed: frozenset[str] | None) -> frozenset[str] | None:
+        """What ``fn.input_columns(needed)`` says, when ``fn`` has that method (e.g.
+        :class:`~headrace.transforms.from_json.FromJson`); None (every column) otherwise."""
+        ask = getattr(self.fn, "input_columns", None)
+        return ask(needed) if callable(ask) else None
+
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         out = self.fn(table)
         if isinstance(out, pa.RecordBatch):
@@ -281,6 +287,9 @@ class SelectColumnsOperator(Operator):
             )
         return pa.schema([input_schema.field(c) for c in self.columns])
 
+    def input_columns(self, needed: frozenset[str] | None) -> frozenset[str] | None:
+        return frozenset(self.columns)
+
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         return table.select(self.columns)
 
@@ -307,6 +316,12 @@ class RenameColumnOperator(Operator):
             )
         return pa.schema([f.with_name(n) for f, n in zip(input_schema, names, strict=True)], metadata=input_schema.metadata)
 
+    def input_columns(self, needed: frozenset[str] | None) -> frozenset[str] | None:
+        if needed is None:
+            return None
+        # a needed ``new`` is ``old`` renamed, or ``new`` itself when there is no ``old`` (a no-op)
+        return frozenset(needed) | {self.old} if self.new in needed else frozenset(needed)
+
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         if self.old not in table.column_names:
             return table
@@ -326,6 +341,9 @@ class DropColumnsOperator(Operator):
     def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
         drop = set(self.columns)
         return pa.schema([f for f in input_schema if f.name not in drop], metadata=input_schema.metadata)
+
+    def input_columns(self, needed: frozenset[str] | None) -> frozenset[str] | None:
+        return None if needed is None else needed - frozenset(self.columns)
 
     def process(self, table: pa.Table, batch: BatchInfo) -> pa.Table | None:
         present = [c for c in self.columns if c in table.column_names]

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Message
 
-__all__ = ["HEADERS_TYPE", "convert", "schema", "to_record_batch"]
+__all__ = ["HEADERS_TYPE", "convert", "pruned_schema", "schema", "to_record_batch"]
 
 HEADERS_TYPE = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
 _TS = pa.timestamp("us", tz="UTC")
@@ -84,6 +84,39 @@ def _int32_scalar(value: int) -> pa.Scalar:
     return pa.scalar(value, pa.int32())
 
 
+@functools.lru_cache(maxsize=64)
+def pruned_schema(include_headers: bool, columns: frozenset[str]) -> pa.Schema:
+    """The source's schema with only ``columns`` (in the schema's order)."""
+    return pa.schema([f for f in schema(include_headers) if f.name in columns])
+
+
+def _project(msgs: Sequence[Any], include_headers: bool, columns: frozenset[str], topic: str, partition: int,
+             offsets: Sequence[int] | None) -> pa.RecordBatch:  # fmt: skip
+    """Only ``columns`` of the messages of one topic-partition: a column the query does not
+    read costs nothing (a ``value``-only read builds one ``pa.array`` of the values' bytes)."""
+    n = len(msgs)
+    out = pruned_schema(include_headers, columns)
+    ts: tuple[pa.Array, pa.Array, Any] | None = None
+    cols: list[pa.Array] = []
+    for name in out.names:
+        if name == "key":
+            cols.append(pa.array(list(map(_key, msgs)), type=pa.binary()))
+        elif name == "value":
+            cols.append(pa.array(list(map(_value, msgs)), type=pa.binary()))
+        elif name == "topic":
+            cols.append(pa.repeat(_string_scalar(topic), n))
+        elif name == "partition":
+            cols.append(pa.repeat(_int32_scalar(partition), n))
+        elif name == "offset":
+            cols.append(pa.array(offsets if offsets is not None else list(map(_offset, msgs)), type=pa.int64()))
+        elif name in ("timestamp", "timestampType"):
+            ts = ts or _timestamps(msgs, n)
+            cols.append(ts[0] if name == "timestamp" else ts[1])
+        else:
+            cols.append(_headers(msgs))
+    return pa.RecordBatch.from_arrays(cols, schema=out)
+
+
 def convert(
     msgs: Sequence[Any],
     include_headers: bool,
@@ -120,10 +153,18 @@ def convert(
 
 
 def to_record_batch(
-    msgs: Sequence[Any], topic: str, partition: int, include_headers: bool, offsets: Sequence[int] | None = None
+    msgs: Sequence[Any],
+    topic: str,
+    partition: int,
+    include_headers: bool,
+    offsets: Sequence[int] | None = None,
+    columns: frozenset[str] | None = None,
 ) -> pa.RecordBatch:
-    """Messages of ONE topic-partition (confluent_kafka.Message, no errors) as a record batch.
+    """Messages of ONE topic-partition (confluent_kafka.Message, no errors) as a record batch:
+    every column, or only ``columns`` (what the query reads: ``KafkaSource.prune_columns``).
 
     Called once per consumed chunk, on the reading thread.
     """
+    if columns is not None:
+        return _project(msgs, include_headers, columns, topic, partition, offsets)
     return convert(msgs, include_headers, topic, partition, offsets)[0]

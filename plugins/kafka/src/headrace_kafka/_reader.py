@@ -29,6 +29,10 @@ __all__ = ["KafkaReader"]
 log = logging.getLogger(__name__)
 
 _CONSUME_BATCH = 10_000
+# A batch read's chunk (one ``consume``, one record batch). Larger chunks measured worse on
+# Kafka JSON -> Delta (100,000: ~1.12x the CPU and ~1.4x the time of 10,000): ``consume`` then
+# waits for several fetches before returning, so reading and the query's steps stop overlapping.
+_READ_CHUNK = _CONSUME_BATCH
 _error = Message.error
 _topic = cast("Callable[[Message], str]", Message.topic)
 _partition = cast("Callable[[Message], int]", Message.partition)
@@ -88,6 +92,7 @@ class KafkaReader:
     options: Options
     group_id: str
     include_headers: bool
+    columns: frozenset[str] | None  # what the query reads (prune_columns); None: every column
     poll_timeout_s: float
     _servers: str
     _local: threading.local
@@ -132,7 +137,7 @@ class KafkaReader:
         last_check = last_progress
         try:
             while pos < end:
-                msgs = consumer.consume(min(_CONSUME_BATCH, end - pos), timeout=0.2)
+                msgs = consumer.consume(min(_READ_CHUNK, end - pos), timeout=0.2)
                 if msgs and not any(map(_error, msgs)):
                     # fast path, no Python code per message: offsets in order, no errors
                     offsets = list(map(_offset, msgs))
@@ -148,7 +153,7 @@ class KafkaReader:
                     else:
                         pos = offsets[-1] + 1
                     if msgs:
-                        yield to_record_batch(msgs, t, p, self.include_headers, offsets)
+                        yield to_record_batch(msgs, t, p, self.include_headers, offsets, self.columns)
                         last_progress = time.monotonic()
                     continue
                 good: list[Any] = []
@@ -183,7 +188,7 @@ class KafkaReader:
                     good.append(m)
                     pos = off + 1
                 if good:
-                    yield to_record_batch(good, t, p, self.include_headers)
+                    yield to_record_batch(good, t, p, self.include_headers, columns=self.columns)
                     last_progress = time.monotonic()
                 if restart is not None:
                     pos = int(restart)

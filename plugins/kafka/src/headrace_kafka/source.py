@@ -72,6 +72,7 @@ class KafkaSource(KafkaReader, Source):
     def __init__(self, options: Options, context: SourceContext) -> None:
         super().__init__(options, context)
         self.include_headers: bool = options[INCLUDE_HEADERS]
+        self.columns: frozenset[str] | None = None
         self.fail_on_data_loss: bool = options[FAIL_ON_DATA_LOSS]
         self.min_partitions: int | None = options[MIN_PARTITIONS]
         self.max_records_per_partition: int | None = options[MAX_RECORDS_PER_PARTITION]
@@ -124,6 +125,13 @@ class KafkaSource(KafkaReader, Source):
     def schema(self) -> pa.Schema:
         """key, value, topic, partition, offset, timestamp, timestampType (+ headers). Called once per run."""
         return schema(self.include_headers)
+
+    def prune_columns(self, columns: frozenset[str]) -> None:
+        """Batch reads build only ``columns`` (e.g. ``value`` and what locates a record for
+        ``from_json``): no key, timestamp or header objects per message when the query does not
+        read them. Called at most once per run, on the driver, before the first ``partitions``;
+        kept on pickled copies. Real-time reads keep every column."""
+        self.columns = frozenset(columns) & frozenset(self.schema.names) or None
 
     def _metadata(self) -> Metadata:
         if self._meta is None:
