@@ -226,6 +226,22 @@ def downstream_filters(steps: Sequence[tuple[Operator, pa.Schema | None]], names
     return Pushdown(found, subst)
 
 
+def _may_filter(op: Operator, schema: pa.Schema | None) -> bool:
+    """Whether ``op`` could give a watermark before it a filter (a cheap test on the step's
+    kind and query text, true when unsure), so a plan without one parses no SQL at start."""
+    from headrace.transforms.join import StreamStaticJoinOperator
+    from headrace.transforms.stateless import SqlOperator
+
+    if isinstance(op, StreamStaticJoinOperator):
+        return True
+    if isinstance(op, SqlOperator) and not op.stateful and schema is not None:
+        try:
+            return "where" in op.base_query(schema).lower()
+        except Exception:
+            return True
+    return False
+
+
 def join_side_filters(op: Any, stream_schema: pa.Schema) -> list[Any]:
     """A stream-static join's filters on its stream side, over the stream's columns: the
     ``IS NOT NULL`` Spark infers for the key columns and the columns of a null-intolerant
@@ -276,6 +292,9 @@ def assign_measure_filters(steps: Sequence[tuple[Operator, pa.Schema | None]],
 
     for i, (op, schema) in enumerate(steps):
         if not isinstance(op, WatermarkOperator) or schema is None:
+            continue
+        if not tail and not any(_may_filter(o, s) for o, s in steps[i + 1 :]):
+            op.set_measure_filter(None)  # nothing below could filter: no SQL to parse
             continue
         walk = downstream_filters(steps[i + 1 :], schema.names)
         conjuncts = list(walk.conjuncts)
