@@ -45,6 +45,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -382,6 +383,17 @@ class RocksDBStateStore(StateStore):
         else:
             list(map(wb.put, dbkeys, values))
 
+    @staticmethod
+    def _put_index_entries(wb: Any, okeys: list[bytes], orders: np.ndarray) -> None:
+        """Add puts of the event-time index entries ``okeys`` (``o<order><key>``, empty
+        values) of rows of ``orders`` to ``wb``, in the order of ``orders`` (an int64 sort:
+        key order up to ties, faster than sorting the keys' bytes; see :meth:`_put_sorted`)."""
+        if len(okeys) > 1:
+            perm = np.argsort(orders, kind="stable")
+            if not bool((perm[1:] > perm[:-1]).all()):
+                okeys = _permuted(okeys, perm)
+        list(map(wb.put, okeys, repeat(b"", len(okeys))))
+
     def _holds(self, keys: pa.Table) -> _Held | None:
         """The held rows when they are of exactly ``keys`` (same rows, same order)."""
         held = self._held
@@ -453,8 +465,7 @@ class RocksDBStateStore(StateStore):
         add = np.flatnonzero(changed & new_has)
         wb = self._write_batch()
         self._put_sorted(wb, self._keys.order_keys(kbs, drop, old_o[drop]))
-        okeys = self._keys.order_keys(kbs, add, new_o[add])
-        self._put_sorted(wb, okeys, [b""] * len(okeys))
+        self._put_index_entries(wb, self._keys.order_keys(kbs, add, new_o[add]), new_o[add])
         self._put_sorted(wb, dks, self._codec.encode(values, order), perm)
         return wb
 
