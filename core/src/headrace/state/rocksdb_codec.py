@@ -43,7 +43,8 @@ from headrace.errors import CheckpointError, UnsupportedError
 from headrace.state.columns import from_int64, to_int64
 
 __all__ = ["Damaged", "FixedKeys", "FixedRows", "TypedKeys", "TypedRows", "check_encodings", "dec_order", "enc_order",
-           "fill_missing", "fixed_width", "key_codec", "key_encoding", "present", "row_codec", "row_encoding"]  # fmt: skip
+           "fill_missing", "fixed_width", "key_codec", "key_encoding", "present", "row_codec", "row_encoding",
+           "rows_as_bytes"]  # fmt: skip
 
 _ORDER = struct.Struct(">Q")
 _BIAS = 1 << 63
@@ -86,7 +87,7 @@ def _int64_and_valid(col: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, np.nd
     return np.ascontiguousarray(a.to_numpy(zero_copy_only=False)), valid
 
 
-def _rows_as_bytes(buf: np.ndarray) -> list[bytes]:
+def rows_as_bytes(buf: np.ndarray) -> list[bytes]:
     """Each row of a 2-D uint8 array as one ``bytes``."""
     return list(buf.view(f"V{buf.shape[1]}").ravel().tolist()) if len(buf) else []
 
@@ -401,7 +402,7 @@ class FixedKeys:
         return buf
 
     def encode(self, keys: pa.Table) -> list[bytes]:
-        return _rows_as_bytes(self._matrix(keys))
+        return rows_as_bytes(self._matrix(keys))
 
     def _from_bytes(self, kbs: list[bytes]) -> np.ndarray:
         joined = b"".join(kbs)
@@ -415,7 +416,7 @@ class FixedKeys:
         buf = np.empty((len(kbs), 1 + self.width), np.uint8)
         buf[:, 0] = ord("d")
         buf[:, 1:] = self._from_bytes(kbs)
-        return _rows_as_bytes(buf)
+        return rows_as_bytes(buf)
 
     def order_keys(self, kbs: list[bytes], rows: np.ndarray, orders: np.ndarray) -> list[bytes]:
         if not len(rows):
@@ -426,7 +427,7 @@ class FixedKeys:
         be = (orders.astype(np.int64).view(np.uint64) ^ np.uint64(_BIAS)).astype(">u8")
         buf[:, 1:9] = be.view(np.uint8).reshape(n, 8)
         buf[:, 9:] = self._from_bytes([kbs[i] for i in rows.tolist()])
-        return _rows_as_bytes(buf)
+        return rows_as_bytes(buf)
 
     def decode(self, kbs: list[bytes]) -> list[pa.Array]:
         buf = self._from_bytes(kbs) if kbs else np.zeros((0, self.width), np.uint8)
@@ -557,7 +558,7 @@ class FixedRows:
             vb, vv = _int64_and_valid(col)
             buf[:, 9 + 8 * j : 17 + 8 * j] = vb.view(np.uint8).reshape(n, 8)
             buf[:, 9 + 8 * self.k + j] = vv
-        return _rows_as_bytes(buf)
+        return rows_as_bytes(buf)
 
     def _matrix(self, raws: list[bytes | None]) -> np.ndarray:
         n = len(raws)
