@@ -560,21 +560,28 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-@pytest.mark.parametrize("interval", [3, 1000], ids=["with-checkpoints", "no-flush-ever"])
-def test_rocksdb_without_its_wal_recovers_after_sigkill(tmp_path: Path, interval: int) -> None:
-    """RocksDB runs without its write-ahead log: a process killed mid-batch loses the memtable,
-    and the store reopens as of the last flush (or nothing) and replays the changelogs."""
+def _reopened_after_kill(tmp_path: Path, script: str, interval: int, version: int) -> tuple[Any, dict[int, int]]:
+    """Run ``script`` (it writes a RocksDB store under ``tmp_path`` and SIGKILLs itself), then
+    reopen the store at ``version``: the store and its rows as ``{k: n}``."""
     import signal
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-c", _KILLED_WRITER, str(tmp_path), str(interval)], capture_output=True)
+    p = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(interval)], capture_output=True)
     assert p.returncode == -signal.SIGKILL, p.stderr.decode()
     ks = pa.schema([("k", pa.int64())])
     vs = pa.schema([("n", pa.int64())])
     s = open_state_store("rocksdb", str(tmp_path), ks, vs, snapshot_interval=interval)
-    s.load(6)
+    s.load(version)
     rows = dict(zip(s.scan().column("k").to_pylist(), s.scan().column("n").to_pylist(), strict=True))
+    return s, rows
+
+
+@pytest.mark.parametrize("interval", [3, 1000], ids=["with-checkpoints", "no-flush-ever"])
+def test_rocksdb_without_its_wal_recovers_after_sigkill(tmp_path: Path, interval: int) -> None:
+    """RocksDB runs without its write-ahead log: a process killed mid-batch loses the memtable,
+    and the store reopens as of the last flush (or nothing) and replays the changelogs."""
+    s, rows = _reopened_after_kill(tmp_path, _KILLED_WRITER, interval, 6)
     assert rows == {**{v: v for v in range(7)}, 100: 6} and len(s) == 8
     assert sorted(s.evict(3).column("k").to_pylist()) == [0, 1, 2, 3]
     s.close()
@@ -814,17 +821,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_rocksdb_rows_held_back_recover_after_sigkill(tmp_path: Path, interval: int) -> None:
     """A process killed while the RocksDB store holds committed rows back from its database
     (and an uncommitted put of them): the store reopens and restores the committed state."""
-    import signal
-    import subprocess
-    import sys
-
-    p = subprocess.run([sys.executable, "-c", _KILLED_HOLDER, str(tmp_path), str(interval)], capture_output=True)
-    assert p.returncode == -signal.SIGKILL, p.stderr.decode()
-    ks = pa.schema([("k", pa.int64())])
-    vs = pa.schema([("n", pa.int64())])
-    s = open_state_store("rocksdb", str(tmp_path), ks, vs, snapshot_interval=interval)
-    s.load(7)
-    rows = dict(zip(s.scan().column("k").to_pylist(), s.scan().column("n").to_pylist(), strict=True))
+    s, rows = _reopened_after_kill(tmp_path, _KILLED_HOLDER, interval, 7)
     assert rows == {7: 70, 1: 7, 2: 70, 3: 100} and len(s) == 4
     assert sorted(s.evict(50).column("k").to_pylist()) == [1, 7]
     assert s.earliest_order() == 57
