@@ -121,7 +121,9 @@ def run_seed(spark: Any, cases: Sequence[Case], data: Input, *, parallel: int) -
 
 def _load_results(path: str | None, by_id: dict[str, Case]) -> dict[tuple[int, str], Outcome]:
     """The pairs a results file already holds (lines of cases no longer in the catalogue, or
-    cut short by a stop mid-write, are skipped)."""
+    cut short by a stop mid-write, are skipped). A pair whose Spark query failed (a broadcast
+    or the query timing out on a loaded machine, a stop mid-seed) is not held: it runs again;
+    headrace's failures are held, they are results."""
     done: dict[tuple[int, str], Outcome] = {}
     if not path or not os.path.exists(path):
         return done
@@ -133,6 +135,9 @@ def _load_results(path: str | None, by_id: dict[str, Case]) -> dict[tuple[int, s
                 outcome = Outcome(case.spec, int(doc["seed"]), list(doc["differences"]),
                                   float(doc.get("spark_s", 0.0)), float(doc.get("headrace_s", 0.0)))  # fmt: skip
             except (ValueError, KeyError, TypeError):
+                continue
+            if any(d.startswith("spark failed:") for d in outcome.differences):
+                done.pop((outcome.seed, case.id), None)
                 continue
             done[(outcome.seed, case.id)] = outcome
     return done

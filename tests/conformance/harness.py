@@ -368,6 +368,8 @@ def spark_session() -> Any:
         # parallel collector cost more CPU than they save (a seed of the deep tier: 369 -> 246
         # CPU-seconds; scripts/conformance.py)
         .config("spark.sql.codegen.wholeStage", "false")
+        # a static table's broadcast waits for a CPU on a loaded machine (default 300 s)
+        .config("spark.sql.broadcastTimeout", "1800")
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()
     )
