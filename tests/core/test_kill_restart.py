@@ -13,9 +13,10 @@ from headrace.checkpoint import Checkpoint
 from headrace.connectors.files import read_files
 from headrace.testing import CRASH_POINTS, run_pipeline
 
-# so many batches (1,000) that no run killed within about a second can finish them all, however
-# fast the machine: a run that finished would leave later crash points unreachable
-TOTAL = 300_000
+# so many batches (4,000) that the runs killed within about a second cannot finish them all
+# between them (a quiet 2-core machine commits a 300-row batch every ~3 ms, so ten such runs
+# get through about a third): a run that finished would leave later crash points unreachable
+TOTAL = 1_200_000
 PER_BATCH = 300
 
 
