@@ -370,7 +370,10 @@ def spark_session() -> Any:
         .config("spark.sql.codegen.wholeStage", "false")
         # a static table's broadcast waits for a CPU on a loaded machine (default 300 s)
         .config("spark.sql.broadcastTimeout", "1800")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        # (the first tier alone reserves a 48 MB code cache, which a long session's generated
+        # classes fill: then the JIT stops and Spark's tasks fail; so a larger one)
+        .config("spark.driver.extraJavaOptions",
+                "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=512m")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
