@@ -38,9 +38,9 @@ def tree_cpu() -> float:
     return total / _TICK
 
 
-def spark_session(app: str, driver_memory: str = "2g") -> Any:
-    """A ``local[2]`` PySpark session in UTC with RocksDB state, 2 shuffle partitions and no
-    UI; None when Java or pyspark is missing."""
+def spark_session(app: str, driver_memory: str = "2g", *, rocksdb_state: bool = True) -> Any:
+    """A ``local[2]`` PySpark session in UTC, 2 shuffle partitions and no UI, with RocksDB state
+    (or Spark's default store: ``rocksdb_state=False``); None when Java or pyspark is missing."""
     java = os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64"
     if not Path(java, "bin", "java").exists():
         return None
@@ -51,11 +51,13 @@ def spark_session(app: str, driver_memory: str = "2g") -> Any:
     os.environ["JAVA_HOME"] = java
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["TZ"] = "UTC"
-    s = (SparkSession.builder.master("local[2]").appName(app)
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.streaming.stateStore.providerClass",
-                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-         .config("spark.driver.memory", driver_memory).getOrCreate())  # fmt: skip
+    builder = (SparkSession.builder.master("local[2]").appName(app)
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.memory", driver_memory))  # fmt: skip
+    if rocksdb_state:
+        builder = builder.config("spark.sql.streaming.stateStore.providerClass",
+                                 "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")  # fmt: skip
+    s = builder.getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     return s

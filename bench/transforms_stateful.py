@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from _common import spark_session  # noqa: E402
 
 import headrace as hr  # noqa: E402
 
@@ -91,24 +92,6 @@ def duckdb_all(rows: int, per: int, keys: int) -> tuple[float, float]:
         con.sql(sql).to_arrow_table()
         times.append(time.perf_counter() - t)
     return min(times), statistics.median(times)
-
-
-def spark_session() -> Any:
-    java = os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64"
-    if not Path(java, "bin", "java").exists():
-        return None
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
-        return None
-    os.environ["JAVA_HOME"] = java
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    s = (SparkSession.builder.master("local[2]").appName("headrace-bench-stateful")
-         .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2").config("spark.sql.session.timeZone", "UTC")
-         .config("spark.driver.memory", "2g").getOrCreate())  # fmt: skip
-    s.sparkContext.setLogLevel("ERROR")
-    return s
 
 
 def spark_windowed(spark: Any, rows: int, per: int, keys: int) -> float:
@@ -282,7 +265,7 @@ def section_windowed(report: dict[str, Any], rows: int, per: int, keys: int, no_
               f"({duck / batches_s:.2f}); per batch (median ms): {med['triggerExecution']} in all, "
               f"addBatch {med['addBatch']} (state commit {commit_ms}), WAL {med['walCommit']}, "
               f"commit {med['commitOffsets']}")  # fmt: skip
-    spark = None if no_spark else spark_session()
+    spark = None if no_spark else spark_session("headrace-bench-stateful", rocksdb_state=False)
     if spark is None:
         print("   PySpark: skipped (--no-spark, or no pyspark or Java)")
     else:
