@@ -90,23 +90,40 @@ def pruned_schema(include_headers: bool, columns: frozenset[str]) -> pa.Schema:
     return pa.schema([f for f in schema(include_headers) if f.name in columns])
 
 
-def _project(msgs: Sequence[Any], include_headers: bool, columns: frozenset[str], topic: str, partition: int,
-             offsets: Sequence[int] | None) -> pa.RecordBatch:  # fmt: skip
-    """Only ``columns`` of the messages of one topic-partition: a column the query does not
-    read costs nothing (a ``value``-only read builds one ``pa.array`` of the values' bytes)."""
+def _columns(
+    msgs: Sequence[Any],
+    names: Sequence[str],
+    topic: str | Sequence[str] | None,
+    partition: int | Sequence[int] | None,
+    offsets: Sequence[int] | None,
+) -> tuple[list[pa.Array], Any]:
+    """The columns ``names`` (of the source's schema) of ``msgs``, and their epoch-ms timestamps
+    (a numpy int64 array; None when neither timestamp column is asked for). A column not asked
+    for costs nothing: a ``value``-only read builds one ``pa.array`` of the values' bytes.
+
+    One ``pa.array`` call per column over lists built by ``map`` on the C methods of ``Message``
+    (no Python code per message). ``topic`` / ``partition``: the one of every message (a single
+    topic-partition) or one per message, when the caller has them; ``offsets`` likewise.
+    """
     n = len(msgs)
-    out = pruned_schema(include_headers, columns)
     ts: tuple[pa.Array, pa.Array, Any] | None = None
     cols: list[pa.Array] = []
-    for name in out.names:
+    for name in names:
         if name == "key":
             cols.append(pa.array(list(map(_key, msgs)), type=pa.binary()))
         elif name == "value":
             cols.append(pa.array(list(map(_value, msgs)), type=pa.binary()))
         elif name == "topic":
-            cols.append(pa.repeat(_string_scalar(topic), n))
+            if isinstance(topic, str):
+                cols.append(pa.repeat(_string_scalar(topic), n))
+            else:
+                cols.append(pa.array(topic if topic is not None else list(map(_topic, msgs)), type=pa.string()))
         elif name == "partition":
-            cols.append(pa.repeat(_int32_scalar(partition), n))
+            if isinstance(partition, int):
+                cols.append(pa.repeat(_int32_scalar(partition), n))
+            else:
+                parts = partition if partition is not None else list(map(_partition, msgs))
+                cols.append(pa.array(parts, type=pa.int32()))
         elif name == "offset":
             cols.append(pa.array(offsets if offsets is not None else list(map(_offset, msgs)), type=pa.int64()))
         elif name in ("timestamp", "timestampType"):
@@ -114,7 +131,7 @@ def _project(msgs: Sequence[Any], include_headers: bool, columns: frozenset[str]
             cols.append(ts[0] if name == "timestamp" else ts[1])
         else:
             cols.append(_headers(msgs))
-    return pa.RecordBatch.from_arrays(cols, schema=out)
+    return cols, None if ts is None else ts[2]
 
 
 def convert(
@@ -124,32 +141,12 @@ def convert(
     partition: int | Sequence[int] | None = None,
     offsets: Sequence[int] | None = None,
 ) -> tuple[pa.RecordBatch, Any]:
-    """Messages (confluent_kafka.Message, no errors) as a record batch, and their epoch-ms timestamps
-    (a numpy int64 array).
-
-    One ``pa.array`` call per column over lists built by ``map`` on the C methods of ``Message``
-    (no Python code per message). ``topic`` / ``partition``: the one of every message (a single
-    topic-partition) or one per message, when the caller has them; ``offsets`` likewise.
-    """
-    n = len(msgs)
-    ts, ts_types, ms = _timestamps(msgs, n)
-    if topic is None:
-        topic = list(map(_topic, msgs))
-    if partition is None:
-        partition = list(map(_partition, msgs))
-    cols: list[pa.Array] = [
-        pa.array(list(map(_key, msgs)), type=pa.binary()),
-        pa.array(list(map(_value, msgs)), type=pa.binary()),
-        pa.repeat(_string_scalar(topic), n) if isinstance(topic, str) else pa.array(topic, type=pa.string()),
-        pa.repeat(_int32_scalar(partition), n) if isinstance(partition, int)
-        else pa.array(partition, type=pa.int32()),
-        pa.array(offsets if offsets is not None else list(map(_offset, msgs)), type=pa.int64()),
-        ts,
-        ts_types,
-    ]  # fmt: skip
-    if include_headers:
-        cols.append(_headers(msgs))
-    return pa.RecordBatch.from_arrays(cols, schema=schema(include_headers)), ms
+    """Messages (confluent_kafka.Message, no errors) as a record batch of every column, and their
+    epoch-ms timestamps (a numpy int64 array); ``topic``, ``partition``, ``offsets`` as for
+    :func:`_columns`."""
+    out = schema(include_headers)
+    cols, ms = _columns(msgs, out.names, topic, partition, offsets)
+    return pa.RecordBatch.from_arrays(cols, schema=out), ms
 
 
 def to_record_batch(
@@ -165,6 +162,5 @@ def to_record_batch(
 
     Called once per consumed chunk, on the reading thread.
     """
-    if columns is not None:
-        return _project(msgs, include_headers, columns, topic, partition, offsets)
-    return convert(msgs, include_headers, topic, partition, offsets)[0]
+    out = schema(include_headers) if columns is None else pruned_schema(include_headers, columns)
+    return pa.RecordBatch.from_arrays(_columns(msgs, out.names, topic, partition, offsets)[0], schema=out)
