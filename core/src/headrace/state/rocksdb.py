@@ -153,6 +153,12 @@ class _Held:
     db_has: np.ndarray  # whether the database has an index entry for the key's row
     added: int  # keys the database has no row for (already counted in ``_rows``)
 
+    def first_order(self) -> int | None:
+        """The smallest order of the held rows, None when none has one."""
+        if len(self.order) == self.order.null_count:
+            return None
+        return int(pc.min(self.order).as_py())
+
 
 class RocksDBStateStore(StateStore):
     """State in a RocksDB database on local disk; see the module docstring."""
@@ -477,8 +483,7 @@ class RocksDBStateStore(StateStore):
         if held is None:
             return
         self._last = self._last_orders = None
-        h = held
-        wb = self._rows_batch(h.kbs, h.dks, h.perm, h.db_order, h.db_has, h.values, h.order)
+        wb = self._rows_batch(held.kbs, held.dks, held.perm, held.db_order, held.db_has, held.values, held.order)
         if not self._dirty and self.version is not None:
             self._db_version = self.version if self.version >= 0 else None
             self._db_dirty = False
@@ -524,9 +529,8 @@ class RocksDBStateStore(StateStore):
         if self._db is None:
             return -(2**63)
         first = self._first_indexed()
-        held = self._held
-        if held is not None and len(held.order) > held.order.null_count:
-            low = int(pc.min(held.order).as_py())
+        low = self._held.first_order() if self._held is not None else None
+        if low is not None:
             first = low if first is None else min(first, low)
         return first
 
@@ -546,8 +550,8 @@ class RocksDBStateStore(StateStore):
             # written first when the eviction may reach a held row, or an index entry of the
             # database (which may be a held key's older order)
             first = self._first_indexed()
-            reach = len(held.order) > held.order.null_count and int(pc.min(held.order).as_py()) <= upto
-            if reach or (first is not None and first <= upto):
+            low = held.first_order()
+            if (low is not None and low <= upto) or (first is not None and first <= upto):
                 self._write_held()
         self._last = self._last_orders = None
         # the index keys up to ``upto``: one native iteration bounded by ``upper`` (no Python
