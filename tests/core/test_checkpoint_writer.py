@@ -1,6 +1,7 @@
 """The checkpoint's background writer: offsets entries appear in batch order however their
-fsyncs finish, commit markers are hard links made at once and durable later, a failed entry
-stops the later ones, and a killed writer's temporary files are cleaned on open."""
+fsyncs finish, commit markers are hard links made at once and durable later (markers written
+whole: visible once renamed, durable once their folder is fsynced), a failed entry stops the
+later ones, and a killed writer's temporary files are cleaned on open."""
 
 from __future__ import annotations
 
@@ -118,3 +119,65 @@ def test_temporary_files_of_a_killed_writer_are_removed_on_open(tmp_path: Path) 
     cp.open(name="q", sources=[{"connector": "rate"}], sink={"connector": "noop"})
     cp.close()
     assert not stale.exists() and keep.exists()
+
+
+def test_a_marker_written_whole_is_visible_before_its_folder_is_fsynced(tmp_path: Path, monkeypatch: Any) -> None:
+    cp = Checkpoint(str(tmp_path))
+    cp.open(name="q", sources=[{"connector": "rate"}], sink={"connector": "noop"})
+    release = threading.Event()
+    real_sync = DirSync.sync
+
+    def slow_sync(self: DirSync) -> None:
+        if self.folder.endswith("commits"):
+            assert release.wait(10)
+        real_sync(self)
+
+    monkeypatch.setattr(DirSync, "sync", slow_sync)
+    visible, durable = cp.write_commit_async(0, {"eventTimeMaxMs": {"0": 7}})
+    visible.result(10)  # renamed into place with its content fsynced; the folder's fsync still waits
+    doc = json.loads((tmp_path / "commits" / "0").read_bytes())
+    assert doc["batchId"] == 0 and doc["eventTimeMaxMs"] == {"0": 7}
+    assert not durable.done()
+    release.set()
+    durable.result(10)
+    cp.close()
+
+
+@pytest.mark.parametrize("fails", ["state-write", "folder-fsync"])
+def test_a_failure_fails_what_it_reaches_of_a_marker_written_whole(tmp_path: Path, monkeypatch: Any, fails: str) -> None:
+    cp = Checkpoint(str(tmp_path))
+    cp.open(name="q", sources=[{"connector": "rate"}], sink={"connector": "noop"})
+    state: Any  # stands in for the batch's state write
+    if fails == "state-write":
+
+        class Failed:
+            def result(self, timeout: float | None = None) -> None:
+                raise OSError("No space left on device")
+
+        state = Failed()
+    else:
+        real_sync = DirSync.sync
+
+        def failing_sync(self: DirSync) -> None:
+            if self.folder.endswith("commits"):
+                raise OSError("No space left on device")
+            real_sync(self)
+
+        monkeypatch.setattr(DirSync, "sync", failing_sync)
+
+        class Done:
+            def result(self, timeout: float | None = None) -> None:
+                return None
+
+        state = Done()
+    visible, durable = cp.write_commit_async(0, {"eventTimeMaxMs": {}}, after=[state])
+    with pytest.raises(OSError, match="No space"):
+        durable.result(10)
+    if fails == "state-write":  # the state is not durable: no marker
+        with pytest.raises(OSError, match="No space"):
+            visible.result(10)
+        assert os.listdir(tmp_path / "commits") == []
+    else:  # visible, not durable: its sources are never told (the engine waits for durable first)
+        visible.result(10)
+        assert os.listdir(tmp_path / "commits") == ["0"]
+    cp.close()

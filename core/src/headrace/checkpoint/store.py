@@ -305,14 +305,15 @@ class Checkpoint:
             purge(self._p("offsets"), self._p("commits"), old)
 
     def write_commit_async(self, batch_id: int, info: dict[str, Any] | None = None,
-                           after: Sequence[Any] = ()) -> Future[None]:  # fmt: skip
-        """``write_commit`` on the checkpoint's I/O threads: the future is done once the marker
-        is visible and durable. For a marker whose body is known only after the batch (a
-        watermark's); the others are published as links (``publish_commit``). The marker is
-        written only after ``result()`` of everything in ``after`` returned (the batch's state
-        writes: futures, or pending writes that then run on the I/O thread); if one failed, it
-        is not written and the returned future raises that error."""
-        return self.writer().commit(batch_id, info, after)
+                           after: Sequence[Any] = ()) -> tuple[Future[None], Future[None]]:  # fmt: skip
+        """``write_commit`` on the checkpoint's I/O threads. For a marker whose body is known
+        only after the batch (a watermark's); the others are published as links
+        (``publish_commit``). The marker is written only after ``result()`` of everything in
+        ``after`` returned (the batch's state writes: futures, or pending writes that then run
+        on the I/O thread); if one failed, it is not written and both futures raise that error.
+        Returns two futures: done once the marker is visible (its file fsynced and renamed
+        into place), and once it is durable (its folder fsynced too). Called once per batch."""
+        return self.writer().commit_whole(batch_id, info, after)
 
     def publish_commit(self, batch_id: int) -> Future[None]:
         """Mark batch ``batch_id`` committed: ``commits/<n>`` linked to its durable offsets entry,

@@ -212,28 +212,50 @@ class LogWriter:
 
     def commit(self, batch_id: int, info: dict[str, Any] | None = None,
                after: Sequence[Any] = ()) -> Future[None]:  # fmt: skip
+        """:meth:`commit_whole`'s durable future alone."""
+        return self.commit_whole(batch_id, info, after)[1]
+
+    def commit_whole(self, batch_id: int, info: dict[str, Any] | None = None,
+                     after: Sequence[Any] = ()) -> tuple[Future[None], Future[None]]:  # fmt: skip
         """Write ``commits/<batch_id>`` (with ``info``) whole in the background, after calling
         ``result()`` on everything in ``after`` (futures, or the batch's pending state writes,
         which then run on this thread; a failure fails the marker, which is then not
-        written); the future is done once it is visible and durable. For markers whose body
-        is known only after the batch (a watermark's event-time maxima)."""
-        return self._pool.submit(self._write_commit, batch_id, info, after)
+        written). For markers whose body is known only after the batch (a watermark's
+        event-time maxima). Two futures: *visible* (the marker's file fsynced and renamed into
+        place, as a linked marker is when :meth:`publish_commit` returns) and *durable* (its
+        folder fsynced too). Called once per batch, from the engine's thread."""
+        visible: Future[None] = Future()
+        durable: Future[None] = Future()
+        self._pool.submit(self._write_commit, batch_id, info, after, visible, durable)
+        return visible, durable
 
-    def _write_commit(self, batch_id: int, info: dict[str, Any] | None, after: Sequence[Any] = ()) -> None:
+    def _write_commit(self, batch_id: int, info: dict[str, Any] | None, after: Sequence[Any],
+                      visible: Future[None], durable: Future[None]) -> None:  # fmt: skip
         path = os.path.join(self.commits_dir, str(batch_id))
-        # the marker's temporary file is written and fsynced while the batch's state writes
-        # may still run; only its rename (which makes it visible) waits for them
-        tmp = write_temp(path, commit_json(batch_id, info), durable=self.durable)
         try:
-            for f in after:  # the batch's state is durable before its marker (written here if pending)
-                f.result()
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-        publish(tmp, path)
-        if self.durable:
-            self._commits_sync.sync()
+            # the marker's temporary file is written and fsynced while the batch's state writes
+            # may still run; only its rename (which makes it visible) waits for them
+            tmp = write_temp(path, commit_json(batch_id, info), durable=self.durable)
+            try:
+                for f in after:  # the batch's state is durable before its marker (written here if pending)
+                    f.result()
+                publish(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except BaseException as e:
+            visible.set_exception(e)
+            durable.set_exception(e)
+            return
+        visible.set_result(None)
+        try:
+            if self.durable:
+                self._commits_sync.sync()
+        except BaseException as e:
+            durable.set_exception(e)
+            return
+        durable.set_result(None)
         self._purge_before(batch_id)
 
     def _purge_before(self, batch_id: int) -> None:

@@ -17,7 +17,9 @@ For micro-batch ``n``:
 5. The stateful operators' state versions ``n`` are durable before ``commits/<n>``
    (:meth:`CommitOrder.commit`): waited for, then the marker is linked to ``offsets/<n>``
    (visible at once); with a watermark, whose maxima the marker records, it is written whole in
-   the background after the state writes, and (3) waits for it.
+   the background after the state writes, and (3) waits until it is visible (its content
+   fsynced and renamed into place, as durable as a linked marker is when it appears); its
+   folder's fsync, which makes it durable, only (6) waits for.
 6. ``Source.commit(end)`` of batch ``n`` (which may acknowledge upstream or delete what a
    replay of ``n`` would need) only once ``commits/<n>`` is durable: on the query's thread, in
    batch order, each batch once (:class:`SourceCommits`; Spark defers ``Source.commit`` to the
@@ -174,7 +176,7 @@ class CommitOrder:
             durable = cp.publish_commit(batch_id)  # a hard link: visible now
         else:  # the body records this batch's event-time maxima: written whole, in the background,
             # after the batch's state writes (their fsyncs overlap the sink's write and this marker's)
-            durable = self._marker_in_flight = cp.write_commit_async(batch_id, marker_body, after=state)
+            self._marker_in_flight, durable = cp.write_commit_async(batch_id, marker_body, after=state)
         if crash.point:  # crash tests need the marker durable at the named point
             cp.flush_commits()
             durable.result()
@@ -191,7 +193,9 @@ class CommitOrder:
 
     def _wait_marker(self) -> None:
         """Wait until the last batch's marker is visible, when it was written whole in the
-        background (with a watermark)."""
+        background (with a watermark): renamed into place with its content fsynced, as a
+        linked marker is at once; its folder's fsync, which makes it durable, is waited for
+        only before its sources are told (rule 6)."""
         pending, self._marker_in_flight = self._marker_in_flight, None
         if pending is not None:
             pending.result()
