@@ -16,11 +16,11 @@ import headrace as hr
 from headrace.checkpoint import Checkpoint
 from headrace.connectors.files import read_files
 from headrace.connectors.rate import RateMicroBatchSource
-from headrace.engine.planner import LOOK_AHEAD
+from headrace.engine.planner import LOOK_AHEAD, Planner
 from headrace.options import Integer, Option, OptionSchema
 from headrace.plugins import ConnectorSpec, hookimpl, registry
 from headrace.protocols import Offset, ReadLimit
-from headrace.testing import run_pipeline
+from headrace.testing import run_pipeline, wait_for
 
 PER_BATCH, BATCHES = 10, 20
 
@@ -136,3 +136,77 @@ def test_a_source_without_supports_planning_ahead_is_asked_only_from_committed_s
     # every call after the first starts where the last committed batch ended: never ahead of it
     for start, committed in CommittedStartsSource.seen[1:]:
         assert committed and start == (committed[-1] + 1) * PER_BATCH, (start, committed)
+
+
+def _watermark_query(chk: Path, fn: Any, batches: int = BATCHES) -> hr.StreamingQuery:
+    return (hr.read_stream.format("rate-micro-batch")
+            .options(rowsPerBatch=PER_BATCH, totalRows=PER_BATCH * batches, startTimestamp=0,
+                     advanceMillisPerBatch=1000).load()
+            .with_watermark("timestamp", "2 seconds")
+            .group_by(hr.window("timestamp", "3 seconds")).agg("count(*) AS n")
+            .write_stream.foreach_batch(fn).option("checkpointLocation", str(chk)).output_mode("append")
+            .trigger(available_now=True).start())  # fmt: skip
+
+
+def _entries(chk: Path) -> list[tuple[int, Any, Any, dict[str, Any]]]:
+    cp = Checkpoint(str(chk))
+    out = []
+    for n in cp.batch_ids():
+        e = cp.read_offsets(n)
+        meta = {k: v for k, v in e.metadata.items() if k != "batchTimestampMs"}
+        out.append((n, e.starts, e.ends, meta))
+    return out
+
+
+def test_with_a_watermark_the_next_batch_is_planned_once_a_batch_is_read_as_after_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ahead: dict[int, list[int]] = {}
+    outputs: dict[str, list[tuple[int, int]]] = {}
+
+    def run(name: str) -> None:
+        rows: list[tuple[int, int]] = []
+        chk = tmp_path / name
+
+        def fn(table: pa.Table, batch_id: int) -> None:
+            rows.extend((batch_id, n) for n in table.column("n").to_pylist())
+            if name == "early" and 0 < batch_id < BATCHES - 1:  # the next entry is on its way while this batch runs
+                ahead[batch_id] = wait_for(lambda: [n for n in Checkpoint(str(chk)).batch_ids() if n > batch_id],
+                                           timeout=10, what=f"the entry after batch {batch_id}")  # fmt: skip
+            elif name == "early":
+                ahead[batch_id] = [n for n in Checkpoint(str(chk)).batch_ids() if n > batch_id]
+
+        q = _watermark_query(chk, fn)
+        q.await_termination(60)
+        assert q.exception() is None
+        outputs[name] = rows
+
+    run("early")
+    monkeypatch.setattr(Planner, "enable_next_early", lambda self, limits: None)
+    run("after")
+    assert ahead[0] == []  # the run's first batch is planned alone
+    assert all(ahead[k] == [k + 1] for k in range(1, BATCHES - 1)), ahead  # one batch ahead, written while it runs
+    # the same ranges and watermarks as planning each batch after the one before
+    assert _entries(tmp_path / "early") == _entries(tmp_path / "after")
+    assert outputs["early"] == outputs["after"] and outputs["early"]
+
+
+def test_with_a_watermark_a_stop_forgets_the_batch_planned_early(tmp_path: Path) -> None:
+    chk = tmp_path / "chk"
+    holder: dict[str, hr.StreamingQuery] = {}
+    counts: list[int] = []
+
+    def fn(table: pa.Table, batch_id: int) -> None:
+        counts.extend(table.column("n").to_pylist())
+        if batch_id == 3:
+            holder["q"].stop()
+
+    holder["q"] = q = _watermark_query(chk, fn)
+    q.await_termination(60)
+    cp = Checkpoint(str(chk))
+    assert cp.batch_ids() == cp.committed_ids() == [0, 1, 2, 3]  # the entry planned early is deleted
+    q2 = _watermark_query(chk, lambda t, b: counts.extend(t.column("n").to_pylist()))
+    q2.await_termination(60)
+    whole: list[int] = []
+    _watermark_query(tmp_path / "whole", lambda t, b: whole.extend(t.column("n").to_pylist())).await_termination(60)
+    assert counts == whole and whole  # every window the final watermark closed, once, as without the stop

@@ -72,10 +72,11 @@ def run_loop(run: QueryRun) -> int | None:
         if not all(prepared):
             limits = [ReadLimit.all_available() for _ in sources]
             kind = "once"
-    if kind == "available_now" and not tracker.enabled and all(
-        getattr(s, "supports_planning_ahead", False) for s in sources
-    ):
-        planner.enable_look_ahead(limits)
+    if kind == "available_now" and all(getattr(s, "supports_planning_ahead", False) for s in sources):
+        if tracker.enabled:  # a batch's watermark needs the batch before it read: one batch ahead
+            planner.enable_next_early(limits)
+        else:
+            planner.enable_look_ahead(limits)
 
     last_batch: int | None = None
     while not run.stop.is_set():

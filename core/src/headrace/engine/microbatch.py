@@ -80,7 +80,9 @@ def run_batch(run: QueryRun, p: PlannedBatch) -> None:
     parallel = len(parts) > 1 and mode.parallel()  # reader threads, or the query's thread alone
     read = read_partitions(run.sources, parts, runner.reader_transform, counts, batch_id=batch_id,
                            pool=run.lane if parallel else None, crash=run.crash)  # fmt: skip
-    data = runner.run(read, info, gather=True)
+    ran = run.loop.batches_run
+    # with a watermark, the next batch is planned once this one's rows are read (Planner.plan_next)
+    data = runner.run(read, info, gather=True, after_read=lambda: run.planner.plan_next(p, ran, info.watermark_ms))
     try:
         messages.append(sink.write(batch_id, data))
         runner.require_finished(run.spec.sink_connector)

@@ -327,12 +327,14 @@ class PlanRunner:
             )
 
     def run(self, data: Iterator[pa.RecordBatch], info: BatchInfo, *, gather: bool = False,
-            ) -> Generator[pa.RecordBatch, None, None]:  # fmt: skip
+            after_read: Callable[[], None] | None = None) -> Generator[pa.RecordBatch, None, None]:  # fmt: skip
         """The batch as the sink sees it: the reader's record batches through the suffix, then
         the operators' end-of-batch output. With ``gather`` (micro-batches, whose readers
         applied :attr:`reader_transform`), an aggregation's partial stage runs here over the
         record batches gathered up to :data:`COALESCE_ROWS` rows or :data:`COALESCE_BYTES`;
         without, the readers applied :attr:`prefix_transform` (partials per record batch).
+        ``after_read`` is called once every input row is read and through the stateless steps
+        (the watermarks' event times are known), before the operators' ``finish``.
         Counts the rows handed on in ``self.rows_out``."""
         self.rows_out = 0
         yielded = False
@@ -367,6 +369,8 @@ class PlanRunner:
                     self.rows_out += o.num_rows
                     yielded = True
                     yield o
+        if after_read is not None:
+            after_read()
         for t in self.finish(info):
             for o in t.to_batches():
                 self.rows_out += o.num_rows

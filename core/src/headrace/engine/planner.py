@@ -18,10 +18,17 @@ commit marker is replayed with exactly its recorded range and batch id (planned-
 included: nothing of them was read or committed). When the query stops, the entries planned
 ahead are deleted again, from the last one back, as if they had never been planned.
 
+A query with a watermark cannot plan ahead so far: a batch's watermark depends on the event
+times of the batches before it. Its next batch is planned as soon as the running batch's rows
+are read (:meth:`Planner.plan_next`), when those event times are known: the next entry's
+fsync then overlaps the running batch's state merge, state commit, sink commit and report
+instead of the next batch's start. Its range and watermark are the ones planning it after the
+batch would give (``available_now`` fixes the ranges; the watermark folds in the event times
+of the rows read, which ``finish`` does not change).
+
 Not planned ahead: the first batch of a run (so crash tests timed from its start see the same
-sequence as before), queries with a watermark (a batch's watermark depends on the batches
-before it), and the other triggers (planning early would change the batches of a live
-stream: smaller, as less data has arrived).
+sequence as before), and the other triggers (planning early would change the batches of a
+live stream: smaller, as less data has arrived).
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class Planner:
         self._ahead: deque[PlannedBatch] = deque()
         self._limits: list[ReadLimit] = []
         self._enabled = False
+        self._next_early = False  # with a watermark: the next batch planned once this one's rows are read
         self._dry = False  # the sources had nothing more when planning ahead: stop until the loop asks
 
     def enable_look_ahead(self, limits: list[ReadLimit]) -> None:
@@ -90,6 +98,36 @@ class Planner:
         trigger is ``available_now`` and the plan has no watermark."""
         self._limits = limits
         self._enabled = True
+
+    def enable_next_early(self, limits: list[ReadLimit]) -> None:
+        """Plan the next batch once the running one's rows are read (:meth:`plan_next`), from
+        now on (with these read limits). Called once, by the loop, when the trigger is
+        ``available_now``, the plan has a watermark and every source can plan ahead."""
+        self._limits = limits
+        self._next_early = True
+
+    def plan_next(self, running: PlannedBatch, ran: int, watermark_ms: int | None) -> None:
+        """Plan the batch after ``running`` (whose watermark is ``watermark_ms``) now that its
+        rows are read: its event times are folded into the watermark
+        (``EventTimeTracker.after_batch``, which the end of the batch repeats to the same
+        effect) and the next entry goes to the disk while the
+        running batch merges, commits and reports. Only when enabled, after the run's first
+        batch (``ran``: batches this run has finished), when nothing is planned yet and the
+        sources have more. A source error here is not raised: the loop plans that batch again
+        after the running one, and raises then. Called once per batch, on the query's thread."""
+        if not self._next_early or ran < 1 or self._ahead or self._stop.is_set():
+            return
+        t0 = time.monotonic()
+        try:
+            ends = [s.latest_offset(st, lim) for s, st, lim in zip(self._sources, running.ends, self._limits, strict=True)]
+        except Exception as e:
+            log.debug("query '%s': planning the next batch early failed: %s", self._name, e)
+            return
+        if all(e == st for e, st in zip(ends, running.ends, strict=True)):
+            return
+        self._tracker.after_batch(watermark_ms)
+        self._ahead.append(self.plan(running.batch_id + 1, list(running.ends), ends, t0=t0,
+                                     t_latest=time.monotonic() - t0))  # fmt: skip
 
     def plan(self, batch_id: int, starts: list[Offset], ends: list[Offset], *, t0: float | None = None,
              t_latest: float = 0.0, metadata: dict[str, Any] | None = None, replay: bool = False,
@@ -118,12 +156,16 @@ class Planner:
         return OffsetEntry(p.batch_id, p.starts, ends, int(p.wall * 1000), metadata=p.metadata)
 
     def take(self) -> PlannedBatch | None:
-        """The next batch planned ahead (its clock restarted: it starts now), or None."""
+        """The next batch planned ahead (its clock restarted: it starts now; one planned by
+        :meth:`plan_next` keeps the processing time its entry records, as a replay of it
+        would), or None."""
         if not self._ahead:
             self._dry = False
             return None
         p = self._ahead.popleft()
-        p.wall, p.t0 = time.time(), time.monotonic()
+        if not self._next_early:
+            p.wall = time.time()
+        p.t0 = time.monotonic()
         return p
 
     def fill(self, running: PlannedBatch, ran: int) -> None:
