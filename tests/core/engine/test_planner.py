@@ -170,7 +170,8 @@ def test_with_a_watermark_the_next_batch_is_planned_once_a_batch_is_read_as_afte
 
         def fn(table: pa.Table, batch_id: int) -> None:
             rows.extend((batch_id, n) for n in table.column("n").to_pylist())
-            if name == "early" and 0 < batch_id < BATCHES - 1:  # the next entry is on its way while this batch runs
+            # the next entry is on its way while this batch runs
+            if name == "early" and 0 < batch_id < BATCHES - 1:
                 ahead[batch_id] = wait_for(lambda: [n for n in Checkpoint(str(chk)).batch_ids() if n > batch_id],
                                            timeout=10, what=f"the entry after batch {batch_id}")  # fmt: skip
             elif name == "early":
@@ -185,7 +186,8 @@ def test_with_a_watermark_the_next_batch_is_planned_once_a_batch_is_read_as_afte
     monkeypatch.setattr(Planner, "enable_next_early", lambda self, limits: None)
     run("after")
     assert ahead[0] == []  # the run's first batch is planned alone
-    assert all(ahead[k] == [k + 1] for k in range(1, BATCHES - 1)), ahead  # one batch ahead, written while it runs
+    # one batch ahead, written while it runs
+    assert all(ahead[k] == [k + 1] for k in range(1, BATCHES - 1)), ahead
     # the same ranges and watermarks as planning each batch after the one before
     assert _entries(tmp_path / "early") == _entries(tmp_path / "after")
     assert outputs["early"] == outputs["after"] and outputs["early"]
@@ -208,5 +210,6 @@ def test_with_a_watermark_a_stop_forgets_the_batch_planned_early(tmp_path: Path)
     q2 = _watermark_query(chk, lambda t, b: counts.extend(t.column("n").to_pylist()))
     q2.await_termination(60)
     whole: list[int] = []
-    _watermark_query(tmp_path / "whole", lambda t, b: whole.extend(t.column("n").to_pylist())).await_termination(60)
+    q3 = _watermark_query(tmp_path / "whole", lambda t, b: whole.extend(t.column("n").to_pylist()))
+    q3.await_termination(60)
     assert counts == whole and whole  # every window the final watermark closed, once, as without the stop
