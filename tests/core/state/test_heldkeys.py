@@ -41,7 +41,9 @@ def as_keys(t: pa.Table) -> set[Key]:
 
 def with_orders(t: pa.Table) -> dict[Key, int | None]:
     ts = t.column("ts").cast(pa.int64()).to_pylist()
-    return dict(zip(zip(t.column("id").to_pylist(), ts, strict=True), t.column("__order").to_pylist(), strict=True))
+    return dict(
+        zip(zip(t.column("id").to_pylist(), ts, strict=True), t.column("__order").to_pylist(), strict=True)
+    )
 
 
 def test_held_keys_pop_by_order_and_give_back_their_columns() -> None:
@@ -53,8 +55,13 @@ def test_held_keys_pop_by_order_and_give_back_their_columns() -> None:
     assert len(held) == 4 and held.earliest() == 2
     assert held.lookup(held.prepare(t.slice(1, 2))).tolist() == [True, True]
     out = held.pop_upto(5)
-    assert out.schema.names == ["id", "at", "flag", "__order"] and out.schema.field("at").type == pa.timestamp("ms")
-    assert out.to_pylist() == [{**t.slice(2, 1).to_pylist()[0], "__order": 2}, {**t.slice(0, 1).to_pylist()[0], "__order": 5}]
+    assert out.schema.names == ["id", "at", "flag", "__order"] and out.schema.field(
+        "at"
+    ).type == pa.timestamp("ms")
+    assert out.to_pylist() == [
+        {**t.slice(2, 1).to_pylist()[0], "__order": 2},
+        {**t.slice(0, 1).to_pylist()[0], "__order": 5},
+    ]
     assert held.lookup(held.prepare(t)).tolist() == [False, True, False, True]
     rest = held.all_rows().to_pylist()
     assert sorted(map(str, rest)) == sorted(map(str, [{**t.slice(1, 1).to_pylist()[0], "__order": None},
@@ -68,13 +75,17 @@ def test_held_keys_pop_by_order_and_give_back_their_columns() -> None:
 
 def open_pair(tmp_path: Path, cap: int, interval: int) -> tuple[StateStore, RocksDBStateStore]:
     mem = open_state_store("memory", str(tmp_path / "mem"), KEYS, NONE, snapshot_interval=interval)
-    rdb = RocksDBStateStore(str(tmp_path / "rdb"), KEYS, NONE, held_keys_bytes=cap, snapshot_interval=interval)
+    rdb = RocksDBStateStore(
+        str(tmp_path / "rdb"), KEYS, NONE, held_keys_bytes=cap, snapshot_interval=interval
+    )
     return mem, rdb
 
 
 # caps: every put writes its keys at once (mid-batch), the keys are written now and then, never
 @pytest.mark.parametrize("cap", [1, 120_000, 64 << 20], ids=["cap-every-put", "cap-sometimes", "cap-never"])
-def test_held_keys_match_the_memory_backend_across_evictions_aborts_and_restarts(tmp_path: Path, cap: int) -> None:
+def test_held_keys_match_the_memory_backend_across_evictions_aborts_and_restarts(
+    tmp_path: Path, cap: int
+) -> None:
     rng = random.Random(cap)
     model: dict[Key, int | None] = {}  # key -> order (None: never evicted)
     mem, rdb = open_pair(tmp_path, cap, interval=4)
@@ -94,7 +105,10 @@ def test_held_keys_match_the_memory_backend_across_evictions_aborts_and_restarts
             assert found[0].tolist() == found[1].tolist() == [c in model for c in cand], (v, chunk)
             new = [i for i, c in enumerate(cand) if c not in model]
             nk = k.take(pa.array(new, pa.int64()))
-            ords = [None if cand[i][0] is None and rng.random() < 0.5 else cand[i][1] + rng.choice([0, 5]) for i in new]
+            ords = [
+                None if cand[i][0] is None and rng.random() < 0.5 else cand[i][1] + rng.choice([0, 5])
+                for i in new
+            ]
             for s in (mem, rdb):
                 s.put(nk, no_values(len(new)), pa.array(ords, pa.int64()), absent=True)
             model.update((cand[i], o) for i, o in zip(new, ords, strict=True))
@@ -129,7 +143,7 @@ def test_held_keys_match_the_memory_backend_across_evictions_aborts_and_restarts
         for s in (mem, rdb):
             s.load(v)
         low = rdb.earliest_order()
-        ords = [o for o in model.values() if o is not None]
+        ords: list[int] = [o for o in model.values() if o is not None]
         assert (low is None and not ords) or (low is not None and low <= min(ords, default=2**62))
         v += 1
     assert with_orders(rdb.scan()) == with_orders(mem.scan()) == model
@@ -170,11 +184,12 @@ def test_held_keys_option_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="held_keys_bytes"):
         RocksDBStateStore(str(tmp_path), KEYS, NONE, held_keys_bytes=-1)
     s = open_state_store("rocksdb", str(tmp_path), KEYS, NONE, options={"rocksdbHeldKeysMB": 0})
+    assert isinstance(s, RocksDBStateStore)
     s.load(-1)
     k = key_table([(1, 1)])
     s.get(k)
     s.put(k, no_values(1), pa.array([1], pa.int64()), absent=True)
-    assert s._held_keys is None and s._rows == 1  # 0: nothing is held  # type: ignore[attr-defined]
+    assert s._held_keys is None and s._rows == 1  # 0: nothing is held
     s.close()
 
 
