@@ -143,8 +143,8 @@ def test_held_keys_match_the_memory_backend_across_evictions_aborts_and_restarts
         for s in (mem, rdb):
             s.load(v)
         low = rdb.earliest_order()
-        ords: list[int] = [o for o in model.values() if o is not None]
-        assert (low is None and not ords) or (low is not None and low <= min(ords, default=2**62))
+        live = [o for o in model.values() if o is not None]
+        assert (low is None and not live) or (low is not None and low <= min(live, default=2**62))
         v += 1
     assert with_orders(rdb.scan()) == with_orders(mem.scan()) == model
     assert (held_most == 0) == (cap == 1)  # (a cap of 1 byte: every put's keys are written at once)
