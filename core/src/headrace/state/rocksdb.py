@@ -53,6 +53,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.errors import CheckpointError, HeadraceError
+from headrace.state.backends import DEFAULT_HELD_KEYS_MB
 from headrace.state.heldkeys import HeldKeys
 from headrace.state.keyindex import fixed_width_keys
 from headrace.state.rocksdb_codec import (
@@ -70,17 +71,12 @@ from headrace.state.rocksdb_codec import (
 from headrace.state.store import StateStore
 from headrace.state.version_files import ORDER_COLUMN, list_versions, remove_quietly
 
-__all__ = ["DEFAULT_HELD_KEYS_MB", "RocksDBStateStore"]
+__all__ = ["RocksDBStateStore"]
 
 log = logging.getLogger(__name__)
 
 _META = b"mstate"
 _META_FORMAT = 1
-
-#: the memory (MiB) a store of keys without values (a deduplication's) may hold new keys in
-#: before writing them to its database (the writer option ``rocksdbHeldKeysMB``): ~100 bytes a
-#: key of one column, so ~600k keys
-DEFAULT_HELD_KEYS_MB = 64
 
 
 class _Unopenable(CheckpointError):
