@@ -28,6 +28,13 @@ clean older version (nothing written since; its changelogs restore it) or dirty 
 checkpoint). Held rows of the committed version are written with a clean ``mstate`` in the
 same write batch.
 
+A deduplication's new keys (``put(absent=True)`` of a store without values, keys of integer,
+temporal and boolean columns) are held in memory likewise (:class:`HeldKeys`: a numpy key set
+and event-time index): lookups check them first and ask the database only for the others (and
+only when it has rows), the watermark evicts them from memory with no database write, and
+they are written in one write batch only when their memory exceeds ``held_keys_bytes`` (the
+writer option ``rocksdbHeldKeysMB``), at a snapshot and at the close.
+
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,
 cheap) is taken as ``snapshot/<version>.rocksdb``. To load version ``v`` the store uses the
