@@ -850,7 +850,8 @@ class RocksDBStateStore(StateStore):
 
     def settle(self) -> None:
         """As ``StateStore.settle``, and the held rows of the committed version written (the
-        deferred work of an earlier batch, which a bench keeps out of the batches it times)."""
+        deferred work of an earlier batch, which a bench keeps out of the batches it times).
+        Held keys stay held: most leave by eviction, which writes nothing."""
         super().settle()
         if self._held is not None and not self._dirty and self.version is not None:
             self._write_held()
