@@ -10,5 +10,5 @@ BACKENDS = ("memory", "rocksdb")
 
 #: the memory (MiB) a RocksDB store of keys without values (a deduplication's, keys of integer,
 #: temporal and boolean columns) may hold new keys in before writing them to its database (the
-#: writer option ``rocksdbHeldKeysMB``): ~100 bytes a key of one or two columns, so ~600k keys
+#: writer option ``rocksdbHeldKeysMB``): ~130 bytes a key of one or two columns, so ~500k keys
 DEFAULT_HELD_KEYS_MB = 64
