@@ -329,9 +329,14 @@ def test_untranslatable_step_refused_before_start(spark: Any, tmp_path: Path, ca
 
 
 def test_engine_only_writer_option_refused(spark: Any, tmp_path: Path) -> None:
-    w = _stream(_input(tmp_path)).write_stream.format("noop").option("stateStore", "rocksdb")
+    src = _input(tmp_path)
+    w = _stream(src).write_stream.format("noop").option("stateStore", "rocksdb")
     with pytest.raises(UnsupportedError, match="stateStore='rocksdb' is headrace's engine's own; on Spark set "
                                                "spark.sql.streaming.stateStore.providerClass"):  # fmt: skip
+        w.start(engine=spark)
+    w = _stream(src).write_stream.format("noop").option("rocksdbHeldKeysMB", 8)
+    with pytest.raises(UnsupportedError, match="rocksdbHeldKeysMB=8 is headrace's engine's own; on Spark set "
+                                               r"spark.sql.streaming.stateStore.rocksdb.\*"):  # fmt: skip
         w.start(engine=spark)
 
 

@@ -129,3 +129,34 @@ def test_every_hostile_interval_parses_to_a_positive_int_or_is_a_problem(value: 
         assert parsed.state_snapshot_interval == 10
     else:
         assert type(parsed.state_snapshot_interval) is int and parsed.state_snapshot_interval >= 1
+
+
+HELD_BAD = [(-1, "minimum 0"), ("2.5", "not an integer"), ("lots", "not an integer"), (True, "not an integer")]
+
+
+@pytest.mark.parametrize(("value", "why"), HELD_BAD, ids=[repr(v) for v, _ in HELD_BAD])
+def test_a_bad_rocksdb_held_keys_mb_is_refused_before_any_io(value: Any, why: str, tmp_path: Path) -> None:
+    with pytest.raises(OptionsError, match=f"rocksdbHeldKeysMB: .*{why}.*0 or more") as e:
+        _start("delta", tmp_path, {"rocksdbHeldKeysMB": value, "stateStore": "rocksdb"},
+               lambda s: s.drop_duplicates("n"))  # fmt: skip
+    assert "unknown option" not in str(e.value)
+    assert not (tmp_path / "chk").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("value", "held"), [(None, True), ("0", False)], ids=["default", "none-held"])
+def test_rocksdb_held_keys_mb_reaches_the_deduplication_state(value: Any, held: bool, tmp_path: Path) -> None:
+    """A deduplication's RocksDB state holds its new keys in memory by default; with
+    ``rocksdbHeldKeysMB`` 0 it writes every batch's keys to its database."""
+    options: dict[str, Any] = {"stateStore": "rocksdb"}
+    if value is not None:
+        options["rocksdbHeldKeysMB"] = value
+    q = _start("memory", tmp_path, options, lambda s: s.drop_duplicates("n"))
+    stream = memory_stream(q.name)
+    try:
+        stream.add(pa.table({"user": ["a", "b"], "n": [1, 2]}, schema=SCHEMA))
+        q.process_all_available(60)
+        store = q._run.runner.operators[0].store  # type: ignore[union-attr]
+        assert (store._held_keys is not None) == held and len(store) == 2
+    finally:
+        q.stop()
+    assert q.exception() is None, q.exception()

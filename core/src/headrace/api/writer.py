@@ -20,7 +20,7 @@ from headrace.options import Boolean, Integer
 from headrace.plugins import registry
 from headrace.progress import QueryProgress
 from headrace.query import StreamingQuery, Trigger
-from headrace.state.backends import BACKENDS
+from headrace.state.backends import BACKENDS, DEFAULT_HELD_KEYS_MB
 
 if TYPE_CHECKING:
     from headrace.api.stream_frame import StreamFrame
@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 
 # Options the engine consumes itself on the writer side (not passed to the sink's schema).
 ENGINE_WRITER_OPTIONS = ("checkpointLocation", "queryName", "checkpointFsync", "stateStore", "stateSnapshotInterval",
-                         "multipleWatermarkPolicy", "spark.sql.streaming.multipleWatermarkPolicy")  # fmt: skip
+                         "rocksdbHeldKeysMB", "multipleWatermarkPolicy",
+                         "spark.sql.streaming.multipleWatermarkPolicy")  # fmt: skip
 #: Spark's spark.sql.streaming.multipleWatermarkPolicy values
 WATERMARK_POLICIES = ("min", "max")
 STATE_STORES = BACKENDS  # the state store backends, defined once in headrace.state.backends
@@ -44,7 +45,8 @@ class EngineWriterOptions:
     """The engine's own writer options, parsed: ``checkpointFsync`` (fsync checkpoint and state
     files), ``stateStore`` (``memory`` or ``rocksdb``), ``stateSnapshotInterval`` (the least
     number of changelogs a stateful operator writes between two snapshots of its state),
-    ``multipleWatermarkPolicy`` (``min`` or ``max``: how the watermarks of several
+    ``rocksdbHeldKeysMB`` (the memory, MiB, a deduplication's RocksDB state may hold new keys
+    in before writing them to its database; 0: none are held), ``multipleWatermarkPolicy`` (``min`` or ``max``: how the watermarks of several
     watermarked inputs make the query's, Spark's ``spark.sql.streaming.multipleWatermarkPolicy``;
     also read under that Spark name)."""
 
@@ -52,6 +54,7 @@ class EngineWriterOptions:
     state_store: str = "memory"
     state_snapshot_interval: int = DEFAULT_SNAPSHOT_INTERVAL
     watermark_policy: str = "min"
+    rocksdb_held_keys_mb: int = DEFAULT_HELD_KEYS_MB
 
 
 def parse_engine_options(options: Mapping[str, Any]) -> tuple[EngineWriterOptions, list[OptionProblem]]:
@@ -94,6 +97,16 @@ def parse_engine_options(options: Mapping[str, Any]) -> tuple[EngineWriterOption
                 "snapshots of its state"))  # fmt: skip
         else:
             out = replace(out, state_snapshot_interval=n)
+    if "rocksdbheldkeysmb" in lower:
+        try:
+            mb = Integer(min=0).parse(lower["rocksdbheldkeysmb"])
+        except ValueError as e:
+            problems.append(OptionProblem(
+                "rocksdbHeldKeysMB", f"{e}; give a whole number of MiB, 0 or more (default {DEFAULT_HELD_KEYS_MB}): "
+                "the memory a deduplication's RocksDB state may hold new keys in before writing them to its "
+                "database (0: every batch's keys are written)"))  # fmt: skip
+        else:
+            out = replace(out, rocksdb_held_keys_mb=mb)
     return out, problems
 # Sinks that run without a checkpointLocation (a temporary one is used), as in Spark.
 _NO_CHECKPOINT_NEEDED = {"memory", "console", "noop", "foreach_batch"}
@@ -301,6 +314,7 @@ class DataStreamWriter:
             state_store=engine.state_store,
             watermark_policy=engine.watermark_policy,
             state_snapshot_interval=engine.state_snapshot_interval,
+            rocksdb_held_keys_mb=engine.rocksdb_held_keys_mb,
             sink_connector=spec.name,
             sink_class=sink_class,
             sink_options=sink_opts,

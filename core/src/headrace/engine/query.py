@@ -49,6 +49,7 @@ from headrace.errors import (
 )
 from headrace.options import Options
 from headrace.progress import QueryProgress
+from headrace.state.backends import DEFAULT_HELD_KEYS_MB
 from headrace.transforms.operator import Operator
 from headrace.transforms.stateless import MapBatchesOperator, Transform
 
@@ -85,6 +86,7 @@ class StreamingQuery:
         state_store: str = "memory",
         state_snapshot_interval: int = 10,
         watermark_policy: str = "min",
+        rocksdb_held_keys_mb: int = DEFAULT_HELD_KEYS_MB,
     ) -> None:
         if not sources:
             raise HeadraceError("a query needs at least one source")
@@ -106,6 +108,7 @@ class StreamingQuery:
             checkpoint_fsync=checkpoint_fsync,
             state_store=state_store,
             state_snapshot_interval=state_snapshot_interval,
+            rocksdb_held_keys_mb=rocksdb_held_keys_mb,
             keep_progress=keep_progress,
             watermark_policy=watermark_policy,
         )

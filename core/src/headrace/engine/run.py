@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from headrace.errors import redact
+from headrace.state.backends import DEFAULT_HELD_KEYS_MB
 
 if TYPE_CHECKING:
     from headrace.checkpoint import Checkpoint
@@ -68,6 +69,7 @@ class QuerySpec:
     checkpoint_fsync: bool = True
     state_store: str = "memory"
     state_snapshot_interval: int = 10
+    rocksdb_held_keys_mb: int = DEFAULT_HELD_KEYS_MB  # rocksdbHeldKeysMB (headrace.state.rocksdb)
     keep_progress: int = 100
     watermark_policy: str = "min"  # multipleWatermarkPolicy (headrace.engine.watermark)
 

@@ -176,6 +176,7 @@ def operator_context(spec: QuerySpec, query_id: str, cp: Checkpoint, runner: Pla
     """The context of the plan's operator number ``index`` (its state folder, options)."""
     options: dict[str, Any] = {"checkpointFsync": spec.checkpoint_fsync,
                                "stateSnapshotInterval": spec.state_snapshot_interval,
+                               "rocksdbHeldKeysMB": spec.rocksdb_held_keys_mb,
                                **runner.operator_options(index)}  # fmt: skip
     if op.stateful:
         options["lastCommittedBatch"] = max(cp.committed_ids(), default=-1)

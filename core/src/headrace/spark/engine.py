@@ -84,6 +84,7 @@ _SPARK_SINKS = frozenset({"memory", "console", "noop"})
 _ENGINE_ONLY = {
     "statestore": "spark.sql.streaming.stateStore.providerClass (a Spark session setting)",
     "statesnapshotinterval": "spark.sql.streaming.stateStore.minDeltasForSnapshot (a Spark session setting)",
+    "rocksdbheldkeysmb": "spark.sql.streaming.stateStore.rocksdb.* (Spark's RocksDB state store's session settings)",
 }
 
 

@@ -325,6 +325,11 @@ class FixedKeyIndex:
     def live_slots(self) -> np.ndarray:
         return self._table[self._table >= 0]
 
+    def key_rows(self, slots: np.ndarray) -> np.ndarray:
+        """The keys at ``slots`` (live), a row each: the k int64 values (0 where null), then
+        the null bits (bit j: column j is null)."""
+        return np.take(self._kd, slots, axis=0)
+
     def __len__(self) -> int:
         return self._live
 

@@ -28,6 +28,13 @@ clean older version (nothing written since; its changelogs restore it) or dirty 
 checkpoint). Held rows of the committed version are written with a clean ``mstate`` in the
 same write batch.
 
+A deduplication's new keys (``put(absent=True)`` of a store without values, keys of integer,
+temporal and boolean columns) are held in memory likewise (:class:`HeldKeys`: a numpy key set
+and event-time index): lookups check them first and ask the database only for the others (and
+only when it has rows), the watermark evicts them from memory with no database write, and
+they are written in one write batch only when their memory exceeds ``held_keys_bytes`` (the
+writer option ``rocksdbHeldKeysMB``), at a snapshot and at the close.
+
 Durability and versioning use the same changelog files as the memory backend; every
 ``snapshot_interval`` versions a RocksDB checkpoint (hard links to the immutable SST files,
 cheap) is taken as ``snapshot/<version>.rocksdb``. To load version ``v`` the store uses the
@@ -53,6 +60,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.errors import CheckpointError, HeadraceError
+from headrace.state.backends import DEFAULT_HELD_KEYS_MB
+from headrace.state.heldkeys import HeldKeys
+from headrace.state.keyindex import fixed_width_keys
 from headrace.state.rocksdb_codec import (
     Damaged,
     check_encodings,
@@ -165,7 +175,14 @@ class RocksDBStateStore(StateStore):
 
     backend = "rocksdb"
 
-    def __init__(self, path: str, key_schema: pa.Schema, value_schema: pa.Schema, **kwargs: Any) -> None:
+    def __init__(self, path: str, key_schema: pa.Schema, value_schema: pa.Schema, *,
+                 held_keys_bytes: int | None = None, **kwargs: Any) -> None:  # fmt: skip
+        """``held_keys_bytes``: the memory a store of keys without values (of integer, temporal
+        and boolean columns) may hold new keys in, see :meth:`_hold_new_keys` (0: none are
+        held; None: :data:`DEFAULT_HELD_KEYS_MB` MiB)."""
+        cap = DEFAULT_HELD_KEYS_MB << 20 if held_keys_bytes is None else held_keys_bytes
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+            raise ValueError(f"held_keys_bytes must be a whole number of bytes, 0 or more, not {held_keys_bytes!r}")
         try:
             import rocksdict
         except ImportError:
@@ -189,6 +206,12 @@ class RocksDBStateStore(StateStore):
         # keys (an open window's): see _put. Only for stores with values (not deduplications')
         self._held: _Held | None = None
         self._hold_puts = bool(len(value_schema))
+        # new keys of a store without values (a deduplication's) held in memory, up to this
+        # many bytes, see _hold_new_keys; ``_absent``: the keys of the put(absent=True) under way
+        self._held_keys: HeldKeys | None = None
+        self._held_keys_cap = cap if not len(value_schema) and fixed_width_keys(key_schema) else 0
+        self._absent: pa.Table | None = None
+        self._absent_prepared: tuple[pa.Table, Any] | None = None
         self._write_opts = self._rocksdict.WriteOptions()
         # no RocksDB write-ahead log: the changelog files are the durable record. A process
         # that dies loses the memtable, so the database reopens as of its last flush: a
@@ -332,7 +355,7 @@ class RocksDBStateStore(StateStore):
 
     # ------------------------------------------------------------------ operations
     def __len__(self) -> int:
-        return self._rows
+        return self._rows + (len(self._held_keys) if self._held_keys is not None else 0)
 
     def _lookup(self, keys: pa.Table) -> tuple[list[bytes], list[Any], list[bytes], np.ndarray | None]:
         """(encoded keys, their rows or None, their database keys, the database keys' order
@@ -348,6 +371,9 @@ class RocksDBStateStore(StateStore):
         return found
 
     def _known_absent(self, keys: pa.Table) -> None:
+        if self._held_keys_cap:
+            self._absent = keys  # (held by the _put that follows)
+            return
         n = keys.num_rows
         last = self._last
         if last is not None and last[0] is keys:  # the keys just looked up (all of them new)
@@ -408,6 +434,8 @@ class RocksDBStateStore(StateStore):
         return None
 
     def get(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        if self._held_keys_cap:
+            return self._get_keys(keys)
         held = self._holds(keys)
         if held is not None:  # the keys the last put wrote: their rows are the held ones
             self.work.rows_looked_up += keys.num_rows
@@ -423,6 +451,76 @@ class RocksDBStateStore(StateStore):
         self._last_orders = (keys, ords, has)
         return pa.Table.from_arrays(arrays, schema=self.value_schema), found
 
+    def _get_keys(self, keys: pa.Table) -> tuple[pa.Table, np.ndarray]:
+        """``get`` of a store whose new keys are held (:meth:`_hold_new_keys`): the keys are
+        looked up among the held ones first (numpy), and in the database only those not held,
+        and only when the database has rows."""
+        n = keys.num_rows
+        self.work.rows_looked_up += n
+        self._last = self._last_orders = None
+        held = self._held_keys
+        if held is not None and len(held):
+            prepared = held.prepare(keys)
+            self._absent_prepared = (keys, prepared)  # (for the put of the new ones, when all are)
+            found = held.lookup(prepared)
+        else:
+            self._absent_prepared = None
+            found = np.zeros(n, np.bool_)
+        if self._rows:
+            miss = np.flatnonzero(~found)
+            if len(miss):
+                kbs = self._keys.encode(keys if len(miss) == n else keys.take(pa.array(miss)))
+                dks = self._keys.data_keys(kbs)
+                found[miss] = present(self._get_many(dks, _key_order(dks)))
+        return pa.Table.from_arrays([], schema=self.value_schema), found
+
+    def _hold_new_keys(self, keys: pa.Table, order: pa.Array) -> None:
+        """``put(absent=True)`` of a store without values (a deduplication's new keys): the
+        keys are held in memory (:class:`HeldKeys`), not written to the database. A held key
+        that the watermark passes is evicted from memory (no database write at all); held keys
+        are written to the database in one write batch when they use more than the cap
+        (``held_keys_bytes``), at a snapshot and at the close. Meanwhile the database lags the
+        state by them, so a commit leaves its ``mstate`` as it is (see
+        :meth:`_commit_backend`); the changelogs stay the durable record."""
+        held = self._held_keys
+        if held is None:
+            held = self._held_keys = HeldKeys(self.key_schema)
+        cached, self._absent_prepared = self._absent_prepared, None
+        held.add(cached[1] if cached is not None and cached[0] is keys else held.prepare(keys), order)
+        if held.nbytes() > self._held_keys_cap:
+            self._write_held_keys()
+
+    def _write_held_keys(self) -> None:
+        """Write the held keys (if any) to the database in one write batch, and hold none
+        (their memory is released). When the store has no uncommitted change, the database
+        then holds exactly the committed version: its ``mstate`` says so in the same batch."""
+        held, self._held_keys = self._held_keys, None
+        self._absent_prepared = None
+        if held is None or not len(held):
+            return
+        self._last = self._last_orders = None
+        rows = held.all_rows()
+        kbs = self._keys.encode(rows.select(self.key_schema.names))
+        dks = self._keys.data_keys(kbs)
+        n = len(kbs)
+        values = pa.Table.from_arrays([], schema=self.value_schema)
+        order = rows.column(ORDER_COLUMN).combine_chunks()
+        wb = self._rows_batch(kbs, dks, _key_order(dks), np.zeros(n, np.int64), np.zeros(n, np.bool_), values, order)
+        self._rows += n
+        self._write_deferred(wb)
+
+    def _write_deferred(self, wb: Any) -> None:
+        """Write ``wb``, rows held back from the database until now: with a clean ``mstate``
+        of the committed version when the store has no uncommitted change (the database then
+        holds exactly that version), else as any write (marking the database dirty)."""
+        if not self._dirty and self.version is not None:
+            self._db_version = self.version if self.version >= 0 else None
+            self._db_dirty = False
+            self._meta(wb, dirty=False)
+            self._db.write(wb)
+        else:
+            self._write(wb)
+
     def _put(self, keys: pa.Table, values: pa.Table, order: pa.Array) -> None:
         """Rows put are held back from the database (when the store has values and is not
         restoring): a later put of exactly the same keys (every batch of an open window, as a
@@ -434,6 +532,11 @@ class RocksDBStateStore(StateStore):
         :meth:`_commit_backend`."""
         if isinstance(order, pa.ChunkedArray):
             order = order.combine_chunks()
+        absent, self._absent = self._absent, None
+        if absent is not None and absent is keys:
+            self._hold_new_keys(keys, order)
+            return
+        self._write_held_keys()  # (other puts: the keys may be held)
         hold = self._hold_puts and values.schema.types == self.value_schema.types
         held = self._holds(keys) if hold else None
         if held is not None:
@@ -483,14 +586,9 @@ class RocksDBStateStore(StateStore):
         if held is None:
             return
         self._last = self._last_orders = None
-        wb = self._rows_batch(held.kbs, held.dks, held.perm, held.db_order, held.db_has, held.values, held.order)
-        if not self._dirty and self.version is not None:
-            self._db_version = self.version if self.version >= 0 else None
-            self._db_dirty = False
-            self._meta(wb, dirty=False)
-            self._db.write(wb)
-        else:
-            self._write(wb)
+        self._write_deferred(
+            self._rows_batch(held.kbs, held.dks, held.perm, held.db_order, held.db_has, held.values, held.order)
+        )
 
     def _drop_held(self) -> None:
         """Forget the held rows (their batch is restored from files instead)."""
@@ -500,6 +598,7 @@ class RocksDBStateStore(StateStore):
 
     def _remove(self, keys: pa.Table) -> int:
         self._write_held()
+        self._write_held_keys()
         kbs, old, _, _ = self._lookup(keys)
         self._last = self._last_orders = None
         hit = present(old)
@@ -528,10 +627,12 @@ class RocksDBStateStore(StateStore):
         not open (before a batch loads it), an eviction may be due."""
         if self._db is None:
             return -(2**63)
-        first = self._first_indexed()
-        low = self._held.first_order() if self._held is not None else None
-        if low is not None:
-            first = low if first is None else min(first, low)
+        # (a store holding new keys has no index entry in its database when it has no row there)
+        first = self._first_indexed() if self._rows or not self._held_keys_cap else None
+        for low in (self._held.first_order() if self._held is not None else None,
+                    self._held_keys.earliest() if self._held_keys is not None else None):  # fmt: skip
+            if low is not None:
+                first = low if first is None else min(first, low)
         return first
 
     def _first_indexed(self) -> int | None:
@@ -545,6 +646,17 @@ class RocksDBStateStore(StateStore):
         return dec_order(k[1:9])
 
     def _evict(self, upto: int) -> pa.Table:
+        keys = self._held_keys
+        if keys is None or not len(keys):
+            return self._evict_db(upto)
+        out = keys.pop_upto(upto)  # held keys leave memory: nothing is written
+        self.work.rows_scanned += out.num_rows
+        if self._rows:  # (a store holding new keys has no index entry in its database without a row there)
+            out = pa.concat_tables([out, self._evict_db(upto)])
+        return out
+
+    def _evict_db(self, upto: int) -> pa.Table:
+        """:meth:`_evict` of the rows in the database."""
         held = self._held
         if held is not None:
             # written first when the eviction may reach a held row, or an index entry of the
@@ -622,6 +734,12 @@ class RocksDBStateStore(StateStore):
 
     def scan(self) -> pa.Table:
         self._write_held()
+        out = self._scan_db()
+        if self._held_keys is not None and len(self._held_keys):
+            out = pa.concat_tables([out, self._held_keys.all_rows()])
+        return out
+
+    def _scan_db(self) -> pa.Table:
         it = self._db.iter()
         it.seek(b"d")
         kbs, raws = [], []
@@ -639,7 +757,7 @@ class RocksDBStateStore(StateStore):
     def memory_used_bytes(self) -> int:
         if self._db is None:
             return 0
-        total = 0
+        total = self._held_keys.nbytes() if self._held_keys is not None else 0
         for prop in ("rocksdb.cur-size-all-mem-tables", "rocksdb.estimate-table-readers-mem", "rocksdb.block-cache-usage"):
             try:
                 total += int(self._db.property_int_value(prop) or 0)
@@ -649,9 +767,9 @@ class RocksDBStateStore(StateStore):
 
     # ------------------------------------------------------------------ versions
     def _commit_backend(self, version: int) -> None:
-        if self._held is not None:
-            # the database lags the state by the held rows: its mstate stays as it is (a clean
-            # older version, nothing having been written since, or dirty)
+        if self._held is not None or (self._held_keys is not None and len(self._held_keys)):
+            # the database lags the state by the held rows or keys: its mstate stays as it is
+            # (a clean older version, nothing having been written since, or dirty)
             return
         wb = self._write_batch()
         self._db_version = version
@@ -666,6 +784,7 @@ class RocksDBStateStore(StateStore):
         """A RocksDB checkpoint of the working database (flushes the memtable, hard-links the
         SST files): ``snapshot/<version>.rocksdb``."""
         self._write_held()  # (the version is committed: the database then holds it, clean)
+        self._write_held_keys()
         if self._db_dirty or self._db_version != version:  # (every write since was of committed batches)
             self._commit_backend(version)
         final = self.snapshot_path(version) + ".rocksdb"
@@ -680,6 +799,7 @@ class RocksDBStateStore(StateStore):
     def _restore(self, version: int) -> None:
         self._last = self._last_orders = None
         self._drop_held()
+        self._held_keys, self._absent, self._absent_prepared = None, None, None
         if self._db is None:
             try:
                 self._open()
@@ -730,19 +850,23 @@ class RocksDBStateStore(StateStore):
 
     def settle(self) -> None:
         """As ``StateStore.settle``, and the held rows of the committed version written (the
-        deferred work of an earlier batch, which a bench keeps out of the batches it times)."""
+        deferred work of an earlier batch, which a bench keeps out of the batches it times).
+        Held keys stay held: most leave by eviction, which writes nothing."""
         super().settle()
         if self._held is not None and not self._dirty and self.version is not None:
             self._write_held()
 
     def close(self) -> None:
         super().close()
-        if self._held is not None and self._db is not None:
+        holding = self._held is not None or (self._held_keys is not None and len(self._held_keys))
+        if holding and self._db is not None:
             if self._dirty or self.version is None:
                 self._drop_held()  # (uncommitted: the changelogs restore what was committed)
+                self._held_keys = None
             else:
                 try:
                     self._write_held()  # the committed version, then flushed as a whole
+                    self._write_held_keys()
                 except Exception as e:  # the changelogs are the record: the next open replays them
                     log.warning("state database %s: writing its last rows before closing failed (%s)",
                                 self._dbdir, e)  # fmt: skip

@@ -673,7 +673,9 @@ def open_state_store(
     """A state store of ``backend`` (``memory`` or ``rocksdb``, the writer option
     ``stateStore``) in ``path``. Called once per operator per query run, in ``open``.
     ``query_id`` (the checkpoint's), ``operator_id`` and ``partition`` are recorded in the
-    folder and in every file it writes, and checked when they are read back."""
+    folder and in every file it writes, and checked when they are read back. ``options``:
+    the backend's tuning, parsed (``rocksdbHeldKeysMB``: the memory in MiB a RocksDB store of
+    a deduplication may hold new keys in; the memory backend takes none)."""
     name = (backend or "memory").lower()
     kwargs: dict[str, Any] = {"retain": retain, "snapshot_interval": snapshot_interval, "durable": durable,
                               "description": description, "operator_spec": operator_spec, "query_id": query_id,
@@ -685,5 +687,7 @@ def open_state_store(
     if name == "rocksdb":
         from headrace.state.rocksdb import RocksDBStateStore
 
-        return RocksDBStateStore(path, key_schema, value_schema, **kwargs)
+        held_mb = (options or {}).get("rocksdbHeldKeysMB")
+        held = None if held_mb is None else int(held_mb) << 20
+        return RocksDBStateStore(path, key_schema, value_schema, held_keys_bytes=held, **kwargs)
     raise UnsupportedError(f"stateStore {backend!r} is not a state store; use one of: {', '.join(BACKENDS)}")

@@ -62,8 +62,8 @@ class OperatorContext:
     the engine; ``None`` for stateless operators. ``state_backend`` is the writer option
     ``stateStore`` (``memory`` or ``rocksdb``). ``retain`` is how many state versions to keep
     (the checkpoint's retention). ``output_mode`` is the query's. ``options`` carries the
-    writer options ``checkpointFsync`` and ``stateSnapshotInterval`` (parsed: a bool, an int of
-    at least 1), for stateful operators ``lastCommittedBatch`` (the checkpoint's last committed
+    writer options ``checkpointFsync``, ``stateSnapshotInterval`` and ``rocksdbHeldKeysMB``
+    (parsed: a bool, an int of at least 1, an int of at least 0), for stateful operators ``lastCommittedBatch`` (the checkpoint's last committed
     batch id, ``-1`` for none) and, after a ``with_watermark``, its ``watermarkColumn`` and
     ``watermarkDelayMs``.
     """

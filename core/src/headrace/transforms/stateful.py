@@ -117,6 +117,7 @@ class StatefulOperator(Operator):
             operator_spec=self.state_spec(),
             query_id=context.query_id,
             operator_id=f"{context.index}:{self.operator_name}",
+            options={k: opts[k] for k in ("rocksdbHeldKeysMB",) if k in opts},
         )
 
     def _no_state_message(self, context: OperatorContext, last: int) -> str:
