@@ -78,8 +78,9 @@ class Layout:
 
 @dataclass(frozen=True)
 class DataFile:
-    """One finished data file: its add action's fields. ``path`` is relative to the table root
-    and URL-encoded, as the log stores it; ``partition_values`` as the log serializes them."""
+    """One finished data file: its add action's fields. ``path`` is relative to the table root,
+    not URL-encoded (delta-rs encodes it in the log); ``partition_values`` as the log
+    serializes them."""
 
     path: str
     size: int
@@ -111,6 +112,14 @@ def _norm(t: pa.DataType) -> Any:
     return t
 
 
+def _stored_as_is(t: pa.DataType) -> bool:
+    """False for a timestamp Delta stores converted (it keeps microseconds, in UTC or without a
+    zone), anywhere in ``t``."""
+    if pa.types.is_timestamp(t):
+        return bool(t.unit == "us" and t.tz in (None, "UTC"))
+    return all(_stored_as_is(t.field(i).type) for i in range(t.num_fields))
+
+
 def direct_schema(schema: pa.Schema, partition_by: Sequence[str]) -> bool:
     """Whether rows of ``schema`` can be written as Parquet files as they are: every type is one
     a Delta table stores exactly (no conversion delta-rs would make: nanosecond or zoned
@@ -129,7 +138,7 @@ def direct_schema(schema: pa.Schema, partition_by: Sequence[str]) -> bool:
         return False
     if back.names != schema.names:
         return False
-    return all(_norm(a.type) == _norm(b.type) for a, b in zip(schema, back, strict=True))
+    return all(_norm(a.type) == _norm(b.type) and _stored_as_is(a.type) for a, b in zip(schema, back, strict=True))
 
 
 # ---------------------------------------------------------------------------------- stats
@@ -403,7 +412,7 @@ class DataFileWriter:
         f.stream.close()
         meta = f.writer.writer.metadata  # the footer just written
         values = tuple((c, partition_text(v)) for c, v in zip(self.layout.partition_by, key, strict=True))
-        self.files.append(DataFile(quote(f.rel, safe="/="), size, values, int(time.time() * 1000), meta.num_rows,
+        self.files.append(DataFile(f.rel, size, values, int(time.time() * 1000), meta.num_rows,
                                    file_stats(meta, self.file_schema, self.layout)))  # fmt: skip
 
 
@@ -426,11 +435,9 @@ def read_back(loc: TableLocation, files: Sequence[DataFile], schema: pa.Schema) 
     """The rows of ``files`` (written with ``schema``'s columns minus the partition columns) as
     record batches of ``schema``, the partition columns restored from the files' values. For the
     commit that cannot add the files as they are (a schema change, a new layout)."""
-    from urllib.parse import unquote
-
     for f in files:
         values = dict(f.partition_values)
-        table = pq.read_table(loc.fs().open_input_file(loc.path(unquote(f.path))))
+        table = pq.read_table(loc.fs().open_input_file(loc.path(f.path)))
         cols = []
         for field in schema:
             if field.name in values:

@@ -21,7 +21,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 
@@ -358,7 +357,7 @@ class DeltaSink(Sink):
         return True
 
     def _delete_written(self, written: Sequence[WrittenFiles]) -> None:
-        delete_files(self.loc, [unquote(f.path) for m in written for f in m.files])
+        delete_files(self.loc, [f.path for m in written for f in m.files])
 
     def _mismatch_hint(self, error: Exception, staged: Sequence[StagedBatch | WrittenFiles]) -> str | None:
         """What differs between the table's columns and the batch's, with the fix (mergeSchema=true
