@@ -41,6 +41,11 @@ DEFAULT_TARGET_FILE_SIZE = 104_857_600
 ROW_GROUP_ROWS = 1 << 17
 """Rows buffered per partition before they are encoded as one Parquet row group."""
 
+DICTIONARY_PAGE_LIMIT = 1 << 17
+"""A column chunk's dictionary grows to this size before the column falls back to plain
+encoding (pyarrow's default, 1 MiB, spends twice the CPU on columns of unique values, such as
+ids, and makes larger files; low-cardinality columns stay dictionary-encoded)."""
+
 DEFAULT_INDEXED_COLUMNS = 32
 """Delta's default ``delta.dataSkippingNumIndexedCols``: the leaf columns with statistics."""
 
@@ -275,7 +280,7 @@ class _OpenFile:
             os.makedirs(os.path.dirname(loc.path(self.rel)), exist_ok=True)
         self.stream = loc.fs().open_output_stream(loc.path(self.rel))
         self.writer = pq.ParquetWriter(self.stream, schema, compression="snappy", write_statistics=True,
-                                       store_schema=True)  # fmt: skip
+                                       store_schema=True, dictionary_pagesize_limit=DICTIONARY_PAGE_LIMIT)  # fmt: skip
 
     def size(self) -> int:
         return int(self.stream.tell())
