@@ -178,3 +178,13 @@ def test_a_crash_around_the_commit_leaves_one_copy_of_each_row(tmp_path: Path, p
     assert referenced <= _on_disk(out)
     if point == "before_sink_commit":  # the dead attempt's files: unreferenced, left for VACUUM
         assert len(_on_disk(out) - referenced) >= 1
+
+
+def test_bounds_python_cannot_hold_leave_the_column_without_stats(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    after_9999 = 253_402_300_800_000_000 + 86_400_000_000 * 400  # microseconds: the year 10001
+    t = pa.table({"ts": pa.array([after_9999, 0], pa.timestamp("us", tz="UTC")), "i": [1, 2]})
+    put(make_sink(out), 0, t)
+    (stats,) = _stats(out)
+    assert stats == {"numRecords": 2, "minValues": {"i": 1}, "maxValues": {"i": 2}, "nullCount": {"i": 0}}
+    assert DeltaTable(out).to_pyarrow_table().num_rows == 2

@@ -229,23 +229,26 @@ def file_stats(meta: pq.FileMetaData, schema: pa.Schema, layout: Layout) -> str:
         hi: Any = None
         null_count = 0
         complete = True
-        for g in groups:
-            s = g.column(col).statistics
-            if s is None or s.null_count is None:
-                complete = False
-                break
-            null_count += s.null_count
-            if s.has_min_max:
-                lo = s.min if lo is None or s.min < lo else lo
-                hi = s.max if hi is None or s.max > hi else hi
-            elif s.num_values:  # values without bounds (NaN only): no bounds for the file
-                lo = hi = None
-                complete = False
-                break
+        try:
+            for g in groups:
+                s = g.column(col).statistics
+                if s is None or s.null_count is None:
+                    complete = False
+                    break
+                null_count += s.null_count
+                if s.has_min_max:
+                    lo = s.min if lo is None or s.min < lo else lo
+                    hi = s.max if hi is None or s.max > hi else hi
+                elif s.num_values:  # values without bounds (NaN only): no bounds for the file
+                    complete = False
+                    break
+            low, high = _stat_value(lo, t, upper=False, raw=raw), _stat_value(hi, t, upper=True, raw=raw)
+        except (ValueError, OverflowError, ArithmeticError) as e:  # a bound Python cannot hold (year 10000)
+            log.debug("delta: no statistics for column %s: %s", ".".join(path), e)
+            continue
         if not complete:
             continue
         _put(nulls, path, null_count)
-        low, high = _stat_value(lo, t, upper=False, raw=raw), _stat_value(hi, t, upper=True, raw=raw)
         if low is not None and high is not None:
             _put(mins, path, low)
             _put(maxs, path, high)
