@@ -111,10 +111,28 @@ def test_user_metadata(tmp_path: Path) -> None:
     assert DeltaTable(out).history(1)[0]["userMetadata"] == "nightly load"
 
 
-def test_aborted_batch_leaves_nothing_staged(tmp_path: Path) -> None:
+def _parquet_files(root: str) -> set[str]:
+    return {str(p.relative_to(root)) for p in Path(root).rglob("*.parquet")}
+
+
+def test_aborted_batch_leaves_nothing_written(tmp_path: Path) -> None:
     out = str(tmp_path / "out")
     state = str(tmp_path / "state")
     sink = make_sink(out, state=state)
+    put(sink, 0, tbl([1]))
+    committed = _parquet_files(out)
+    msg = sink.write(1, iter(tbl([2]).to_batches()))
+    assert _parquet_files(out) > committed  # written into the table's folder, not committed
+    assert read_values(out) == [1]
+    sink.abort(1, [msg])
+    assert _parquet_files(out) == committed
+    assert read_values(out) == [1]
+
+
+def test_aborted_complete_batch_leaves_nothing_staged(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    state = str(tmp_path / "state")
+    sink = make_sink(out, state=state, mode="complete")
     put(sink, 0, tbl([1]))
     msg = sink.write(1, iter(tbl([2]).to_batches()))
     assert os.listdir(os.path.join(state, "staging"))

@@ -1,10 +1,13 @@
 """``DeltaSink``: exactly-once appends (or complete rewrites) of a Delta table.
 
-``write`` stages a batch's rows as an Arrow IPC file in the sink's checkpoint folder (nothing
-is visible in the table yet). ``commit`` writes every staged file of the batch in one Delta
-commit carrying an app transaction ``(txnAppId or query id, txnVersion or batch id)``; a batch
-whose transaction is already in the log is skipped, so a replay after a crash never
-duplicates rows.
+Appends (as Spark's Delta sink): ``write`` encodes the batch's rows as Parquet data files in
+the table's folder as they arrive (no commit references them yet, so no reader sees them) and
+returns their add actions; ``commit`` adds them in one Delta commit carrying an app
+transaction ``(txnAppId or query id, txnVersion or batch id)``. Complete mode, AUTO CDC and
+types a Delta table does not store as they are stage the rows as Arrow IPC in the sink's
+checkpoint folder instead, and ``commit`` writes them with delta-rs. Either way a batch whose
+transaction is already in the log is skipped, so a replay after a crash never duplicates rows;
+the files of an attempt that died before its commit stay unreferenced (VACUUM removes them).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from headrace.errors import HeadraceError, UnsupportedError
 from headrace.helpers.auto_cdc import AutoCdcSpec
 from headrace.options import Options
 from headrace.protocols import CommitMessage, Sink, SinkContext
+from headrace_delta._files import DataFile, DataFileWriter, Layout, delete_files, direct_schema, read_back
 from headrace_delta._options import (
     KEYS,
     MERGE_SCHEMA,
@@ -44,7 +48,11 @@ from headrace_delta._options import (
 from headrace_delta._schema import schema_mismatch_hint
 from headrace_delta._storage import TableLocation
 
-__all__ = ["DeltaSink", "StagedBatch"]
+__all__ = ["DeltaSink", "StagedBatch", "WrittenFiles"]
+
+_WRITER_FEATURES = frozenset({"appendOnly", "invariants", "timestampNtz", "deletionVectors", "changeDataFeed",
+                              "v2Checkpoint", "vacuumProtocolCheck"})  # fmt: skip
+"""Writer features a commit of plain add actions honours (the others: the rows go through delta-rs)."""
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +65,18 @@ class StagedBatch(CommitMessage):
     files: tuple[str, ...]
     num_rows: int
     schema: bytes | None = None
+
+
+@dataclass(frozen=True)
+class WrittenFiles(CommitMessage):
+    """What one ``write`` of an append wrote: Parquet data files in the table's folder, not yet
+    committed, with the batch's Arrow schema and the layout they were written in. Picklable."""
+
+    batch_id: int
+    files: tuple[DataFile, ...]
+    num_rows: int
+    schema: bytes
+    layout: Layout
 
 
 class DeltaSink(Sink):
@@ -102,6 +122,7 @@ class DeltaSink(Sink):
         self._staging = os.path.join(context.state_path, "staging") if context.state_path else None
         self._temp_staging: str | None = None
         self._last_commit: dict[str, Any] = {}
+        self._layout: Layout | None = None  # the table's, as last seen (None: not loaded yet)
 
     def _check_track_history(self, names: Sequence[str]) -> None:
         """Raise when trackHistory(Except)ColumnList names a column the target will not have
@@ -123,11 +144,12 @@ class DeltaSink(Sink):
         os.makedirs(self._staging, exist_ok=True)
         return self._staging
 
-    def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> StagedBatch:
-        """Stage one share of batch ``batch_id`` as an Arrow IPC file; nothing becomes visible.
+    def write(self, batch_id: int, data: Iterator[pa.RecordBatch]) -> StagedBatch | WrittenFiles:
+        """Write one share of batch ``batch_id`` as Parquet data files in the table's folder
+        (appends), or stage it as an Arrow IPC file; nothing becomes visible.
 
         Called once per batch by the local engine (once per task under Spark), maybe in a worker
-        thread. Returns a picklable :class:`StagedBatch` for ``commit``.
+        thread. Returns a picklable :class:`WrittenFiles` or :class:`StagedBatch` for ``commit``.
         """
         seen: list[pa.Schema] = []  # AUTO CDC: the prepared events' schema
         if self.cdc.enabled:
@@ -150,6 +172,10 @@ class DeltaSink(Sink):
             if self.cdc.enabled:  # the prepared schema (the tombstones open their store with it)
                 schema = seen[0] if seen else _prepared_schema(schema, self.cdc)
             return StagedBatch(batch_id, (), 0, schema.serialize().to_pybytes() if schema is not None else None)
+        if self.mode == "append" and not self.cdc.enabled:
+            layout = self._table_layout()
+            if direct_schema(first.schema, layout.partition_by):
+                return self._write_files(batch_id, first, data, layout)
         path = os.path.join(self._staging_dir(), f"{batch_id:010d}-{uuid.uuid4().hex}.arrow")
         rows = 0
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, first.schema) as writer:
@@ -161,6 +187,35 @@ class DeltaSink(Sink):
                 writer.write_batch(b)
                 rows += b.num_rows
         return StagedBatch(batch_id, (path,), rows, first.schema.serialize().to_pybytes())
+
+    def _table_layout(self) -> Layout:
+        """The layout of the table's files (partition columns, statistics columns), loaded from
+        the table on the first write of this sink and kept (a commit that finds it changed
+        writes through delta-rs and loads it again)."""
+        if self._layout is None:
+            self._layout = Layout.of_table(self._table(), self.partition_by)
+        return self._layout
+
+    def _write_files(self, batch_id: int, first: pa.RecordBatch, data: Iterator[pa.RecordBatch],
+                     layout: Layout) -> WrittenFiles:  # fmt: skip
+        """Encode ``first`` and the rest of ``data`` as Parquet data files under the table root
+        (on the writer's thread while this one pulls the next batches); delete them if the
+        share fails."""
+        writer = DataFileWriter(self.loc, first.schema, layout, self.target_file_size)
+        rows = 0
+        try:
+            writer.add(first)
+            rows += first.num_rows
+            for b in data:
+                if b.schema != first.schema:
+                    b = pa.Table.from_batches([b]).cast(first.schema).combine_chunks().to_batches()[0]
+                writer.add(b)
+                rows += b.num_rows
+            files = writer.finish()
+        except BaseException:
+            writer.discard()
+            raise
+        return WrittenFiles(batch_id, tuple(files), rows, first.schema.serialize().to_pybytes(), layout)
 
     # ------------------------------------------------------------------ commit
     def _txn(self, batch_id: int) -> tuple[str, int]:
@@ -185,17 +240,21 @@ class DeltaSink(Sink):
         return None if dt is None else dt.transaction_version(app_id)
 
     def commit(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
-        """Write every staged share of the batch in one Delta commit with the batch's app
-        transaction, unless that transaction is already in the log. Called once per batch on the
-        driver, and again with the same id when a batch is replayed after a crash."""
+        """Commit the batch's data files (or write every staged share) in one Delta commit with
+        the batch's app transaction, unless that transaction is already in the log. Called once
+        per batch on the driver, and again with the same id when a batch is replayed after a
+        crash."""
         from deltalake import CommitProperties, Transaction, write_deltalake
 
         staged = [m for m in messages if isinstance(m, StagedBatch)]
+        written = [m for m in messages if isinstance(m, WrittenFiles)]
+        shares: list[StagedBatch | WrittenFiles] = [*written, *staged]
         app_id, version = self._txn(batch_id)
         # one load of the log per batch, for the transaction check and the write (write_deltalake
         # given a URI would load it again); one run of a query at a time holds its checkpoint
         table = self._table()
         done = self.committed_version(app_id, table)
+        rows = sum(m.num_rows for m in shares)
         try:
             if done is not None and done >= version:
                 log.info("delta: batch %d (txn %s/%d) is already in %s; skipping", batch_id, app_id, version, self.loc.uri)
@@ -203,19 +262,26 @@ class DeltaSink(Sink):
                 if self._tombstones is not None:
                     prepared = _schema_of(staged, None) or _prepared_schema(self.context.schema, self.cdc)
                     self._tombstones.skipped(batch_id, self.cdc.keys, prepared)
-                self._last_commit = {"skipped": True, "numRowsSkipped": sum(m.num_rows for m in staged)}
+                self._last_commit = {"skipped": True, "numRowsSkipped": rows}
+                self._delete_written(written)  # this attempt's files: the committed version has its own
                 return
             if self.cdc.enabled and not any(m.num_rows for m in staged):
                 if self._tombstones is not None:  # its version committed all the same: versions have no gaps
                     prepared = _schema_of(staged, None) or _prepared_schema(self.context.schema, self.cdc)
                     self._tombstones.advance(batch_id, self.cdc.keys, prepared)
                 return  # no events: nothing to apply (a replay of it is a no-op as well)
-            schema = _schema_of(staged, self.context.schema)
+            schema = _schema_of(shares, self.context.schema)
             if schema is None:
                 return  # nothing staged and no schema known: nothing to create or record
+            meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
+            props = CommitProperties(app_transactions=[Transaction(app_id, version)], custom_metadata=meta)
+            if written and self._commit_files(table, written, staged, schema, props):
+                self._last_commit = {"numOutputRows": rows, "numRowsSkipped": 0}
+                return
             readers = [pa.ipc.open_stream(pa.memory_map(f)) for m in staged for f in m.files]
 
             def batches() -> Iterator[pa.RecordBatch]:
+                yield from read_back(self.loc, [f for m in written for f in m.files], schema)
                 for r in readers:
                     for b in r:
                         yield b if b.schema == schema else pa.Table.from_batches([b]).cast(schema).to_batches()[0]
@@ -224,8 +290,6 @@ class DeltaSink(Sink):
                 from headrace_delta._auto_cdc import apply_changes
 
                 events = pa.Table.from_batches(list(batches()), schema=schema)
-                props = CommitProperties(app_transactions=[Transaction(app_id, version)],
-                                         custom_metadata={"userMetadata": self.user_metadata} if self.user_metadata else None)  # fmt: skip
                 self._last_commit = apply_changes(self.loc.uri, events, self.cdc, scd_type=self.scd_type,
                                                   commit_properties=props, storage_options=self.loc.storage_options,
                                                   partition_by=self.partition_by, track_history=self.track_history,
@@ -234,7 +298,6 @@ class DeltaSink(Sink):
                                                   widen=self.merge_schema)  # fmt: skip
                 return
             data = pa.RecordBatchReader.from_batches(schema, batches())
-            meta = {"userMetadata": self.user_metadata} if self.user_metadata is not None else None
             schema_mode: Any = "merge" if self.merge_schema else ("overwrite" if self.overwrite_schema else None)
             write_deltalake(
                 table if table is not None else self.loc.uri,
@@ -244,21 +307,59 @@ class DeltaSink(Sink):
                 schema_mode=schema_mode,
                 storage_options=self.loc.storage_options,
                 target_file_size=self.target_file_size,
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id, version)], custom_metadata=meta
-                ),
+                commit_properties=props,
             )
-            self._last_commit = {"numOutputRows": sum(m.num_rows for m in staged), "numRowsSkipped": 0}
+            self._last_commit = {"numOutputRows": rows, "numRowsSkipped": 0}
+            self._layout = None  # the schema or layout may have changed: load it again on the next write
+            self._delete_written(written)  # read back and written again by delta-rs: unreferenced
         except Exception as e:
             if type(e).__module__.startswith("deltalake") or "Schema" in type(e).__name__:
-                hint = self._mismatch_hint(e, staged)
+                hint = self._mismatch_hint(e, shares)
                 raise HeadraceError(f"writing batch {batch_id} to Delta table {self.loc.uri} failed: "
                                     + (f"{hint} (deltalake: {e})" if hint else str(e))) from e  # fmt: skip
             raise
         finally:
             self._discard(staged, batch_id)
 
-    def _mismatch_hint(self, error: Exception, staged: Sequence[StagedBatch]) -> str | None:
+    def _commit_files(self, table: Any, written: Sequence[WrittenFiles], staged: Sequence[StagedBatch],
+                      schema: pa.Schema, props: Any) -> bool:  # fmt: skip
+        """Add the written data files in one commit (``props``: the app transaction) when they
+        fit the table as it is now: same columns and types (no schema change to make), the
+        layout they were written in, no writer feature that plain add actions would break.
+        False (nothing done) otherwise: the caller writes the rows through delta-rs."""
+        from deltalake import Schema as DeltaSchema
+        from deltalake.transaction import create_table_with_add_actions
+
+        if any(m.files for m in staged) or len({(m.schema, m.layout) for m in written}) != 1:
+            return False  # shares of different shapes (several tasks under Spark): one write of all
+        layout = written[0].layout
+        wanted = tuple(self.partition_by or ())
+        if wanted and wanted != layout.partition_by:
+            return False
+        adds = [f.add_action() for m in written for f in m.files]
+        delta_schema = DeltaSchema.from_arrow(schema)
+        if table is None:
+            if layout.partition_by != wanted:
+                return False
+            create_table_with_add_actions(self.loc.uri, delta_schema, adds, mode="append",
+                                          partition_by=list(layout.partition_by) or None,
+                                          storage_options=self.loc.storage_options,
+                                          commit_properties=props)  # fmt: skip
+            return True
+        now = Layout.of_table(table, self.partition_by)
+        if now != layout:
+            self._layout = now
+            return False
+        if delta_schema.to_json() != table.schema().to_json() or not _plain_appends(table):
+            return False
+        table.create_write_transaction(adds, "append", table.schema(), partition_by=list(layout.partition_by) or None,
+                                       commit_properties=props)  # fmt: skip
+        return True
+
+    def _delete_written(self, written: Sequence[WrittenFiles]) -> None:
+        delete_files(self.loc, [f.path for m in written for f in m.files])
+
+    def _mismatch_hint(self, error: Exception, staged: Sequence[StagedBatch | WrittenFiles]) -> str | None:
         """What differs between the table's columns and the batch's, with the fix (mergeSchema=true
         for new or missing columns), when ``error`` is deltalake refusing the batch's schema."""
         if type(error).__name__ != "SchemaMismatchError" and "Cannot cast schema" not in str(error):
@@ -276,8 +377,20 @@ class DeltaSink(Sink):
         return schema_mismatch_hint(table, data, merge_schema=self.merge_schema)
 
     def abort(self, batch_id: int, messages: Sequence[CommitMessage | None]) -> None:
-        """Delete what the batch staged. Called at most once per failed batch; best effort."""
+        """Delete what the batch staged, and its data files unless its transaction is in the
+        log (a commit that failed after its Delta commit). Called at most once per failed batch;
+        best effort."""
         self._discard([m for m in messages if isinstance(m, StagedBatch)], batch_id)
+        written = [m for m in messages if isinstance(m, WrittenFiles)]
+        if written:
+            app_id, version = self._txn(batch_id)
+            try:
+                done = self.committed_version(app_id)
+            except Exception as e:  # the log cannot be read: keep the files (VACUUM removes orphans)
+                log.debug("delta: reading %s to clean up batch %d failed: %s", self.loc.uri, batch_id, e)
+                return
+            if done is None or done < version:
+                self._delete_written(written)
 
     def _discard(self, staged: Sequence[StagedBatch], batch_id: int) -> None:
         for m in staged:
@@ -311,7 +424,21 @@ class DeltaSink(Sink):
             self._temp_staging = None
 
 
-def _schema_of(staged: Sequence[StagedBatch], fallback: pa.Schema | None) -> pa.Schema | None:
+def _plain_appends(table: Any) -> bool:
+    """Whether adding files to ``table`` needs nothing but their add actions: no CHECK
+    constraints, column mapping, generated or identity columns, row tracking."""
+    proto = table.protocol()
+    conf = table.metadata().configuration or {}
+    if any(k.startswith("delta.constraints.") for k in conf):
+        return False
+    if conf.get("delta.columnMapping.mode", "none") != "none" or conf.get("delta.enableRowTracking") == "true":
+        return False
+    if proto.min_writer_version == 7:
+        return set(proto.writer_features or ()) <= _WRITER_FEATURES
+    return bool(proto.min_writer_version <= 4)
+
+
+def _schema_of(staged: Sequence[StagedBatch | WrittenFiles], fallback: pa.Schema | None) -> pa.Schema | None:
     for m in staged:
         if m.files and m.schema is not None:
             return pa.ipc.read_schema(pa.py_buffer(m.schema))
