@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
               f"CPU {cpu[s]:.2f} s")  # fmt: skip
     print(f"  headrace / raw: {med['raw'] / med['headrace']:.2f} (median), {best['raw'] / best['headrace']:.2f} (best), "
           f"{cpu['raw'] / cpu['headrace']:.2f} (CPU); goal >= 1.0")  # fmt: skip
-    print("  quix, bytewax: missing (not installed here: they pin libraries headrace also uses; no figure)")
+    print("  quix, bytewax: not in this bench yet (no figure); bench/peers_stream.py runs both from their own virtualenvs on other workloads")
 
 
 if __name__ == "__main__":
