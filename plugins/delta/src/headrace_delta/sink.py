@@ -179,11 +179,7 @@ class DeltaSink(Sink):
         path = os.path.join(self._staging_dir(), f"{batch_id:010d}-{uuid.uuid4().hex}.arrow")
         rows = 0
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_stream(sink, first.schema) as writer:
-            writer.write_batch(first)
-            rows += first.num_rows
-            for b in data:
-                if b.schema != first.schema:
-                    b = pa.Table.from_batches([b]).cast(first.schema).combine_chunks().to_batches()[0]
+            for b in _as_first(first, data):
                 writer.write_batch(b)
                 rows += b.num_rows
         return StagedBatch(batch_id, (path,), rows, first.schema.serialize().to_pybytes())
@@ -204,11 +200,7 @@ class DeltaSink(Sink):
         writer = DataFileWriter(self.loc, first.schema, layout, self.target_file_size)
         rows = 0
         try:
-            writer.add(first)
-            rows += first.num_rows
-            for b in data:
-                if b.schema != first.schema:
-                    b = pa.Table.from_batches([b]).cast(first.schema).combine_chunks().to_batches()[0]
+            for b in _as_first(first, data):
                 writer.add(b)
                 rows += b.num_rows
             files = writer.finish()
@@ -459,3 +451,13 @@ def _prepared_schema(schema: pa.Schema | None, cdc: AutoCdcSpec) -> pa.Schema | 
         return prepare(schema.empty_table(), cdc).schema
     except AutoCdcError:
         return None
+
+
+def _as_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``first``, then each batch of ``rest`` cast to ``first``'s schema where it differs (a
+    share's record batches are written as one stream of one schema)."""
+    yield first
+    for b in rest:
+        if b.schema != first.schema:
+            b = pa.Table.from_batches([b]).cast(first.schema).combine_chunks().to_batches()[0]
+        yield b
