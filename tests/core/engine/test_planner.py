@@ -55,16 +55,7 @@ def test_later_batches_are_planned_while_a_batch_runs_and_every_row_arrives_once
 
 def test_a_stop_forgets_the_batches_planned_ahead_and_a_restart_continues_exactly(tmp_path: Path) -> None:
     chk = tmp_path / "chk"
-    seen: list[int] = []
-    holder: dict[str, hr.StreamingQuery] = {}
-
-    def fn(table: pa.Table, batch_id: int) -> None:
-        seen.extend(table.column("value").to_pylist())
-        if batch_id == 3:
-            holder["q"].stop()
-
-    holder["q"] = q = _query(chk, fn)
-    q.await_termination(60)
+    seen = _run_stopped_after_batch_3(_query, chk, "value")
     cp = Checkpoint(str(chk))
     assert cp.batch_ids() == cp.committed_ids() == [0, 1, 2, 3]  # nothing planned ahead is left to replay
     q2 = _query(chk, lambda t, b: seen.extend(t.column("value").to_pylist()))
@@ -148,6 +139,22 @@ def _watermark_query(chk: Path, fn: Any, batches: int = BATCHES) -> hr.Streaming
             .trigger(available_now=True).start())  # fmt: skip
 
 
+def _run_stopped_after_batch_3(make: Any, chk: Path, column: str) -> list[Any]:
+    """Run the query ``make(chk, fn)`` builds, stopping it from batch 3's ``foreach_batch``;
+    the values of ``column`` it output."""
+    out: list[Any] = []
+    holder: dict[str, hr.StreamingQuery] = {}
+
+    def fn(table: pa.Table, batch_id: int) -> None:
+        out.extend(table.column(column).to_pylist())
+        if batch_id == 3:
+            holder["q"].stop()
+
+    holder["q"] = q = make(chk, fn)
+    q.await_termination(60)
+    return out
+
+
 def _entries(chk: Path) -> list[tuple[int, Any, Any, dict[str, Any]]]:
     cp = Checkpoint(str(chk))
     out = []
@@ -195,16 +202,7 @@ def test_with_a_watermark_the_next_batch_is_planned_once_a_batch_is_read_as_afte
 
 def test_with_a_watermark_a_stop_forgets_the_batch_planned_early(tmp_path: Path) -> None:
     chk = tmp_path / "chk"
-    holder: dict[str, hr.StreamingQuery] = {}
-    counts: list[int] = []
-
-    def fn(table: pa.Table, batch_id: int) -> None:
-        counts.extend(table.column("n").to_pylist())
-        if batch_id == 3:
-            holder["q"].stop()
-
-    holder["q"] = q = _watermark_query(chk, fn)
-    q.await_termination(60)
+    counts = _run_stopped_after_batch_3(_watermark_query, chk, "n")
     cp = Checkpoint(str(chk))
     assert cp.batch_ids() == cp.committed_ids() == [0, 1, 2, 3]  # the entry planned early is deleted
     q2 = _watermark_query(chk, lambda t, b: counts.extend(t.column("n").to_pylist()))

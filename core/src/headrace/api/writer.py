@@ -87,27 +87,31 @@ def parse_engine_options(options: Mapping[str, Any]) -> tuple[EngineWriterOption
                 "multipleWatermarkPolicy", f"{lower[policy_key]!r} is not one of {', '.join(WATERMARK_POLICIES)} "
                 "(min: the query's watermark follows the slowest watermarked input, the default; max: the "
                 "fastest, dropping more of the slower inputs' rows as late)"))  # fmt: skip
-    if "statesnapshotinterval" in lower:
-        try:
-            n = Integer(min=1).parse(lower["statesnapshotinterval"])
-        except ValueError as e:
-            problems.append(OptionProblem(
-                "stateSnapshotInterval", f"{e}; give a whole number of batches, at least 1 (default "
-                f"{DEFAULT_SNAPSHOT_INTERVAL}): the least number of changelogs a stateful operator writes between two "
-                "snapshots of its state"))  # fmt: skip
-        else:
-            out = replace(out, state_snapshot_interval=n)
-    if "rocksdbheldkeysmb" in lower:
-        try:
-            mb = Integer(min=0).parse(lower["rocksdbheldkeysmb"])
-        except ValueError as e:
-            problems.append(OptionProblem(
-                "rocksdbHeldKeysMB", f"{e}; give a whole number of MiB, 0 or more (default {DEFAULT_HELD_KEYS_MB}): "
-                "the memory a deduplication's RocksDB state may hold new keys in before writing them to its "
-                "database (0: every batch's keys are written)"))  # fmt: skip
-        else:
-            out = replace(out, rocksdb_held_keys_mb=mb)
+    n = _integer_option(lower, "stateSnapshotInterval", 1, problems,
+                        f"give a whole number of batches, at least 1 (default {DEFAULT_SNAPSHOT_INTERVAL}): the least "
+                        "number of changelogs a stateful operator writes between two snapshots of its state")  # fmt: skip
+    if n is not None:
+        out = replace(out, state_snapshot_interval=n)
+    mb = _integer_option(lower, "rocksdbHeldKeysMB", 0, problems,
+                         f"give a whole number of MiB, 0 or more (default {DEFAULT_HELD_KEYS_MB}): the memory a "
+                         "deduplication's RocksDB state may hold new keys in before writing them to its database "
+                         "(0: every batch's keys are written)")  # fmt: skip
+    if mb is not None:
+        out = replace(out, rocksdb_held_keys_mb=mb)
     return out, problems
+
+
+def _integer_option(lower: Mapping[str, Any], name: str, minimum: int, problems: list[OptionProblem],
+                    hint: str) -> int | None:  # fmt: skip
+    """The whole number given as option ``name`` (at least ``minimum``), or None when it is
+    absent or bad (then a problem naming it, with ``hint``, is appended to ``problems``)."""
+    if name.lower() not in lower:
+        return None
+    try:
+        return int(Integer(min=minimum).parse(lower[name.lower()]))
+    except ValueError as e:
+        problems.append(OptionProblem(name, f"{e}; {hint}"))
+        return None
 # Sinks that run without a checkpointLocation (a temporary one is used), as in Spark.
 _NO_CHECKPOINT_NEEDED = {"memory", "console", "noop", "foreach_batch"}
 

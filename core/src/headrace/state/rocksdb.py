@@ -490,6 +490,14 @@ class RocksDBStateStore(StateStore):
         if held.nbytes() > self._held_keys_cap:
             self._write_held_keys()
 
+    def _keys_held(self) -> bool:
+        """Whether new keys are held in memory (:meth:`_hold_new_keys`), not in the database."""
+        return self._held_keys is not None and len(self._held_keys) > 0
+
+    def _drop_held_keys(self) -> None:
+        """Forget the held keys (their batches are restored from files instead)."""
+        self._held_keys, self._absent, self._absent_prepared = None, None, None
+
     def _write_held_keys(self) -> None:
         """Write the held keys (if any) to the database in one write batch, and hold none
         (their memory is released). When the store has no uncommitted change, the database
@@ -767,7 +775,7 @@ class RocksDBStateStore(StateStore):
 
     # ------------------------------------------------------------------ versions
     def _commit_backend(self, version: int) -> None:
-        if self._held is not None or (self._held_keys is not None and len(self._held_keys)):
+        if self._held is not None or self._keys_held():
             # the database lags the state by the held rows or keys: its mstate stays as it is
             # (a clean older version, nothing having been written since, or dirty)
             return
@@ -799,7 +807,7 @@ class RocksDBStateStore(StateStore):
     def _restore(self, version: int) -> None:
         self._last = self._last_orders = None
         self._drop_held()
-        self._held_keys, self._absent, self._absent_prepared = None, None, None
+        self._drop_held_keys()
         if self._db is None:
             try:
                 self._open()
@@ -858,11 +866,11 @@ class RocksDBStateStore(StateStore):
 
     def close(self) -> None:
         super().close()
-        holding = self._held is not None or (self._held_keys is not None and len(self._held_keys))
+        holding = self._held is not None or self._keys_held()
         if holding and self._db is not None:
             if self._dirty or self.version is None:
                 self._drop_held()  # (uncommitted: the changelogs restore what was committed)
-                self._held_keys = None
+                self._drop_held_keys()
             else:
                 try:
                     self._write_held()  # the committed version, then flushed as a whole

@@ -15,6 +15,7 @@ import decimal
 import json
 import logging
 import math
+import os
 import queue
 import threading
 import time
@@ -278,8 +279,6 @@ class _OpenFile:
         self.rel = f"{folder}/{name}" if folder else name
         self.loc = loc
         if loc.is_local:
-            import os
-
             os.makedirs(os.path.dirname(loc.path(self.rel)), exist_ok=True)
         self.stream = loc.fs().open_output_stream(loc.path(self.rel))
         self.writer = pq.ParquetWriter(self.stream, schema, compression="snappy", write_statistics=True,
