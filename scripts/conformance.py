@@ -3,6 +3,7 @@
 PySpark Structured Streaming and on headrace over many seeds' inputs, compared batch by batch.
 
     .venv/bin/python scripts/conformance.py --seeds 200            # seeds 1..200
+    .venv/bin/python scripts/conformance.py --seeds 200 --session-seeds 1 --driver-memory 3g  # the 200-seed run
     .venv/bin/python scripts/conformance.py --seeds 20 --start 1000 --query session
     .venv/bin/python scripts/conformance.py --minutes 10            # as many seeds as fit
     .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl   # resumable
@@ -204,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
                     "the pairs it already holds (resumable)")  # fmt: skip
     ap.add_argument("--session-seeds", type=int, default=6, help="start a fresh Spark session after this many "
                     "seeds (default 6: one local session's driver (1 GB) fills up after about a dozen)")  # fmt: skip
+    ap.add_argument("--driver-memory", default="1g", help="the Spark driver's heap (default 1g; local mode "
+                    "runs the tasks in the driver, and a long session's state stores and generated "
+                    "classes fill it)")  # fmt: skip
     ap.add_argument("--summary", action="store_true", help="run nothing: summarise the pairs --results holds")
     ap.add_argument(
         "--verbose", action="store_true", help="print every difference of every seed that differs"
@@ -245,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 spark.stop()
                 spark = None
             if spark is None:
-                spark = spark_session()
+                spark = spark_session(args.driver_memory)
                 print(f"Spark session up in {time.monotonic() - started:.1f} s; {len(cases)} query/mode pairs",
                       flush=True)  # fmt: skip
             t = time.monotonic()

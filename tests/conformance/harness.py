@@ -324,9 +324,10 @@ def spark_skip_reason() -> str | None:
     return None
 
 
-def spark_session() -> Any:
+def spark_session(driver_memory: str = "1g") -> Any:
     """A local[2] Spark session in UTC, quiet, 1 shuffle partition; Python workers run this
-    interpreter with the repository on their path (for ``map_batches`` functions)."""
+    interpreter with the repository on their path (for ``map_batches`` functions).
+    ``driver_memory`` is the JVM's heap (local mode: the driver runs the tasks too)."""
     java = _java_home()
     assert java is not None, spark_skip_reason()
     os.environ["JAVA_HOME"] = java
@@ -350,7 +351,7 @@ def spark_session() -> Any:
         # partition is another state store to commit every micro-batch
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
+        .config("spark.driver.memory", driver_memory)
         .config("spark.sql.streaming.pollingDelay", "10ms")
         .config("spark.python.worker.reuse", "true")
         # a Python worker connecting back to the JVM waits this long (default 15 s); on a loaded
