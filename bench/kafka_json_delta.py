@@ -389,13 +389,13 @@ BROKERS = {"mock": "librdkafka's mock cluster", "tansu": "Tansu (Quix Streams ne
 def _report(args: Any, systems: list[str], runs: list[tuple[str, str]], times: dict[tuple[str, str], list[dict[str, float]]],
             errors: dict[tuple[str, str], str], missing: dict[str, str], want: tuple[int, int], load: tuple[float, ...]) -> None:  # fmt: skip
     print(f"Kafka JSON -> from_json -> filter -> Delta: {args.rows:,} messages, {PARTITIONS} partitions, "
-          f"{want[0]:,} rows out, a Delta write every {CHUNK:,}; median / best of {args.rounds}, interleaved, each in "
+          f"{want[0]:,} rows out; median / best of {args.rounds}, interleaved, each in "
           f"its own process; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")  # fmt: skip
     for s, why in missing.items():
         print(f"  {s:12s} not run: {why}")
     for broker in dict.fromkeys(b for b, _ in runs):
         print(f" on {BROKERS[broker]}:")
-        med: dict[str, float] = {}
+        fig: dict[str, tuple[float, float, float]] = {}  # median s, best s, median CPU s
         for b, s in runs:
             if b != broker:
                 continue
@@ -403,22 +403,23 @@ def _report(args: Any, systems: list[str], runs: list[tuple[str, str]], times: d
                 print(f"  {s:12s} failed, no figure: {errors[b, s]}")
                 continue
             got = times[b, s]
-            med[s] = statistics.median(g["seconds"] for g in got)
-            best = min(g["seconds"] for g in got)
-            cpu = statistics.median(g["cpu"] for g in got)
-            line = (f"  {s:12s} {args.rows / med[s]:12,.0f} msgs/s median, {args.rows / best:12,.0f} best, CPU {cpu:.2f} s, "
-                    f"{got[-1]['commits']:.0f} Delta commits")  # fmt: skip
+            med, best = statistics.median(g["seconds"] for g in got), min(g["seconds"] for g in got)
+            fig[s] = (med, best, statistics.median(g["cpu"] for g in got))
+            commits = int(got[-1]["commits"])
+            line = (f"  {s:12s} {args.rows / med:12,.0f} msgs/s median, {args.rows / best:12,.0f} best, "
+                    f"CPU {fig[s][2]:.2f} s, {commits} Delta commit{'s' if commits != 1 else ''}")  # fmt: skip
             if "startup_s" in got[0]:
                 up = statistics.median(g["startup_s"] for g in got)
                 line += (f" (timed from its first message; the start-up before it, {up:.1f} s, apart: "
-                         f"{args.rows / (med[s] + up):,.0f} msgs/s with it)")  # fmt: skip
+                         f"{args.rows / (med + up):,.0f} msgs/s with it)")  # fmt: skip
             print(line)
-        base = "headrace" if "headrace" in med else "raw"
-        for s in med:
-            if base in med and s != base:
+        base = "headrace" if "headrace" in fig else "raw"
+        for s, (med, best, cpu) in fig.items():
+            if base in fig and s != base:
+                b_med, b_best, b_cpu = fig[base]
                 goal = "; goal >= 1.0" if (base, s) == ("headrace", "raw") else ""
-                print(f"  {base} / {s}: {med[s] / med[base]:.2f} (median){goal}")
-        if broker == "tansu" and ("tansu", "headrace") in errors and "quixstreams" in med:
+                print(f"  {base} / {s}: {med / b_med:.2f} (median), {best / b_best:.2f} (best), {cpu / b_cpu:.2f} (CPU){goal}")  # fmt: skip
+        if broker == "tansu" and ("tansu", "headrace") in errors and "quixstreams" in fig:
             print("  headrace / quixstreams: no figure (headrace has none on Tansu, see above; none is estimated "
                   "across brokers)")  # fmt: skip
 
