@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                 spark.stop()
                 spark = None
             if spark is None:
-                spark = spark_session(args.driver_memory)
+                spark = spark_session(args.driver_memory, raw_local_files=True)
                 print(f"Spark session up in {time.monotonic() - started:.1f} s; {len(cases)} query/mode pairs",
                       flush=True)  # fmt: skip
             t = time.monotonic()
