@@ -9,8 +9,8 @@ PySpark Structured Streaming and on headrace over many seeds' inputs, compared b
     .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl   # resumable
     .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl --summary  # what it holds
 
-One Spark session serves several seeds (``--session-seeds``; a fresh one after them, as the
-driver's memory fills up over many streaming queries). Per seed, the input is written once, the seed's cases
+One Spark session serves several seeds (``--session-seeds``; then a fresh one in a fresh JVM,
+as the driver's memory fills up over many streaming queries). Per seed, the input is written once, the seed's cases
 start on Spark as concurrent streaming queries (each with its own checkpoint and its own
 ``foreachBatch`` collection, so concurrency changes no result; ``--parallel`` of them at once)
 and headrace runs the same cases one after another while Spark works; each pair is then
@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -120,6 +121,30 @@ def run_seed(spark: Any, cases: Sequence[Case], data: Input, *, parallel: int) -
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _stop_spark(spark: Any) -> None:
+    """Stop ``spark`` and the JVM under it, so that the next session starts a fresh JVM: a
+    session stopped and started again in the same JVM ran each seed slower than the one before
+    (its heap full of what the earlier sessions left) until it ran out of memory."""
+    from pyspark import SparkContext
+
+    spark.stop()
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    proc = getattr(gateway, "proc", None)
+    gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is not None:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the gateway exits when its stdin closes
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _load_results(path: str | None, by_id: dict[str, Case]) -> dict[tuple[int, str], Outcome]:
     """The pairs a results file already holds (lines of cases no longer in the catalogue, or
     cut short by a stop mid-write, are skipped). A pair whose Spark query failed (a broadcast
@@ -203,8 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=40, help="Spark queries run at once (default 40)")
     ap.add_argument("--results", default=None, help="append each pair's result to this JSON-lines file and skip "
                     "the pairs it already holds (resumable)")  # fmt: skip
-    ap.add_argument("--session-seeds", type=int, default=6, help="start a fresh Spark session after this many "
-                    "seeds (default 6: one local session's driver (1 GB) fills up after about a dozen)")  # fmt: skip
+    ap.add_argument("--session-seeds", type=int, default=6, help="start a fresh Spark session (and JVM) "
+                    "after this many seeds (default 6: one local session's driver (1 GB) fills up after about a dozen)")  # fmt: skip
     ap.add_argument("--driver-memory", default="1g", help="the Spark driver's heap (default 1g; local mode "
                     "runs the tasks in the driver, and a long session's state stores and generated "
                     "classes fill it)")  # fmt: skip
@@ -246,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.minutes is not None and time.monotonic() - started > args.minutes * 60:
                 break
             if spark is not None and seeds_run and seeds_run % max(args.session_seeds, 1) == 0:
-                spark.stop()
+                _stop_spark(spark)
                 spark = None
             if spark is None:
                 spark = spark_session(args.driver_memory, raw_local_files=True)
@@ -271,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
     finally:
         if spark is not None:
-            spark.stop()
+            _stop_spark(spark)
     seeds_seen = sorted({o.seed for outs in results.values() for o in outs})
     print(f"\n== {len(seeds_seen)} seeds ({seeds_run} run now, {time.monotonic() - started:.0f} s), "
           f"{sum(len(v) for v in results.values())} query-seed pairs")  # fmt: skip
