@@ -33,26 +33,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-
-def _fsync_folder(folder: str) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+from headrace.checkpoint import atomic_write
 
 
 def _write_new(folder: str, name: str, data: bytes, *, folder_fsync: bool = True) -> None:
-    tmp = os.path.join(folder, f".{name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, os.path.join(folder, name))
-    if folder_fsync:
-        _fsync_folder(folder)
+    """One file written as the checkpoint writes its files (its own ``atomic_write``)."""
+    atomic_write(os.path.join(folder, name), data, sync_dir=folder_fsync)
 
 
 def _timed(n: int, one: Callable[[int], None]) -> list[float]:
