@@ -20,6 +20,9 @@ Ratios are measured in the same run:
    the fill's rows make due (memory backend: in the background, after the fill's last batch)
    is waited for and reported before the 9 batches run, so that it is not charged to them;
    snapshots the 9 batches make due are included.
+   Beside them, the same per-batch work written directly with numpy and pyarrow on one
+   thread, without a checkpoint (``numpy_floor``: the floor for one core). ``--stages`` times
+   the stages of the query's batches instead (wall and CPU of the query's thread, per batch).
 3. **Memory stays bounded**: the windowed aggregation over 10M rows with a watermark, in a
    child process; its peak RSS next to that of a run over a tenth of the rows.
 
@@ -94,6 +97,59 @@ def duckdb_all(rows: int, per: int, keys: int) -> tuple[float, float]:
     return min(times), statistics.median(times)
 
 
+def numpy_floor(rows: int, per: int, keys: int) -> tuple[float, float]:
+    """The same per-batch work as the query, written directly with numpy and pyarrow on one
+    thread, without a checkpoint: generate the batch's rows as the rate source does, drop rows
+    behind the watermark, assign 1-minute windows and keys, count and sum per (window, key)
+    with ``bincount``, add into state arrays, emit the updated groups as an Arrow table (update
+    mode) and serialise them as a changelog would be (Arrow IPC + CRC-32, not written), then
+    evict closed windows. No fsync, no progress, no plugin or plan: the floor for one core.
+    Best and median of ``REPEAT`` runs (seconds)."""
+    import zlib
+
+    win_us, delay_us = 60_000_000, 10_000_000
+    ts_type = pa.timestamp("us", tz="UTC")
+
+    def run() -> float:
+        t = time.perf_counter()
+        state: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        watermark = -(2**62)
+        for lo in range(0, rows, per):
+            value = np.arange(lo, min(rows, lo + per), dtype=np.int64)
+            ts = np.full(len(value), (START_MS + (lo // per) * ADVANCE_MS) * 1000, dtype=np.int64)
+            keep = ts >= watermark
+            value, ts = value[keep], ts[keep]
+            window = ts - ts % win_us
+            first = int(window.min())
+            group = (window - first) // win_us * keys + value % keys
+            count = np.bincount(group, minlength=keys)
+            total = np.bincount(group, weights=value, minlength=keys).astype(np.int64)
+            parts = []
+            for i in range(len(count) // keys):
+                start = first + i * win_us
+                n, s = state.setdefault(start, (np.zeros(keys, np.int64), np.zeros(keys, np.int64)))
+                c, v = count[i * keys : (i + 1) * keys], total[i * keys : (i + 1) * keys]
+                touched = np.flatnonzero(c)
+                n[touched] += c[touched]
+                s[touched] += v[touched]
+                starts = pa.array(np.full(len(touched), start)).cast(ts_type)
+                parts.append(pa.table({"window_start": starts, "window_end": pa.array(np.full(len(touched), start + win_us)).cast(ts_type),
+                                       "k": touched, "n": n[touched], "s": s[touched], "a": s[touched] / n[touched]}))  # fmt: skip
+            out = pa.concat_tables(parts)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, out.schema) as writer:
+                writer.write_table(out)
+            zlib.crc32(sink.getvalue())
+            watermark = max(watermark, int(ts.max()) - delay_us)
+            for start in [w for w in state if w + win_us <= watermark]:
+                del state[start]
+        return time.perf_counter() - t
+
+    run()  # warm-up
+    times = [run() for _ in range(REPEAT)]
+    return min(times), statistics.median(times)
+
+
 def spark_windowed(spark: Any, rows: int, per: int, keys: int) -> float:
     from pyspark.sql import functions as F
 
@@ -118,6 +174,66 @@ def spark_windowed(spark: Any, rows: int, per: int, keys: int) -> float:
         elapsed = time.perf_counter() - t
         q.stop()
     return elapsed
+
+
+#: the stages ``--stages`` times on the query's thread: (label, module, class or None, function)
+STAGES = (
+    ("plan: begin (state load)", "headrace.engine.plan", "PlanRunner", "begin"),
+    ("plan: stateless steps", "headrace.engine.plan", "PlanRunner", "apply_stateless"),
+    ("aggregation: partial", "headrace.engine.plan", "PlanRunner", "_partials_of"),
+    ("aggregation: finish", "headrace.transforms.aggregate", "AggregateOperator", "finish"),
+    ("  of which the merge", "headrace.transforms.aggregate", "AggregateOperator", "_merge"),
+    ("planning the next batch", "headrace.engine.planner", "Planner", "plan_next"),
+    ("progress report", "headrace.engine.microbatch", None, "report_progress"),
+    ("sink commit order", "headrace.engine.commits", "CommitOrder", "before_sink_commit"),
+)
+
+
+def stage_times(rows: int, per: int, keys: int) -> None:
+    """Where a windowed batch's time goes: the query of section 1 (memory state) over ``rows``
+    rows with each of :data:`STAGES` timed (wall and CPU of the calling thread), per batch.
+    The timers wrap engine internals, so a stage that was renamed is reported as not found."""
+    import functools
+    import importlib
+    from collections import defaultdict
+
+    wall: defaultdict[str, float] = defaultdict(float)
+    cpu: defaultdict[str, float] = defaultdict(float)
+    missing = []
+    originals = []
+    for label, module, cls, name in STAGES:
+        owner = importlib.import_module(module)
+        owner = getattr(owner, cls) if cls else owner
+        f = getattr(owner, name, None)
+        if f is None:
+            missing.append(f"{module}.{cls + '.' if cls else ''}{name}")
+            continue
+
+        def timed(*a: Any, _f: Any = f, _label: str = label, **k: Any) -> Any:
+            t, c = time.perf_counter(), time.thread_time()
+            try:
+                return _f(*a, **k)
+            finally:
+                wall[_label] += time.perf_counter() - t
+                cpu[_label] += time.thread_time() - c
+
+        originals.append((owner, name, f))
+        setattr(owner, name, functools.wraps(f)(timed))
+    try:
+        headrace_windowed(per * 2, per, keys, "memory")  # warm-up
+        wall.clear()
+        cpu.clear()
+        elapsed, progress = headrace_windowed(rows, per, keys, "memory")
+    finally:
+        for owner, name, f in originals:
+            setattr(owner, name, f)
+    n = len(progress)
+    print(f"   stages of {n} batches ({elapsed * 1000 / n:.2f} ms a batch from start to end), per batch:")
+    for label, *_ in STAGES:
+        if label in wall:
+            print(f"     {label:28s} wall {wall[label] * 1000 / n:6.2f} ms   CPU {cpu[label] * 1000 / n:6.2f} ms")
+    for m in missing:
+        print(f"     {m}: not found (renamed?), not timed")
 
 
 # ---------------------------------------------------------------------------- 2. cost vs state size
@@ -220,6 +336,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--full", action="store_true", help="the full sizes (1M rows, 1M keys in state, 10M rows)")
     ap.add_argument("--no-spark", action="store_true", help="skip the PySpark comparison")
     ap.add_argument("--sections", default="1,2,3", help="which sections to run (comma-separated; default all)")
+    ap.add_argument("--stages", action="store_true",
+                    help="only time the stages of the windowed query's batches (memory state, 3M rows with --full)")  # fmt: skip
     ap.add_argument("--memory-child", nargs=2, metavar=("ROWS", "BACKEND"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.memory_child:
@@ -228,6 +346,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows, per, keys = (1_000_000, 100_000, 10_000) if args.full else (200_000, 20_000, 2_000)
     big, small = (1_000_000, 10_000) if args.full else (100_000, 10_000)
     mem_rows = 10_000_000 if args.full else 1_000_000
+    if args.stages:
+        stage_times(rows * 3, per, keys)
+        return {}
     report: dict[str, Any] = {"full": args.full, "cpus": os.cpu_count()}
     sections = {int(x) for x in args.sections.split(",") if x.strip()}
     if 1 in sections:
@@ -246,6 +367,10 @@ def section_windowed(report: dict[str, Any], rows: int, per: int, keys: int, no_
     duck, report["duckdb_median_s"] = duckdb_all(rows, per, keys)
     print(f"   DuckDB, one GROUP BY over all rows:       {duck * 1000:8.0f} ms")
     report["duckdb_s"] = duck
+    floor, report["numpy_floor_median_s"] = numpy_floor(rows, per, keys)
+    report["numpy_floor_s"] = floor
+    print(f"   the same per-batch work on one thread:    {floor * 1000:8.0f} ms   DuckDB/floor = {duck / floor:.2f} "
+          "(numpy + pyarrow, no checkpoint: the floor for one core)")  # fmt: skip
     for backend in ("memory", "rocksdb"):
         runs = [headrace_windowed(rows, per, keys, backend) for _ in range(REPEAT)]
         hr_s = min(r[0] for r in runs)
