@@ -3,7 +3,8 @@
 PySpark Structured Streaming and on headrace over many seeds' inputs, compared batch by batch.
 
     .venv/bin/python scripts/conformance.py --seeds 200            # seeds 1..200
-    .venv/bin/python scripts/conformance.py --seeds 200 --session-seeds 1 --driver-memory 3g  # the 200-seed run
+    .venv/bin/python scripts/conformance.py --seeds 200 --session-seeds 1 --driver-memory 3g \
+        --results docs/conformance_deep.jsonl                      # the 200-seed run, its record kept in git
     .venv/bin/python scripts/conformance.py --seeds 20 --start 1000 --query session
     .venv/bin/python scripts/conformance.py --minutes 10            # as many seeds as fit
     .venv/bin/python scripts/conformance.py --seeds 500 --results deep.jsonl   # resumable
@@ -15,12 +16,13 @@ start on Spark as concurrent streaming queries (each with its own checkpoint and
 ``foreachBatch`` collection, so concurrency changes no result; ``--parallel`` of them at once)
 and headrace runs the same cases one after another while Spark works; each pair is then
 compared. With ``--results FILE`` every compared pair is appended to FILE as a JSON line (seed,
-case, differences, both engines' seconds) as it finishes, and a new run with the same FILE skips
-the pairs already there: a run that is stopped resumes where it was.
+case, differences, both engines' seconds, the commit it ran on) as its seed finishes, and a new
+run with the same FILE skips the pairs already there: a run that is stopped resumes where it
+was, also on another machine from the record kept in git (docs/conformance_deep.jsonl).
 
-Prints ``seed S: N/M identical`` per seed, then per query/mode pair ``N/M identical`` over the
-seeds (and for a case with a known difference how many seeds differed only as it says), then
-the summary line ``N/M query-seed pairs identical``; every seed that differed unexplained is
+Prints ``seed S: N/M identical`` per seed, then which seeds ran on which commit, then per
+query/mode pair ``N/M identical`` over the seeds (and for a case with a known difference how
+many seeds differed only as it says), then the summary line ``N/M query-seed pairs identical``; every seed that differed unexplained is
 listed with its first differences, so ``--seeds 1 --start <seed> --query <id> --verbose``
 reproduces one. Exit status 1 when a seed differs in a way the catalogue does not explain.
 """
@@ -169,14 +171,61 @@ def _load_results(path: str | None, by_id: dict[str, Case]) -> dict[tuple[int, s
     return done
 
 
-def _append_results(path: str | None, outcomes: Sequence[Outcome]) -> None:
+_REPO = Path(__file__).resolve().parents[1]
+# what decides a pair's result: the engine, the plugins and the conformance harness
+_CODE_PATHS = ("core", "plugins", "tests/conformance", "scripts/conformance.py")
+
+
+def code_version() -> str:
+    """The commit the compared code is at (short hash), with ``+changes`` when the engine, a
+    plugin or the harness differs from it in the work tree; ``unknown`` outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", str(_REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        changed = subprocess.run(["git", "-C", str(_REPO), "status", "--porcelain", "--untracked-files=no",
+                                  "--", *_CODE_PATHS], capture_output=True, text=True, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if changed.strip() else "")
+
+
+def _seeds_by_commit(path: str | None, seeds: range) -> dict[str, list[int]]:
+    """Which seeds of ``seeds`` each commit in the results file ran (``unknown`` for lines
+    written before the file recorded it)."""
+    by_commit: dict[str, set[int]] = defaultdict(set)
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                doc = json.loads(line)
+                seed = int(doc["seed"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            if seed in seeds:
+                by_commit[str(doc.get("commit", "unknown"))].add(seed)
+    return {c: sorted(s) for c, s in by_commit.items()}
+
+
+def _seed_ranges(seeds: Sequence[int]) -> str:
+    """``[1, 2, 3, 7]`` as ``1-3, 7``."""
+    parts: list[str] = []
+    for s in seeds:
+        if parts and parts[-1].split("-")[-1] == str(s - 1):
+            parts[-1] = f"{parts[-1].split('-')[0]}-{s}"
+        else:
+            parts.append(str(s))
+    return ", ".join(parts)
+
+
+def _append_results(path: str | None, outcomes: Sequence[Outcome], commit: str) -> None:
     if not path:
         return
     with open(path, "a", encoding="utf-8") as f:
         for o in outcomes:
             f.write(json.dumps({"seed": o.seed, "case": o.spec.id, "identical": o.identical,
                                 "differences": o.differences, "spark_s": round(o.spark_seconds, 3),
-                                "headrace_s": round(o.headrace_seconds, 3)}) + "\n")  # fmt: skip
+                                "headrace_s": round(o.headrace_seconds, 3), "commit": commit}) + "\n")  # fmt: skip
         f.flush()
         os.fsync(f.fileno())
 
@@ -263,6 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     spark = None
     seeds_run = 0
+    commit = code_version()
     try:
         for seed in seeds if not args.summary else ():
             todo = [c for c in cases if (seed, c.id) not in done]
@@ -280,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             t = time.monotonic()
             data = generate(seed)
             outcomes = run_seed(spark, todo, data, parallel=args.parallel)
-            _append_results(args.results, outcomes)
+            _append_results(args.results, outcomes, commit)
             seeds_run += 1
             for o in outcomes:
                 results[o.spec.id].append(o)
@@ -300,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds_seen = sorted({o.seed for outs in results.values() for o in outs})
     print(f"\n== {len(seeds_seen)} seeds ({seeds_run} run now, {time.monotonic() - started:.0f} s), "
           f"{sum(len(v) for v in results.values())} query-seed pairs")  # fmt: skip
+    for c, ran in _seeds_by_commit(args.results, seeds).items():
+        print(f"ran on {c}: seeds {_seed_ranges(ran)}")
     lines, unexplained_total = summarise(cases, results)
     print("\n".join(lines), flush=True)
     return 1 if unexplained_total else 0
