@@ -22,9 +22,9 @@ was, also on another machine from the record kept in git (docs/conformance_deep.
 
 Prints ``seed S: N/M identical`` per seed, then which seeds ran on which commit, then per
 query/mode pair ``N/M identical`` over the seeds (and for a case with a known difference how
-many seeds differed only as it says), then the summary line ``N/M query-seed pairs identical``; every seed that differed unexplained is
-listed with its first differences, so ``--seeds 1 --start <seed> --query <id> --verbose``
-reproduces one. Exit status 1 when a seed differs in a way the catalogue does not explain.
+many seeds differed only as it says), then the summary line ``N/M query-seed pairs
+identical``; every seed that differed unexplained is listed with its first differences, so
+``--seeds 1 --start <seed> --query <id> --verbose`` reproduces one. Exit status 1 when a seed differs in a way the catalogue does not explain.
 """
 
 from __future__ import annotations
