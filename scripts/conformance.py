@@ -20,11 +20,12 @@ case, differences, both engines' seconds, the commit it ran on) as its seed fini
 run with the same FILE skips the pairs already there: a run that is stopped resumes where it
 was, also on another machine from the record kept in git (docs/conformance_deep.jsonl).
 
-Prints ``seed S: N/M identical`` per seed, then which seeds ran on which commit, then per
-query/mode pair ``N/M identical`` over the seeds (and for a case with a known difference how
-many seeds differed only as it says), then the summary line ``N/M query-seed pairs
-identical``; every seed that differed unexplained is listed with its first differences, so
-``--seeds 1 --start <seed> --query <id> --verbose`` reproduces one. Exit status 1 when a seed differs in a way the catalogue does not explain.
+Prints ``seed S: N/M identical`` per seed (with its wall and CPU seconds), then which seeds
+ran on which commit, then per query/mode pair ``N/M identical`` over the seeds (and for a case
+with a known difference how many seeds differed only as it says), then the summary line
+``N/M query-seed pairs identical``; every seed that differed unexplained is listed with its
+first differences, so ``--seeds 1 --start <seed> --query <id> --verbose`` reproduces one.
+Exit status 1 when a seed differs in a way the catalogue does not explain.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -189,6 +191,36 @@ def code_version() -> str:
     return head + ("+changes" if changed.strip() else "")
 
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process, of its children that have ended, and of
+    its live descendants (the Spark JVM), read from ``/proc``; this process's own where there
+    is no ``/proc``."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    ended = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
+    ticks = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # (the command name may hold spaces)
+        except (OSError, IndexError):
+            continue  # (ended meanwhile)
+        parent[int(name)] = int(fields[1])
+        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / ticks
+    me = os.getpid()
+    for pid in cpu:
+        p = parent.get(pid)
+        while p is not None and p != me and p > 1:
+            p = parent.get(p)
+        if p == me:
+            total += cpu[pid]
+    return total
+
+
 def _seeds_by_commit(path: str | None, seeds: range) -> dict[str, list[int]]:
     """Which seeds of ``seeds`` each commit in the results file ran (``unknown`` for lines
     written before the file recorded it)."""
@@ -313,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     seeds_run = 0
     commit = code_version()
+    cpu_mark = tree_cpu_seconds()  # the process tree's CPU seconds when the last seed ended
     try:
         for seed in seeds if not args.summary else ():
             todo = [c for c in cases if (seed, c.id) not in done]
@@ -336,8 +369,10 @@ def main(argv: list[str] | None = None) -> int:
                 results[o.spec.id].append(o)
             seed_outs = [o for c in cases for o in results[c.id] if o.seed == seed]
             same = sum(o.identical for o in seed_outs)
+            cpu_now = tree_cpu_seconds()  # (since the last seed ended or the run started: a session's start counts)
             print(f"seed {seed}: {same}/{len(seed_outs)} identical ({data.describe().split(': ', 1)[1]}; "
-                  f"{time.monotonic() - t:.0f} s)", flush=True)  # fmt: skip
+                  f"{time.monotonic() - t:.0f} s, {cpu_now - cpu_mark:.0f} CPU-s)", flush=True)  # fmt: skip
+            cpu_mark = cpu_now
             for o in outcomes:
                 if not o.identical and (args.verbose or not _explained(by_id[o.spec.id], o)):
                     print(

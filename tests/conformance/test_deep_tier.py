@@ -1,12 +1,14 @@
 """The deep tier's results file (scripts/conformance.py), without Spark: pairs round-trip and
-resume, a failed Spark query runs again, each line names the commit it ran on, and the record
-kept in docs/ holds no unexplained difference."""
+resume, a failed Spark query runs again, each line names the commit it ran on, the record
+kept in docs/ holds no unexplained difference, and a seed's CPU figure counts the Spark JVM."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 from types import ModuleType
@@ -82,3 +84,22 @@ def test_the_kept_deep_tier_record_holds_no_unexplained_difference(deep: ModuleT
     )
     seeds = range(1, 1 + max(seed for seed, _ in done))
     assert "unknown" not in deep._seeds_by_commit(str(RECORD), seeds)
+
+
+def test_tree_cpu_counts_live_and_ended_children(deep: ModuleType) -> None:
+    """A seed's CPU figure counts the Spark JVM (a live child) and JVMs already stopped."""
+    burn = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\nprint(1, flush=True)\nsys.stdin.read()"
+    before = deep.tree_cpu_seconds()
+    child = subprocess.Popen(
+        [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "1"  # burnt, still alive
+        alive = deep.tree_cpu_seconds()
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait()
+    ended = deep.tree_cpu_seconds()
+    assert alive - before >= 0.35
+    assert ended >= alive - 0.01
