@@ -1,7 +1,8 @@
 """What several benches share: the CPU seconds of a process tree, a local PySpark session for
 the benches that compare with Spark Structured Streaming, and running a bench's worker in a
 process of its own (another interpreter: a peer's virtualenv). Imported by the bench scripts
-(run as ``python bench/<name>.py``, so this folder is on ``sys.path``)."""
+(run as ``python bench/<name>.py``, so this folder is on ``sys.path``) and, as
+``bench._common``, by scripts/conformance.py."""
 
 from __future__ import annotations
 

@@ -33,19 +33,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench._common import tree_cpu
 from tests.conformance.catalogue import CATALOGUE, SOMETIMES, Case, Known
 from tests.conformance.generator import Input, generate
 from tests.conformance.harness import (
@@ -155,22 +155,33 @@ def _load_results(path: str | None, by_id: dict[str, Case]) -> dict[tuple[int, s
     or the query timing out on a loaded machine, a stop mid-seed) is not held: it runs again;
     headrace's failures are held, they are results."""
     done: dict[tuple[int, str], Outcome] = {}
+    for doc in _result_lines(path):
+        try:
+            case = by_id[doc["case"]]
+            outcome = Outcome(case.spec, int(doc["seed"]), list(doc["differences"]),
+                              float(doc.get("spark_s", 0.0)), float(doc.get("headrace_s", 0.0)))  # fmt: skip
+        except (ValueError, KeyError, TypeError):
+            continue
+        if any(d.startswith("spark failed:") for d in outcome.differences):
+            done.pop((outcome.seed, case.id), None)
+            continue
+        done[(outcome.seed, case.id)] = outcome
+    return done
+
+
+def _result_lines(path: str | None) -> Iterator[dict[str, Any]]:
+    """The results file's lines as JSON objects (a line cut short by a stop mid-write, or not
+    an object, is skipped); nothing when there is no file."""
     if not path or not os.path.exists(path):
-        return done
+        return
     with open(path, encoding="utf-8") as f:
         for line in f:
             try:
                 doc = json.loads(line)
-                case = by_id[doc["case"]]
-                outcome = Outcome(case.spec, int(doc["seed"]), list(doc["differences"]),
-                                  float(doc.get("spark_s", 0.0)), float(doc.get("headrace_s", 0.0)))  # fmt: skip
-            except (ValueError, KeyError, TypeError):
+            except ValueError:
                 continue
-            if any(d.startswith("spark failed:") for d in outcome.differences):
-                done.pop((outcome.seed, case.id), None)
-                continue
-            done[(outcome.seed, case.id)] = outcome
-    return done
+            if isinstance(doc, dict):
+                yield doc
 
 
 _REPO = Path(__file__).resolve().parents[1]
@@ -191,51 +202,17 @@ def code_version() -> str:
     return head + ("+changes" if changed.strip() else "")
 
 
-def tree_cpu_seconds() -> float:
-    """CPU seconds (user and system) of this process, of its children that have ended, and of
-    its live descendants (the Spark JVM), read from ``/proc``; this process's own where there
-    is no ``/proc``."""
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    ended = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
-    ticks = os.sysconf("SC_CLK_TCK")
-    parent: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", encoding="ascii", errors="replace") as f:
-                fields = f.read().rsplit(")", 1)[1].split()  # (the command name may hold spaces)
-        except (OSError, IndexError):
-            continue  # (ended meanwhile)
-        parent[int(name)] = int(fields[1])
-        cpu[int(name)] = (int(fields[11]) + int(fields[12])) / ticks
-    me = os.getpid()
-    for pid in cpu:
-        p = parent.get(pid)
-        while p is not None and p != me and p > 1:
-            p = parent.get(p)
-        if p == me:
-            total += cpu[pid]
-    return total
-
-
 def _seeds_by_commit(path: str | None, seeds: range) -> dict[str, list[int]]:
     """Which seeds of ``seeds`` each commit in the results file ran (``unknown`` for lines
     written before the file recorded it)."""
     by_commit: dict[str, set[int]] = defaultdict(set)
-    if not path or not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                doc = json.loads(line)
-                seed = int(doc["seed"])
-            except (ValueError, KeyError, TypeError):
-                continue
-            if seed in seeds:
-                by_commit[str(doc.get("commit", "unknown"))].add(seed)
+    for doc in _result_lines(path):
+        try:
+            seed = int(doc["seed"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if seed in seeds:
+            by_commit[str(doc.get("commit", "unknown"))].add(seed)
     return {c: sorted(s) for c, s in by_commit.items()}
 
 
@@ -345,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = None
     seeds_run = 0
     commit = code_version()
-    cpu_mark = tree_cpu_seconds()  # the process tree's CPU seconds when the last seed ended
+    cpu_mark = tree_cpu()  # the process tree's CPU seconds when the last seed ended
     try:
         for seed in seeds if not args.summary else ():
             todo = [c for c in cases if (seed, c.id) not in done]
@@ -369,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[o.spec.id].append(o)
             seed_outs = [o for c in cases for o in results[c.id] if o.seed == seed]
             same = sum(o.identical for o in seed_outs)
-            cpu_now = tree_cpu_seconds()  # (since the last seed ended or the run started: a session's start counts)
+            cpu_now = tree_cpu()  # (since the last seed ended or the run started: a session's start counts)
             print(f"seed {seed}: {same}/{len(seed_outs)} identical ({data.describe().split(': ', 1)[1]}; "
                   f"{time.monotonic() - t:.0f} s, {cpu_now - cpu_mark:.0f} CPU-s)", flush=True)  # fmt: skip
             cpu_mark = cpu_now

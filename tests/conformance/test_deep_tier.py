@@ -89,17 +89,17 @@ def test_the_kept_deep_tier_record_holds_no_unexplained_difference(deep: ModuleT
 def test_tree_cpu_counts_live_and_ended_children(deep: ModuleType) -> None:
     """A seed's CPU figure counts the Spark JVM (a live child) and JVMs already stopped."""
     burn = "import sys, time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\nprint(1, flush=True)\nsys.stdin.read()"
-    before = deep.tree_cpu_seconds()
+    before = deep.tree_cpu()
     child = subprocess.Popen(
         [sys.executable, "-c", burn], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "1"  # burnt, still alive
-        alive = deep.tree_cpu_seconds()
+        alive = deep.tree_cpu()
     finally:
         assert child.stdin is not None
         child.stdin.close()
         child.wait()
-    ended = deep.tree_cpu_seconds()
+    ended = deep.tree_cpu()
     assert alive - before >= 0.35
     assert ended >= alive - 0.01
