@@ -79,7 +79,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from _common import run_worker_process
+from _common import run_worker_process, tree_cpu
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = 10
@@ -206,7 +206,7 @@ def w_pyspark(workload: str, folder: str) -> tuple[float, float, Any]:
     schema = spark.read.parquet(folder).schema
     got: list[pa.Table] = []
     with tempfile.TemporaryDirectory() as chk:
-        t0, c0 = time.perf_counter(), _tree_cpu()
+        t0, c0 = time.perf_counter(), tree_cpu()
         df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(folder)
         if workload == "windowed":
             df = (df.withWatermark("ts", "10 seconds").groupBy(F.window("ts", "1 minute"), "k")
@@ -220,7 +220,7 @@ def w_pyspark(workload: str, folder: str) -> tuple[float, float, Any]:
              .outputMode("append").trigger(availableNow=True).start())  # fmt: skip
         q.awaitTermination()
         dt = time.perf_counter() - t0
-        cpu = _tree_cpu() - c0  # the Python driver and its JVM
+        cpu = tree_cpu() - c0  # the Python driver and its JVM
     spark.stop()
     return dt, cpu, pa.concat_tables(got) if got else None
 
@@ -310,28 +310,6 @@ def w_pathway(workload: str, folder: str) -> tuple[float, float, Any]:
     return dt, cpu, pa.Table.from_pandas(out[cols], preserve_index=False)
 
 
-def _tree_cpu() -> float:
-    """CPU seconds of this process and of the living processes it started (the JVM of PySpark and
-    PyFlink does its work there), read from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    stats: dict[int, tuple[int, float]] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            stats[int(d)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick)
-    total, todo = time.process_time(), [os.getpid()]
-    while todo:
-        parent = todo.pop()
-        for pid, (ppid, cpu) in stats.items():
-            if ppid == parent:
-                total += cpu
-                todo.append(pid)
-    return total
-
-
 def _flink_parquet() -> bool:
     """Whether PyFlink's bundled jars hold the Parquet format (flink-parquet / flink-sql-parquet)."""
     import pyflink
@@ -354,7 +332,7 @@ def w_pyflink(workload: str, folder: str) -> tuple[float, float, Any]:
     tenv.get_config().set("table.local-time-zone", "UTC")
     tenv.get_config().set("parallelism.default", "2")
     windowed = workload == "windowed"
-    t0, c0 = time.perf_counter(), _tree_cpu()
+    t0, c0 = time.perf_counter(), tree_cpu()
     if _flink_parquet():
         cols = "ts TIMESTAMP_LTZ(6), k BIGINT, v BIGINT" if workload != "dedup" else "id BIGINT, ts TIMESTAMP_LTZ(6), v BIGINT"
         extra = ", rt AS CAST(ts AS TIMESTAMP_LTZ(3)), WATERMARK FOR rt AS rt - INTERVAL '10' SECOND" if windowed else ""
@@ -384,7 +362,7 @@ def w_pyflink(workload: str, folder: str) -> tuple[float, float, Any]:
     else:  # Flink's deduplication: keep the first row per id in arrival order (append-only)
         sql = "SELECT id AS x FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY id ORDER BY pt ASC) AS rn FROM src) WHERE rn = 1"
     frame = tenv.sql_query(sql).to_pandas()  # collects Arrow batches from the job (bounded: runs to the end)
-    dt, cpu = time.perf_counter() - t0, _tree_cpu() - c0
+    dt, cpu = time.perf_counter() - t0, tree_cpu() - c0
     if windowed:
         w = frame["w"]
         frame["w"] = (w.dt.tz_localize(None) if getattr(w.dt, "tz", None) else w).astype("datetime64[us]").astype("int64")
@@ -409,7 +387,7 @@ def w_quixstreams(workload: str, topic_name: str) -> tuple[float, float, Any]:
 
     def processed(_topic: str, _partition: int, _offset: int) -> None:
         if not seen[0]:  # the clock starts at the first message (its own processing, microseconds, not counted)
-            clock.extend((time.perf_counter(), _tree_cpu()))
+            clock.extend((time.perf_counter(), tree_cpu()))
         seen[0] += 1
         if seen[0] == rows:
             app.stop()
@@ -437,7 +415,7 @@ def w_quixstreams(workload: str, topic_name: str) -> tuple[float, float, Any]:
         sdf = sdf.filter(first, stateful=True).update(lambda r: out.append(r["id"]))
     started = time.perf_counter()
     app.run()
-    end, cpu_end = time.perf_counter(), _tree_cpu()
+    end, cpu_end = time.perf_counter(), tree_cpu()
     print(json.dumps({"startup_s": clock[0] - started}))  # joining the group, topic checks (Tansu: ~20 s)
     dt, cpu = end - clock[0], cpu_end - clock[1]
     if workload == "windowed":
