@@ -547,9 +547,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sys.stdout.flush()
         os._exit(0)
     if args.chart_from:
-        report = json.loads(Path(args.chart_from).read_text())
-        chart(report, args.chart or "docs/peers_stream.png")
-        return report
+        earlier: dict[str, Any] = json.loads(Path(args.chart_from).read_text())
+        chart(earlier, args.chart or "docs/peers_stream.png")
+        return earlier
     systems = args.systems.split(",")
     if args.install:
         for s in systems:
