@@ -334,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
                 _stop_spark(spark)
                 spark = None
             if spark is None:
+                session_start = time.monotonic()
                 spark = spark_session(args.driver_memory, raw_local_files=True)
-                print(f"Spark session up in {time.monotonic() - started:.1f} s; {len(cases)} query/mode pairs",
+                print(f"Spark session up in {time.monotonic() - session_start:.1f} s; {len(cases)} query/mode pairs",
                       flush=True)  # fmt: skip
             t = time.monotonic()
             data = generate(seed)
