@@ -353,6 +353,12 @@ def spark_session(driver_memory: str = "1g", *, raw_local_files: bool = False) -
         builder = builder.config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
         builder = builder.config("spark.hadoop.fs.AbstractFileSystem.file.impl",
                                  "org.apache.hadoop.fs.local.RawLocalFs")  # fmt: skip
+        # checkpoint files through Hadoop's FileSystem rather than its FileContext: without
+        # Hadoop's native library, FileContext's rename runs a `readlink` process for each side
+        # (three of every four commands the JVM started for a seed's queries)
+        builder = builder.config("spark.sql.streaming.checkpointFileManagerClass",
+                                 "org.apache.spark.sql.execution.streaming.checkpointing."
+                                 "FileSystemBasedCheckpointFileManager")  # fmt: skip
     session = (
         builder.master("local[2]")
         .appName("headrace-conformance")
