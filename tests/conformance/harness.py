@@ -328,8 +328,9 @@ def spark_session(driver_memory: str = "1g", *, raw_local_files: bool = False) -
     """A local[2] Spark session in UTC, quiet, 1 shuffle partition; Python workers run this
     interpreter with the repository on their path (for ``map_batches`` functions).
     ``driver_memory`` is the JVM's heap (local mode: the driver runs the tasks too).
-    ``raw_local_files``: Hadoop's local file system without its checksum files, less CPU a
-    seed of the catalogue (its queries' results are the same); Spark's RocksDB state store
+    ``raw_local_files``: Hadoop's local file system without its checksum files, and checkpoint
+    files written through its ``FileSystem``, less CPU a seed of the catalogue (its queries'
+    results are the same); Spark's RocksDB state store
     (``transformWithState``) fails to commit on it, so the CI tier's session keeps the default."""
     java = _java_home()
     assert java is not None, spark_skip_reason()
