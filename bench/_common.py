@@ -24,7 +24,9 @@ _TICK = os.sysconf("SC_CLK_TCK")
 def tree_cpu() -> float:
     """CPU seconds (user + system, reaped children included) of this process and every
     descendant: the JVM, PySpark's daemon and its Python workers. Less sensitive than wall time
-    to other work on a shared machine."""
+    to other work on a shared machine. Without ``/proc``: this process and its ended children."""
+    if not os.path.isdir("/proc"):
+        return sum(os.times()[:4])
     stats: dict[int, tuple[int, int]] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
