@@ -8,11 +8,12 @@ Ratios are measured in the same run:
    from ``start()`` to the end of the query, against one DuckDB ``GROUP BY`` over all the rows
    at once (goal >= 0.5) and against PySpark ``local[2]`` Structured Streaming running the same
    query on the same input (Spark's own ``rate-micro-batch`` source generates the same rows;
-   goal >= 3x Spark). Each side warms up with a small query first; best of ``REPEAT`` (5) runs
-   on each side (the machine's noise is +-20% run to run; unequal repetitions would tilt the
-   ratio). The
-   median per-batch durations of the progress reports (trigger, addBatch, the state store's
-   commit, WAL, commit entry) are printed next to it.
+   goal >= 3x Spark). Each side warms up with a small query first, then ``REPEAT`` (5) rounds
+   run DuckDB and each backend once each, in an order that turns from round to round (the
+   machine's speed drifts within a sitting; unequal or grouped repetitions would tilt the
+   ratio); printed are the best run against the best run, and the median of the rounds'
+   ratios. The median per-batch durations of the progress reports (trigger, addBatch, the
+   state store's commit, WAL, commit entry) are printed next to it.
 2. **Cost per batch vs state size**: one batch touching 1k keys with 1M keys in state vs with
    10k (goal <= 2x), both backends; median of 9 batches (wall, and CPU of the batch's thread;
    a batch ends once its state is durable: the operator's ``state_write()`` is waited for),
@@ -56,7 +57,7 @@ import headrace as hr  # noqa: E402
 START_MS = 1_700_000_000_000
 ADVANCE_MS = 5_000
 AGGS = ("count(*) AS n", "sum(value) AS s", "avg(value) AS a")
-REPEAT = 5  # runs per side of section 1; the best one counts
+REPEAT = 5  # rounds of section 1 (each side once a round); the best run and the rounds' ratios count
 
 
 # ---------------------------------------------------------------------------- 1. windowed aggregation
@@ -79,7 +80,9 @@ def headrace_windowed(rows: int, per: int, keys: int, backend: str) -> tuple[flo
     return elapsed, progress
 
 
-def duckdb_all(rows: int, per: int, keys: int) -> tuple[float, float]:
+def duckdb_query(rows: int, per: int, keys: int) -> Any:
+    """A function that runs one DuckDB ``GROUP BY`` over all the rows the query reads (the
+    same values and timestamps, registered as an Arrow table once) and returns its seconds."""
     import duckdb
 
     v = np.arange(rows, dtype=np.int64)
@@ -89,12 +92,13 @@ def duckdb_all(rows: int, per: int, keys: int) -> tuple[float, float]:
     con.register("events", table)
     sql = (f"SELECT time_bucket(INTERVAL 1 minute, timestamp) AS w, value % {keys} AS k, count(*) AS n, "
            "sum(value) AS s, avg(value) AS a FROM events GROUP BY ALL")  # fmt: skip
-    times = []
-    for _ in range(REPEAT):
+
+    def run() -> float:
         t = time.perf_counter()
         con.sql(sql).to_arrow_table()
-        times.append(time.perf_counter() - t)
-    return min(times), statistics.median(times)
+        return time.perf_counter() - t
+
+    return run
 
 
 def numpy_floor(rows: int, per: int, keys: int) -> tuple[float, float]:
@@ -364,32 +368,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def section_windowed(report: dict[str, Any], rows: int, per: int, keys: int, no_spark: bool) -> None:
     print(f"1. windowed aggregation: {rows:,} rows, {keys:,} keys, {per:,}-row batches, update mode")
     headrace_windowed(per * 2, per, keys, "memory")  # warm-up (imports, DuckDB)
-    duck, report["duckdb_median_s"] = duckdb_all(rows, per, keys)
-    print(f"   DuckDB, one GROUP BY over all rows:       {duck * 1000:8.0f} ms")
-    report["duckdb_s"] = duck
+    duckdb_run = duckdb_query(rows, per, keys)
+    duckdb_run()  # warm-up
     floor, report["numpy_floor_median_s"] = numpy_floor(rows, per, keys)
     report["numpy_floor_s"] = floor
+    # rounds: DuckDB, then each backend, one run each, the order turning from round to round,
+    # so that a machine whose speed drifts during the sitting weighs on every side alike
+    backends = ("memory", "rocksdb")
+    duck_times: list[float] = []
+    runs: dict[str, list[tuple[float, list[dict[str, Any]]]]] = {b: [] for b in backends}
+    for k in range(REPEAT):
+        sides: list[str] = ["duckdb", *backends]
+        for side in sides[k % 3 :] + sides[: k % 3]:
+            if side == "duckdb":
+                duck_times.append(duckdb_run())
+            else:
+                runs[side].append(headrace_windowed(rows, per, keys, side))
+    duck = min(duck_times)
+    report["duckdb_s"], report["duckdb_median_s"] = duck, statistics.median(duck_times)
+    print(f"   DuckDB, one GROUP BY over all rows:       {duck * 1000:8.0f} ms")
     print(f"   the same per-batch work on one thread:    {floor * 1000:8.0f} ms   DuckDB/floor = {duck / floor:.2f} "
           "(numpy + pyarrow, no checkpoint: the floor for one core)")  # fmt: skip
-    for backend in ("memory", "rocksdb"):
-        runs = [headrace_windowed(rows, per, keys, backend) for _ in range(REPEAT)]
-        hr_s = min(r[0] for r in runs)
-        hr_median = statistics.median(r[0] for r in runs)
+    for backend in backends:
+        hr_s = min(r[0] for r in runs[backend])
+        hr_median = statistics.median(r[0] for r in runs[backend])
+        paired = statistics.median(d / r[0] for d, r in zip(duck_times, runs[backend], strict=True))
         report[f"headrace_{backend}_median_s"] = hr_median
-        batches_s = min(sum(p["durationMs"]["triggerExecution"] for p in r[1]) for r in runs) / 1000
+        report[f"headrace_{backend}_paired_ratio"] = paired
+        batches_s = min(sum(p["durationMs"]["triggerExecution"] for p in r[1]) for r in runs[backend]) / 1000
         report[f"headrace_{backend}_s"] = hr_s
         report[f"headrace_{backend}_batches_s"] = batches_s
-        best = min(runs, key=lambda r: r[0])[1]
+        best = min(runs[backend], key=lambda r: r[0])[1]
         med = {k: statistics.median(p["durationMs"].get(k, 0) for p in best if p["numInputRows"])
                for k in ("triggerExecution", "addBatch", "walCommit", "commitOffsets")}  # fmt: skip
         commit_ms = statistics.median(p["stateOperators"][0]["commitTimeMs"] for p in best if p["numInputRows"])
         report[f"headrace_{backend}_per_batch_ms"] = {**med, "stateCommit": commit_ms}
         print(f"   headrace ({backend:7s}), start to end:       {hr_s * 1000:8.0f} ms   DuckDB/headrace = "
-              f"{duck / hr_s:.2f} (goal >= 0.5; median of {REPEAT} runs {hr_median * 1000:.0f} ms, "
-              f"{report['duckdb_median_s'] / hr_median:.2f} against DuckDB's median); its batches alone {batches_s * 1000:.0f} ms "
-              f"({duck / batches_s:.2f}); per batch (median ms): {med['triggerExecution']} in all, "
-              f"addBatch {med['addBatch']} (state commit {commit_ms}), WAL {med['walCommit']}, "
-              f"commit {med['commitOffsets']}")  # fmt: skip
+              f"{duck / hr_s:.2f} (best against best; goal >= 0.5); per round {paired:.2f} (median of the "
+              f"{REPEAT} rounds' ratios); median of {REPEAT} runs {hr_median * 1000:.0f} ms; its batches alone "
+              f"{batches_s * 1000:.0f} ms ({duck / batches_s:.2f}); per batch (median ms): "
+              f"{med['triggerExecution']} in all, addBatch {med['addBatch']} (state commit {commit_ms}), WAL "
+              f"{med['walCommit']}, commit {med['commitOffsets']}")  # fmt: skip
     spark = None if no_spark else spark_session("headrace-bench-stateful", rocksdb_state=False)
     if spark is None:
         print("   PySpark: skipped (--no-spark, or no pyspark or Java)")
