@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import headrace as hr
-import headrace.engine.query as engine_query
+import headrace.engine.setup as engine_setup
 from headrace.history import ProgressHistory
 from headrace.plugins import registry
 
@@ -122,11 +122,11 @@ def main() -> None:
         for mode in modes[round_ % 3:] + modes[: round_ % 3]:
             if mode == "history + prometheus":
                 reg.pm.register(plugin, name=name)
-            engine_query.ProgressHistory = _NoHistory if mode == "nothing" else ProgressHistory  # type: ignore[misc]
+            engine_setup.ProgressHistory = _NoHistory if mode == "nothing" else ProgressHistory  # type: ignore[misc]
             results[mode].append(engine_ms_per_batch(args.batches))
             if mode == "history + prometheus":
                 reg.pm.unregister(plugin)
-    engine_query.ProgressHistory = ProgressHistory  # type: ignore[misc]
+    engine_setup.ProgressHistory = ProgressHistory  # type: ignore[misc]
     reg.pm.register(plugin, name=name)
     base = statistics.median(results["nothing"])
     for k, v in results.items():
