@@ -173,8 +173,9 @@ def measure_e2e(c: Consumer, expect: int, timeout: float) -> list[float]:
         # poll returns as soon as a record is there; consume(n, timeout) would wait for n records
         # or the whole timeout and add up to that much to every latency (on both sides)
         m = c.poll(0.05)
-        if m is not None and m.error() is None and m.value() != WARMUP:
-            lat.append(time.time() * 1000 - float(m.value()))
+        value = m.value() if m is not None and m.error() is None else None
+        if value is not None and value != WARMUP:
+            lat.append(time.time() * 1000 - float(value))
     return lat
 
 

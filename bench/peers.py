@@ -280,9 +280,10 @@ def w_raw(workload: str, cfg: dict[str, Any], out: str) -> float:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"raw kafka loop: stuck at {pos} of {ends}")
                 for m in c.consume(10000, timeout=1.0):
-                    if m.error() is None:
-                        buf.append(m.value())
-                        pos[m.partition()] = m.offset() + 1
+                    value, part, off = m.value(), m.partition(), m.offset()
+                    if m.error() is None and value is not None and part is not None and off is not None:
+                        buf.append(value)
+                        pos[part] = off + 1
                 if len(buf) >= CHUNK or (buf and all(pos[p] >= ends[p] for p in ends)):
                     t = pj.read_json(pa.BufferReader(pa.py_buffer(b"\n".join(buf))),
                                      parse_options=pj.ParseOptions(explicit_schema=schema))  # fmt: skip

@@ -165,6 +165,7 @@ def floor_data_source() -> type:
             import uuid
 
             ctx = TaskContext.get()
+            assert ctx is not None  # (write runs in a task)
             name = f"{self.path}/part-{ctx.getLocalProperty('streaming.sql.batchId')}-{ctx.partitionId()}-{uuid.uuid4().hex}.parquet"
             os.makedirs(self.path, exist_ok=True)
             writer = None

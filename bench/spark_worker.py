@@ -46,7 +46,7 @@ class Clock:
         self.cpu: dict[str, float] = {}
         self.wall: dict[str, float] = {}
 
-    def run(self, part: str, fn: Callable[[], Any], prof: cProfile.Profile | None = None) -> Any:
+    def run(self, part: str, fn: Callable[..., Any], prof: cProfile.Profile | None = None) -> Any:
         c0, w0 = time.process_time(), time.perf_counter()
         if prof is not None:
             prof.enable()
@@ -270,12 +270,12 @@ def main() -> None:
                 cpu = statistics.median(c.cpu.get(part, 0.0) for c in clocks)
                 wall = statistics.median(c.wall.get(part, 0.0) for c in clocks)
                 print(f"  {part:<20} cpu {cpu * 1000:8.1f} ms   wall {wall * 1000:8.1f} ms")
-        cpu = {n: statistics.median(sum(c.cpu.values()) for c in cl) for n, cl in results.items()}
-        wall = {n: statistics.median(sum(c.wall.values()) for c in cl) for n, cl in results.items()}
-        print(f"total CPU: adapter {cpu['adapter']:.3f} s, floor {cpu['floor']:.3f} s, "
-              f"floor / adapter {cpu['floor'] / cpu['adapter']:.2f}")  # fmt: skip
-        print(f"total wall: adapter {wall['adapter']:.3f} s, floor {wall['floor']:.3f} s, "
-              f"floor / adapter {wall['floor'] / wall['adapter']:.2f}")  # fmt: skip
+        cpus = {n: statistics.median(sum(c.cpu.values()) for c in cl) for n, cl in results.items()}
+        walls = {n: statistics.median(sum(c.wall.values()) for c in cl) for n, cl in results.items()}
+        print(f"total CPU: adapter {cpus['adapter']:.3f} s, floor {cpus['floor']:.3f} s, "
+              f"floor / adapter {cpus['floor'] / cpus['adapter']:.2f}")  # fmt: skip
+        print(f"total wall: adapter {walls['adapter']:.3f} s, floor {walls['floor']:.3f} s, "
+              f"floor / adapter {walls['floor'] / walls['adapter']:.2f}")  # fmt: skip
         if prof is not None:
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
     finally:

@@ -79,6 +79,7 @@ class CountWithTimerBatched(hr.StatefulProcessor):
         self.count = handle.get_value_state("count", "n BIGINT")
 
     def handle_input_batch(self, batch: hr.KeyBatch, tv: hr.TimerValues) -> Iterator[Any]:
+        assert batch.rows is not None and batch.offsets is not None  # (None only for expired timers)
         cur, exists = self.count.get_batch().column("n"), self.count.exists_batch()
         ts = batch.rows.column("timestamp").cast(pa.int64()).to_numpy()
         first = np.minimum.reduceat(ts, batch.offsets[:-1]) // 1000
@@ -166,9 +167,11 @@ def spark_run(spark: Any, rows: int, per: int, keys: int) -> tuple[float, float]
                 n += len(pdf)
                 m = pd.Timestamp(pdf["timestamp"].min()).value // 1_000_000
                 first = m if first is None else min(first, m)
-            if self.count.exists():
-                self.count.update((self.count.get()[0] + n,))
+            held = self.count.get() if self.count.exists() else None
+            if held is not None:
+                self.count.update((held[0] + n,))
             else:
+                assert first is not None  # (a key's call has rows)
                 self.handle.registerTimer(first + TIMER_MS)
                 self.count.update((n,))
             return iter([])

@@ -25,6 +25,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import numpy as np
@@ -32,6 +33,8 @@ import pyarrow as pa
 
 import headrace as hr
 from headrace.testing import memory_stream
+
+_Frame = TypeVar("_Frame", hr.StreamFrame, hr.StaticFrame)
 
 
 def make_batches(batches: int, rows: int, keys: int, seed: int = 0) -> list[pa.Table]:
@@ -91,7 +94,7 @@ STATELESS_QUERY = ("SELECT id, upper(user) AS user, amount * 1.1 AS amount, ts, 
                    "WHERE amount * 1.1 > 11 AND upper(user) <> 'USER-7'")  # fmt: skip
 
 
-def stateless_plan(s: hr.StreamFrame) -> hr.StreamFrame:
+def stateless_plan(s: _Frame) -> _Frame:
     return (s.select_expr("id", "upper(user) AS user", "amount * 1.1 AS amount", "ts")
             .where("amount > 11 AND user <> 'USER-7'").with_column("big", "amount > 55"))  # fmt: skip
 

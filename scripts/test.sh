@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 source scripts/_env.sh
 bash scripts/services.sh
 echo "== ruff"; "$VENV/bin/ruff" check .
-echo "== mypy"; "$VENV/bin/mypy" core/src $(ls -d plugins/*/src examples/*/src 2>/dev/null)
+echo "== mypy"; "$VENV/bin/mypy" core/src $(ls -d plugins/*/src examples/*/src 2>/dev/null) bench
 set +e
 bash scripts/check_wheels.sh
 wheels_rc=$?

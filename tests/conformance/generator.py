@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -98,6 +99,7 @@ class _Stream:
             if kind == "dup" and self.rows:
                 rows.append(r.choice(self.rows))
                 continue
+            ts: float
             if kind == "edge":
                 ts = (self.frontier_s - r.randint(0, WINDOW_S)) // SLIDE_S * SLIDE_S
             elif kind == "late_small" and wm is not None:
@@ -135,7 +137,7 @@ class _Stream:
 
 
 def _table(rows: list[tuple[int | None, str | None, int, float | None, int | None]]) -> pa.Table:
-    cols = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
+    cols: list[Any] = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
     return pa.table([pa.array(list(c), type=f.type) for c, f in zip(cols, SCHEMA, strict=True)], schema=SCHEMA)
 
 
