@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ def headrace_windowed(rows: int, per: int, keys: int, backend: str) -> tuple[flo
     return elapsed, progress
 
 
-def duckdb_query(rows: int, per: int, keys: int) -> Any:
+def duckdb_query(rows: int, per: int, keys: int) -> Callable[[], float]:
     """A function that runs one DuckDB ``GROUP BY`` over all the rows the query reads (the
     same values and timestamps, registered as an Arrow table once) and returns its seconds."""
     import duckdb
