@@ -10,7 +10,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,27 @@ def tree_cpu() -> float:
         total += stats.get(p, (0, 0))[1]
         todo.extend(kids.get(p, []))
     return total / _TICK
+
+
+def kafka_value_chunks(consumer: Any, ends: dict[int, int], chunk: int, *, timeout_s: float,
+                       what: str) -> Iterator[list[bytes]]:  # fmt: skip
+    """The raw loops' Kafka read: every message value before ``ends`` (partition -> end
+    offset) of a consumer assigned those partitions from offset 0, ``chunk`` values at a time
+    (the last chunk smaller). Raises ``TimeoutError`` naming ``what`` after ``timeout_s``."""
+    pos = dict.fromkeys(ends, 0)
+    buf: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while any(pos[p] < ends[p] for p in ends):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: stuck at {pos} of {ends}")
+        for m in consumer.consume(10000, timeout=1.0):
+            value, part, off = m.value(), m.partition(), m.offset()
+            if m.error() is None and value is not None and part is not None and off is not None:
+                buf.append(value)
+                pos[part] = off + 1
+        if len(buf) >= chunk or (buf and all(pos[p] >= ends[p] for p in ends)):
+            yield buf
+            buf = []
 
 
 def spark_session(app: str, driver_memory: str = "2g", *, rocksdb_state: bool = True) -> Any:

@@ -149,6 +149,7 @@ def _import_before_the_clock() -> None:
 def w_raw(cfg: dict[str, Any], out: str) -> dict[str, float]:
     import pyarrow as pa
     import pyarrow.json as pj
+    from _common import kafka_value_chunks
     from confluent_kafka import Consumer, TopicPartition
     from deltalake import write_deltalake
 
@@ -159,23 +160,11 @@ def w_raw(cfg: dict[str, Any], out: str) -> dict[str, float]:
     parts = [TopicPartition(cfg["topic"], p, 0) for p in range(PARTITIONS)]
     ends = {p.partition: c.get_watermark_offsets(p, timeout=10)[1] for p in parts}
     c.assign(parts)
-    pos = dict.fromkeys(ends, 0)
-    buf: list[bytes] = []
-    deadline = time.monotonic() + 600
-    while any(pos[p] < ends[p] for p in ends):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"raw loop: stuck at {pos} of {ends}")
-        for m in c.consume(10000, timeout=1.0):
-            value, part, off = m.value(), m.partition(), m.offset()
-            if m.error() is None and value is not None and part is not None and off is not None:
-                buf.append(value)
-                pos[part] = off + 1
-        if len(buf) >= CHUNK or (buf and all(pos[p] >= ends[p] for p in ends)):
-            t = pj.read_json(pa.BufferReader(pa.py_buffer(b"\n".join(buf))), parse_options=opts)
-            v = t.column("v").to_numpy()
-            t = t.filter(pa.array(v % 10 != 3))
-            write_deltalake(out, t, mode="append")
-            buf = []
+    for buf in kafka_value_chunks(c, ends, CHUNK, timeout_s=600, what="raw loop"):
+        t = pj.read_json(pa.BufferReader(pa.py_buffer(b"\n".join(buf))), parse_options=opts)
+        v = t.column("v").to_numpy()
+        t = t.filter(pa.array(v % 10 != 3))
+        write_deltalake(out, t, mode="append")
     c.close()
     return {"seconds": time.perf_counter() - t0, "cpu": time.process_time() - c0}
 

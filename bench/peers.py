@@ -262,6 +262,7 @@ def w_raw(workload: str, cfg: dict[str, Any], out: str) -> float:
                 _copy_upsert(conn, table.slice(start, CHUNK), out)
         return time.perf_counter() - t0
     if workload == "kafka_pg":
+        from _common import kafka_value_chunks
         from confluent_kafka import Consumer, TopicPartition
 
         t0 = time.perf_counter()
@@ -270,25 +271,13 @@ def w_raw(workload: str, cfg: dict[str, Any], out: str) -> float:
         parts = [TopicPartition(cfg["topic"], p, 0) for p in range(PARTITIONS)]
         ends = {p.partition: c.get_watermark_offsets(p, timeout=10)[1] for p in parts}
         c.assign(parts)
-        pos = dict.fromkeys(ends, 0)
         schema = _arrow_schema()
         with psycopg.connect(cfg["dsn"], autocommit=True) as conn:
             conn.execute(f"CREATE TEMP TABLE stage ON COMMIT DELETE ROWS AS SELECT id, v, s FROM {out} WITH NO DATA")
-            buf: list[bytes] = []
-            deadline = time.monotonic() + 300
-            while any(pos[p] < ends[p] for p in ends):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"raw kafka loop: stuck at {pos} of {ends}")
-                for m in c.consume(10000, timeout=1.0):
-                    value, part, off = m.value(), m.partition(), m.offset()
-                    if m.error() is None and value is not None and part is not None and off is not None:
-                        buf.append(value)
-                        pos[part] = off + 1
-                if len(buf) >= CHUNK or (buf and all(pos[p] >= ends[p] for p in ends)):
-                    t = pj.read_json(pa.BufferReader(pa.py_buffer(b"\n".join(buf))),
-                                     parse_options=pj.ParseOptions(explicit_schema=schema))  # fmt: skip
-                    _copy_upsert(conn, t, out)
-                    buf = []
+            for buf in kafka_value_chunks(c, ends, CHUNK, timeout_s=300, what="raw kafka loop"):
+                t = pj.read_json(pa.BufferReader(pa.py_buffer(b"\n".join(buf))),
+                                 parse_options=pj.ParseOptions(explicit_schema=schema))  # fmt: skip
+                _copy_upsert(conn, t, out)
         c.close()
         return time.perf_counter() - t0
     if workload == "delta_arrow":

@@ -378,9 +378,10 @@ def section_windowed(report: dict[str, Any], rows: int, per: int, keys: int, no_
     backends = ("memory", "rocksdb")
     duck_times: list[float] = []
     runs: dict[str, list[tuple[float, list[dict[str, Any]]]]] = {b: [] for b in backends}
+    sides = ["duckdb", *backends]
     for k in range(REPEAT):
-        sides: list[str] = ["duckdb", *backends]
-        for side in sides[k % 3 :] + sides[: k % 3]:
+        turn = k % len(sides)
+        for side in sides[turn:] + sides[:turn]:
             if side == "duckdb":
                 duck_times.append(duckdb_run())
             else:
