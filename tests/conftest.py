@@ -47,6 +47,26 @@ def _deep(item: pytest.Item) -> bool:
     return item.name[len(_KIT_KILL) + 1 : -1] not in _KILLS_KEPT_FOR_PLUGINS
 
 
+# scripts/test.sh runs the suite in worker processes (pytest-xdist). Each worker starts the
+# servers its tests ask for on ports of its own; a module's tests stay on one worker (its
+# module fixtures are set up once); and every test that runs Spark runs on one worker, in
+# collection order: the conformance modules stop their own Spark sessions, which must not
+# happen under tests/spark's session-wide one, and one JVM at a time fits the machine.
+_SPARK_TESTS = ("tests/conformance/", "tests/spark/")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: Any, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndSparkTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "spark" if module.startswith(_SPARK_TESTS) else module
+
+    return ModulesAndSparkTogether(config, log)
+
+
 def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None:
     if DEEP:
         return
