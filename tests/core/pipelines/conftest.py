@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 import textwrap
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 import pytest
 
@@ -118,7 +118,7 @@ class Project:
         from headrace.pipelines.runner import PipelineRun
 
         lines: list[str] = []
-        result = PipelineRun(self.load(), out=lines.append, **kwargs).run()
+        result: Any = PipelineRun(self.load(), out=lines.append, **kwargs).run()  # gets `lines` below
         result.lines = lines
         return result
 
@@ -149,8 +149,14 @@ def actual(p: Project) -> dict[str, Any]:
     }
 
 
+class MakeProject(Protocol):
+    """The ``make_project`` fixture: writes a fresh project and returns it."""
+
+    def __call__(self, language: str = ..., name: str = ...) -> Project: ...
+
+
 @pytest.fixture
-def make_project(tmp_path: Any) -> Callable[..., Project]:
+def make_project(tmp_path: Path) -> MakeProject:
     def make(language: str = "python", name: str = "three_level") -> Project:
         root = str(tmp_path / name)
         p = Project(root)

@@ -7,12 +7,18 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from headrace.cli import main
 from tests.cli_runner import run_cli
+from tests.core.pipelines.conftest import MakeProject
 
 
-def test_init_run_graph_events(tmp_path, monkeypatch, capsys) -> None:
+def test_init_run_graph_events(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["pipelines", "init", "demo"]) == 0
     assert main(["pipelines", "init", "demo"]) == 1  # never overwrites
@@ -51,7 +57,7 @@ def test_init_run_graph_events(tmp_path, monkeypatch, capsys) -> None:
     assert len(capsys.readouterr().out.splitlines()) == 2  # two runs
 
 
-def test_fresh_project_in_subprocess(tmp_path) -> None:
+def test_fresh_project_in_subprocess(tmp_path: Path) -> None:
     """The documented commands, as a user types them (the `headrace` entry point)."""
     init = run_cli("pipelines", "init", "demo", cwd=tmp_path, script=True)
     assert init.returncode == 0, init.stderr
@@ -61,9 +67,7 @@ def test_fresh_project_in_subprocess(tmp_path) -> None:
     assert os.path.isdir(tmp_path / "demo" / "storage" / "tables" / "big_orders_by_region" / "_delta_log")
 
 
-def test_refresh_selection_errors(make_project, capsys) -> None:
-    import pytest
-
+def test_refresh_selection_errors(make_project: MakeProject, capsys: pytest.CaptureFixture[str]) -> None:
     p = make_project()
     spec = ["--spec", p.path("pipeline.yml")]
     with pytest.raises(SystemExit):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from headrace.pipelines.runner import PipelineRun
 from headrace.testing import wait_for
-from tests.core.pipelines.conftest import actual, expected
+from tests.core.pipelines.conftest import MakeProject, Project, actual, expected
 
 
-def _start(p):
+def _start(p: Project) -> tuple[PipelineRun, threading.Thread, list[Any], list[str]]:
     lines: list[str] = []
     run = PipelineRun(p.load(), continuous=True, out=lines.append)
     box: list = []
@@ -18,8 +20,8 @@ def _start(p):
     return run, t, box, lines
 
 
-def _caught_up(p, rows):
-    def check():
+def _caught_up(p: Project, rows: list[dict[str, Any]]) -> Callable[[], bool]:
+    def check() -> bool:
         try:
             return actual(p) == expected(rows)
         except Exception:  # tables not created yet
@@ -28,7 +30,7 @@ def _caught_up(p, rows):
     return check
 
 
-def test_continuous_run_stopped_and_resumed(make_project) -> None:
+def test_continuous_run_stopped_and_resumed(make_project: MakeProject) -> None:
     p = make_project()
     rows = p.add_files(2)
     run, t, box, lines = _start(p)
@@ -50,7 +52,7 @@ def test_continuous_run_stopped_and_resumed(make_project) -> None:
     assert actual(p) == expected(rows)  # every row exactly once across the restart
 
 
-def test_real_time_update_flow_into_a_sink(make_project) -> None:
+def test_real_time_update_flow_into_a_sink(make_project: MakeProject) -> None:
     """seeds/001: dp.create_sink + @dp.update_flow with pipelines.trigger=RealTime, in a
     continuous run, runs with the real-time trigger."""
     import headrace as hr
@@ -69,6 +71,7 @@ def test_real_time_update_flow_into_a_sink(make_project) -> None:
         """)
     run, t, box, _lines = _start(p)
     q = wait_for(lambda: run._queries.get("rtm_flow"), timeout=30, what="the real-time flow to start")
+    assert q is not None  # wait_for returns a truthy value
     assert q.trigger.kind == "real_time" and q.trigger.interval == 1.0
     wait_for(lambda: hr.memory_table("rtm_flow").num_rows > 50, timeout=30, what="rows in the sink")
     run.stop()

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from headrace.cli import main
 from headrace.pipelines.graph import GraphError
+from tests.core.pipelines.conftest import MakeProject, Project
 
 
-def _problems(p) -> list[str]:
+def _problems(p: Project) -> list[str]:
     pipeline = p.load()
     with pytest.raises(GraphError) as ei:
         pipeline.graph.analyze()
     return ei.value.problems
 
 
-def test_clean_pipeline_passes_without_reading_data(make_project, capsys, monkeypatch) -> None:
+def test_clean_pipeline_passes_without_reading_data(
+    make_project: MakeProject, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = make_project()
     p.add_files(1)
     monkeypatch.chdir(p.path("landing"))  # the spec is found in a parent folder
@@ -30,7 +34,7 @@ def test_clean_pipeline_passes_without_reading_data(make_project, capsys, monkey
 
 
 @pytest.mark.parametrize("language", ["python", "sql"])
-def test_cycle(make_project, language: str) -> None:
+def test_cycle(make_project: MakeProject, language: str) -> None:
     p = make_project(language)
     if language == "python":
         p.write("transformations/cycle.py", """
@@ -55,7 +59,7 @@ def test_cycle(make_project, language: str) -> None:
 
 
 @pytest.mark.parametrize("language", ["python", "sql"])
-def test_unknown_table(make_project, language: str) -> None:
+def test_unknown_table(make_project: MakeProject, language: str) -> None:
     p = make_project(language)
     if language == "python":
         p.write("transformations/more.py", """
@@ -80,7 +84,7 @@ def test_unknown_table(make_project, language: str) -> None:
     assert any("report" in x and "no dataset 'gld'" in x for x in problems), problems
 
 
-def test_bad_options_all_reported(make_project, capsys) -> None:
+def test_bad_options_all_reported(make_project: MakeProject, capsys: pytest.CaptureFixture[str]) -> None:
     p = make_project()
     p.write("transformations/bad.py", """
         import headrace as hr
@@ -136,7 +140,7 @@ def test_bad_options_all_reported(make_project, capsys) -> None:
     assert "dry run failed" in err and "mergeSchema" in err
 
 
-def test_stream_from_materialized_view_is_refused(make_project) -> None:
+def test_stream_from_materialized_view_is_refused(make_project: MakeProject) -> None:
     p = make_project()
     p.write("transformations/x.py", """
         import headrace as hr
@@ -149,7 +153,7 @@ def test_stream_from_materialized_view_is_refused(make_project) -> None:
     assert any("materialized view" in x and "cannot be read as a stream" in x for x in _problems(p))
 
 
-def test_duplicate_names_and_bad_spec(make_project, tmp_path) -> None:
+def test_duplicate_names_and_bad_spec(make_project: MakeProject, tmp_path: Path) -> None:
     from headrace.errors import HeadraceError
 
     p = make_project()
@@ -170,13 +174,15 @@ def test_duplicate_names_and_bad_spec(make_project, tmp_path) -> None:
         load_spec(str(tmp_path / "bad" / "pipeline.yml"))
 
 
-def test_no_spec_found(tmp_path, monkeypatch, capsys) -> None:
+def test_no_spec_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["pipelines", "dry-run"]) == 1
     assert "no pipeline spec" in capsys.readouterr().err
 
 
-def test_definitions_import_helpers_next_to_the_spec(make_project) -> None:
+def test_definitions_import_helpers_next_to_the_spec(make_project: MakeProject) -> None:
     p = make_project()
     p.write("pipeline_helpers_xyz.py", "SOURCE = 'silver'\n")
     p.write("transformations/uses_helper.py", """
@@ -192,7 +198,7 @@ def test_definitions_import_helpers_next_to_the_spec(make_project) -> None:
     assert g.upstream(g.registry.flows["copy_of_silver"]) == {"silver"}
 
 
-def _with_conf(p, key: str, value: str) -> None:
+def _with_conf(p: Project, key: str, value: str) -> None:
     with open(p.path("pipeline.yml")) as f:
         spec = f.read()
     lines = [ln for ln in spec.splitlines() if not ln.strip().startswith(key + ":")]
@@ -213,7 +219,9 @@ def _with_conf(p, key: str, value: str) -> None:
     ],
     ids=["huge-exponent", "negative", "nan", "nul-byte", "zero"],
 )
-def test_a_bad_check_interval_is_refused_by_dry_run_and_run_alike(make_project, capsys, value: str, fragment: str) -> None:
+def test_a_bad_check_interval_is_refused_by_dry_run_and_run_alike(
+    make_project: MakeProject, capsys: pytest.CaptureFixture[str], value: str, fragment: str
+) -> None:
     p = make_project()
     _with_conf(p, "pipelines.continuous.checkInterval", value)
     (problem,) = [x for x in _problems(p) if "checkInterval" in x]
@@ -235,7 +243,9 @@ def test_a_bad_check_interval_is_refused_by_dry_run_and_run_alike(make_project, 
      ("x\\x00y", "contains '\\x00'"), ("n" * 300, "longer than 255 bytes")],
     ids=["dot-dot", "parent-path", "newline", "nul", "too-long"],
 )
-def test_a_name_that_cannot_be_a_folder_is_refused_by_dry_run_and_run_alike(make_project, name: str, fragment: str) -> None:
+def test_a_name_that_cannot_be_a_folder_is_refused_by_dry_run_and_run_alike(
+    make_project: MakeProject, name: str, fragment: str
+) -> None:
     p = make_project()
     p.write("transformations/bad_name.py", f"""
         import headrace as hr
@@ -253,7 +263,7 @@ def test_a_name_that_cannot_be_a_folder_is_refused_by_dry_run_and_run_alike(make
     assert not os.path.exists(p.path("storage", "tables"))
 
 
-def test_every_cycle_is_reported(make_project) -> None:
+def test_every_cycle_is_reported(make_project: MakeProject) -> None:
     p = make_project("sql")
     p.write("transformations/cycles.sql", """
         CREATE STREAMING TABLE a AS SELECT * FROM STREAM(b);
@@ -268,7 +278,7 @@ def test_every_cycle_is_reported(make_project) -> None:
     assert cycles == ["a -> b -> a", "c -> d -> c", "d -> e -> d", "f -> f"], cycles
 
 
-def test_a_non_utf8_spec_is_named(make_project) -> None:
+def test_a_non_utf8_spec_is_named(make_project: MakeProject) -> None:
     from headrace.errors import HeadraceError
 
     p = make_project()
@@ -278,7 +288,9 @@ def test_a_non_utf8_spec_is_named(make_project) -> None:
         p.load()
 
 
-def test_a_non_utf8_sql_library_is_named(make_project, capsys) -> None:
+def test_a_non_utf8_sql_library_is_named(
+    make_project: MakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
     from headrace.errors import HeadraceError
 
     p = make_project("sql")
@@ -292,7 +304,9 @@ def test_a_non_utf8_sql_library_is_named(make_project, capsys) -> None:
 
 
 @pytest.mark.parametrize("opening", ["[", "- "], ids=["flow-list", "block-list"])
-def test_a_deeply_nested_spec_is_a_clear_error(make_project, capsys, opening: str) -> None:
+def test_a_deeply_nested_spec_is_a_clear_error(
+    make_project: MakeProject, capsys: pytest.CaptureFixture[str], opening: str
+) -> None:
     p = make_project()
     depth = 100_000
     text = ("name: deep\nlibraries: " + "[" * depth + "]" * depth + "\n") if opening == "[" else \
@@ -306,7 +320,9 @@ def test_a_deeply_nested_spec_is_a_clear_error(make_project, capsys, opening: st
 
 
 @pytest.mark.parametrize("target", ["/dev/zero", "fifo"], ids=["device", "fifo"])
-def test_a_spec_that_is_not_a_regular_file_is_refused(tmp_path, capsys, target: str) -> None:
+def test_a_spec_that_is_not_a_regular_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], target: str
+) -> None:
     if target == "fifo":
         os.mkfifo(tmp_path / "pipeline.yml")  # nobody writes to it: opening it to read would block
         target = str(tmp_path / "pipeline.yml")
@@ -314,7 +330,7 @@ def test_a_spec_that_is_not_a_regular_file_is_refused(tmp_path, capsys, target: 
     assert "is not a regular file" in capsys.readouterr().err
 
 
-def test_a_flow_name_that_cannot_be_a_folder_is_refused(make_project) -> None:
+def test_a_flow_name_that_cannot_be_a_folder_is_refused(make_project: MakeProject) -> None:
     p = make_project()
     p.write("transformations/bad_flow.py", """
         import headrace as hr
@@ -328,7 +344,9 @@ def test_a_flow_name_that_cannot_be_a_folder_is_refused(make_project) -> None:
     assert "'../escape' contains '/'" in problem and "bad_flow.py" in problem
 
 
-def test_the_dry_run_shows_what_exists_and_what_the_run_would_do(make_project, capsys, monkeypatch) -> None:
+def test_the_dry_run_shows_what_exists_and_what_the_run_would_do(
+    make_project: MakeProject, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     p = make_project()
     p.add_files(1)
     monkeypatch.chdir(p.root)
@@ -355,7 +373,9 @@ def test_the_dry_run_shows_what_exists_and_what_the_run_would_do(make_project, c
     ],
     ids=["snapshot-interval-0", "bad-fsync", "bad-state-store"],
 )
-def test_the_dry_run_checks_engine_options_of_sinks(make_project, options: dict, fragment: str) -> None:
+def test_the_dry_run_checks_engine_options_of_sinks(
+    make_project: MakeProject, options: dict, fragment: str
+) -> None:
     p = make_project()
     p.write("transformations/sink.py", f"""
         import headrace as hr

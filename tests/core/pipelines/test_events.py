@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from headrace.pipelines.events import EventLog, format_event, read_events
 
 
-def test_append_read_and_torn_line(tmp_path) -> None:
+def test_append_read_and_torn_line(tmp_path: Path) -> None:
     path = str(tmp_path / "log" / "events.jsonl")
     log = EventLog(path, "p", "u1")
     log.emit("create_update", "run started", details={"mode": "triggered"})

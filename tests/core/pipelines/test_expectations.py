@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,7 +38,7 @@ def test_warn_drop_and_counts() -> None:
 
 
 def test_fail_names_the_expectation_and_a_row() -> None:
-    runner = ExpectationRunner("silver", [dp.expect_or_fail("positive", "amount > 0")(lambda: None)
+    runner = ExpectationRunner("silver", [cast(Any, dp.expect_or_fail("positive", "amount > 0")(lambda: None))
                                           .__headrace_expectations__[0]])  # fmt: skip
     with pytest.raises(ExpectationFailed, match=r"'positive' \(amount > 0\) on 'silver' failed for 2 of 4 rows, e.g. \{'id': 2"):
         runner.apply(_table())
@@ -57,14 +57,14 @@ def test_decorators_above_or_below_table_and_checks() -> None:
         @dp.expect("above", "id > 0")
         @dp.table
         @dp.expect("below", "id < 10")
-        def t():
+        def t() -> None:
             return None
 
     assert [e.name for e in reg.flows["t"].all_expectations()] == ["above", "below"]
     with pytest.raises(PipelineDefinitionError, match="declared twice"):
         dp.expect("x", "a")(dp.expect("x", "b")(lambda: None))
     with pytest.raises(PipelineDefinitionError, match="SQL expression string or a callable"):
-        dp.expect("x", 3)
+        dp.expect("x", cast(Any, 3))  # a wrong type on purpose
     with pytest.raises(PipelineDefinitionError, match="non-empty dict"):
         dp.expect_all({})
 

@@ -9,6 +9,7 @@ import pytest
 
 from headrace.cli import main
 from headrace.pipelines.graph import GraphError
+from tests.core.pipelines.conftest import MakeProject
 
 
 def _write_rows(folder: str, name: str, rows: list[dict]) -> None:
@@ -17,7 +18,7 @@ def _write_rows(folder: str, name: str, rows: list[dict]) -> None:
         f.write("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
-def test_two_append_flows_into_one_table(make_project) -> None:
+def test_two_append_flows_into_one_table(make_project: MakeProject) -> None:
     p = make_project()
     p.write("transformations/union.py", """
         import headrace as hr
@@ -53,7 +54,7 @@ def test_two_append_flows_into_one_table(make_project) -> None:
     assert sorted(x["id"] for x in p.table("all_events")) == [0, 1, 2, 3, 4, 100, 101, 102, 200]
 
 
-def test_sink_and_update_flow(make_project) -> None:
+def test_sink_and_update_flow(make_project: MakeProject) -> None:
     p = make_project()
     p.write("transformations/sink.py", """
         import headrace as hr
@@ -85,7 +86,7 @@ def test_sink_and_update_flow(make_project) -> None:
     assert sorted(DeltaTable(p.path("exported")).to_pyarrow_table().column("id").to_pylist()) == want
 
 
-def test_auto_cdc_flow_maps_to_delta_cdc_options(make_project) -> None:
+def test_auto_cdc_flow_maps_to_delta_cdc_options(make_project: MakeProject) -> None:
     p = make_project()
     p.write("transformations/cdc.py", """
         import headrace as hr
@@ -133,7 +134,7 @@ def test_auto_cdc_flow_maps_to_delta_cdc_options(make_project) -> None:
     assert "op" not in p.table("users")[0]
 
 
-def test_auto_cdc_flow_tracks_history_on_some_columns(make_project) -> None:
+def test_auto_cdc_flow_tracks_history_on_some_columns(make_project: MakeProject) -> None:
     """track_history_except_column_list: the dry run accepts it (the installed headrace-delta has
     trackHistoryExceptColumnList) and a change to an untracked column updates the current version in place."""
     p = make_project()
@@ -181,7 +182,9 @@ def test_auto_cdc_arguments_checked() -> None:
             dp.create_auto_cdc_flow("t", "s", [], "ts")
 
 
-def test_failing_flow_stops_downstream_only(make_project, capsys) -> None:
+def test_failing_flow_stops_downstream_only(
+    make_project: MakeProject, capsys: pytest.CaptureFixture[str]
+) -> None:
     p = make_project()
     p.write("transformations/strict.py", """
         import headrace as hr
@@ -214,7 +217,7 @@ def test_failing_flow_stops_downstream_only(make_project, capsys) -> None:
     assert "ERROR" in out and "no_negatives" in out
 
 
-def test_reset_not_allowed(make_project) -> None:
+def test_reset_not_allowed(make_project: MakeProject) -> None:
     """pipelines.reset.allowed = false: a full refresh leaves the table and its progress alone."""
     from tests.core.pipelines.conftest import PYTHON, actual, expected
 
@@ -230,7 +233,7 @@ def test_reset_not_allowed(make_project) -> None:
     assert actual(p) == expected(rows)
 
 
-def test_once_flow_and_table_expectations(make_project) -> None:
+def test_once_flow_and_table_expectations(make_project: MakeProject) -> None:
     """append_flow(once=True) backfills once; create_streaming_table(expect_all_or_drop=...)
     applies to every flow into the table (Databricks)."""
     p = make_project()

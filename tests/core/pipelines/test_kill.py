@@ -12,10 +12,10 @@ import time
 import pytest
 
 from tests.cli_runner import cli_command, cli_env
-from tests.core.pipelines.conftest import actual, expected
+from tests.core.pipelines.conftest import MakeProject, Project, actual, expected
 
 
-def _cmd(p, *extra: str) -> list[str]:
+def _cmd(p: Project, *extra: str) -> list[str]:
     return cli_command("pipelines", "run", "--spec", p.path("pipeline.yml"), *extra)
 
 
@@ -23,12 +23,12 @@ def _env(crash: str | None = None) -> dict[str, str]:
     return cli_env(crash=crash)
 
 
-def _run_to_end(p, *extra: str) -> None:
+def _run_to_end(p: Project, *extra: str) -> None:
     res = subprocess.run(_cmd(p, *extra), capture_output=True, text=True, env=_env(), timeout=300)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
 
 
-def _killed_run(p, delay: float, *extra: str) -> int:
+def _killed_run(p: Project, delay: float, *extra: str) -> int:
     proc = subprocess.Popen(_cmd(p, *extra), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env())
     try:
         proc.wait(timeout=delay)
@@ -39,7 +39,7 @@ def _killed_run(p, delay: float, *extra: str) -> int:
 
 
 @pytest.mark.parametrize("language", ["python", "sql"])
-def test_sigkill_at_random_moments(make_project, language: str) -> None:
+def test_sigkill_at_random_moments(make_project: MakeProject, language: str) -> None:
     rng = random.Random(14)
     p = make_project(language)
     rows = p.add_files(12, rows=30)  # 6 batches per streaming table (maxFilesPerTrigger 2)
@@ -71,7 +71,7 @@ def test_sigkill_at_random_moments(make_project, language: str) -> None:
 
 
 @pytest.mark.parametrize("point", ["after_offsets:1", "before_sink_commit:2", "after_sink_commit:1", "after_commit:0"])
-def test_crash_points_in_flows(make_project, point: str) -> None:
+def test_crash_points_in_flows(make_project: MakeProject, point: str) -> None:
     p = make_project()
     rows = p.add_files(8, rows=10)
     res = subprocess.run(_cmd(p), capture_output=True, text=True, env=_env(point), timeout=300)

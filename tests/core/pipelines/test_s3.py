@@ -6,10 +6,10 @@ import os
 import uuid
 from typing import Any
 
-from tests.core.pipelines.conftest import expected
+from tests.core.pipelines.conftest import MakeProject, expected
 
 
-def test_s3_storage_root(make_project, s3: Any) -> None:
+def test_s3_storage_root(make_project: MakeProject, s3: Any) -> None:
     bucket = s3.create_bucket(f"pipelines-{uuid.uuid4().hex[:8]}")
     storage = s3.delta_storage_options()
     p = make_project()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from headrace.engine.source_plan import SourcePlan
 from headrace.pipelines.elements import GraphRegistry, PipelineDefinitionError
 from headrace.pipelines.sql import register_sql
 
@@ -14,7 +17,7 @@ def _register(text: str, configuration: dict | None = None) -> GraphRegistry:
     return reg
 
 
-def _source_plan(reg: GraphRegistry, flow: str, tmp_path) -> object:
+def _source_plan(reg: GraphRegistry, flow: str, tmp_path: Path) -> SourcePlan:
     from headrace.pipelines.graph import DataflowGraph
     from headrace.pipelines.resolver import Resolver
     from headrace.pipelines.storage import PipelineStorage
@@ -24,7 +27,7 @@ def _source_plan(reg: GraphRegistry, flow: str, tmp_path) -> object:
     return frame._sources[0]
 
 
-def test_read_kafka_pubsub_kinesis_argument_names(tmp_path, monkeypatch) -> None:
+def test_read_kafka_pubsub_kinesis_argument_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in (("PRIVATEKEY", "-----BEGIN PRIVATE KEY-----"), ("CLIENTEMAIL", "a@b.c"), ("CLIENTID", "1"),
                        ("PRIVATEKEYID", "k1")):
         monkeypatch.setenv(f"HEADRACE_SECRET_PUBSUB_SCOPE_{key}", value)
@@ -54,7 +57,7 @@ def test_read_kafka_pubsub_kinesis_argument_names(tmp_path, monkeypatch) -> None
         assert plan.connector == "kinesis" and plan.options["streamName"] == "s"
 
 
-def test_read_files_options_map_to_cloudfiles(tmp_path) -> None:
+def test_read_files_options_map_to_cloudfiles(tmp_path: Path) -> None:
     reg = _register("""CREATE STREAMING TABLE b AS SELECT * FROM STREAM read_files('${landing}', format => 'csv',
                        header => true, schemaHints => 'id BIGINT', maxFilesPerTrigger => 3)""",
                     {"landing": "in"})  # fmt: skip
@@ -105,7 +108,7 @@ def test_constraints_views_and_flows() -> None:
     ids=["two-streams", "no-stream", "mv-with-stream", "not-create", "unknown-source", "non-literal-arg",
          "unknown-conf", "missing-secret", "syntax", "stream-aggregate"],
 )
-def test_errors(sql: str, message: str, monkeypatch) -> None:
+def test_errors(sql: str, message: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HEADRACE_SECRET_S_K", raising=False)
     with pytest.raises(PipelineDefinitionError, match=message):
         _register(sql)

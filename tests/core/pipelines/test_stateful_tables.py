@@ -8,6 +8,8 @@ import json
 import os
 from typing import Any
 
+from tests.core.pipelines.conftest import MakeProject
+
 
 def _events(p: Any, name: str, seconds: list[int]) -> None:
     rows = [{"ts": f"2026-01-01T00:00:{s:02d}Z", "user": f"u{s % 2}"} for s in seconds]
@@ -15,7 +17,7 @@ def _events(p: Any, name: str, seconds: list[int]) -> None:
         f.write("\n".join(json.dumps(r) for r in rows) + "\n")
 
 
-def test_watermarked_window_counts_in_a_streaming_table(make_project) -> None:
+def test_watermarked_window_counts_in_a_streaming_table(make_project: MakeProject) -> None:
     p = make_project(name="windows")
     p.write("transformations/defs.py", """
         import headrace as hr

@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from tests.core.pipelines.conftest import MakeProject
+
 
 def _lines(path: str, rows: list[dict]) -> None:
     with open(path, "w") as f:
@@ -19,7 +21,7 @@ HELPER = ("dp.read.table", "dp.stream_static_join(facts, dims, on=\"customer_id\
 
 
 @pytest.mark.parametrize(("read", "join"), [SPARK_SHAPE, HELPER], ids=["hr.read-and-StreamFrame.join", "dp-helpers"])
-def test_sales_report_example(make_project, read: str, join: str) -> None:
+def test_sales_report_example(make_project: MakeProject, read: str, join: str) -> None:
     p = make_project(name="sales")
     p.write("transformations/defs.py", """
         import headrace as hr
@@ -74,7 +76,7 @@ def test_sales_report_example(make_project, read: str, join: str) -> None:
     assert got == [(1, 100), (2, 150), (3, 5), (3, 299)]
 
 
-def test_materialized_view_from_core_static_frames(make_project) -> None:
+def test_materialized_view_from_core_static_frames(make_project: MakeProject) -> None:
     """A materialized view built with the core's frames (hr.read.table + SQL steps)."""
     from tests.core.pipelines.conftest import expected
 
@@ -96,7 +98,7 @@ def test_materialized_view_from_core_static_frames(make_project) -> None:
     assert g.upstream(g.registry.flows["big_silver"]) == {"silver"}
 
 
-def test_sales_report_in_sql(make_project) -> None:
+def test_sales_report_in_sql(make_project: MakeProject) -> None:
     import os
 
     p = make_project(name="sales_sql")

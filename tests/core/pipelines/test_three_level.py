@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from headrace.pipelines.events import read_events
-from tests.core.pipelines.conftest import actual, expected
+from tests.core.pipelines.conftest import MakeProject, Project, actual, expected
 
 LANGUAGES = pytest.mark.parametrize("language", ["python", "sql"])
 
 
-def _batch_rows(p, update_id: str, flow: str) -> int:
+def _batch_rows(p: Project, update_id: str, flow: str) -> int:
     events = read_events(p.path("storage", "event_log", "events.jsonl"))
     return sum(
         e["details"]["flow_progress"]["metrics"]["num_input_rows"]
@@ -21,7 +21,7 @@ def _batch_rows(p, update_id: str, flow: str) -> int:
 
 
 @LANGUAGES
-def test_run_then_only_new_data(make_project, language: str) -> None:
+def test_run_then_only_new_data(make_project: MakeProject, language: str) -> None:
     p = make_project(language)
     rows = p.add_files(3)
     r1 = p.run()
@@ -44,13 +44,13 @@ def test_run_then_only_new_data(make_project, language: str) -> None:
 
 
 @LANGUAGES
-def test_expectation_metrics_in_event_log(make_project, language: str) -> None:
+def test_expectation_metrics_in_event_log(make_project: MakeProject, language: str) -> None:
     p = make_project(language)
     rows = p.add_files(2)
     r = p.run()
     events = [e for e in read_events(p.path("storage", "event_log", "events.jsonl"))
               if e["origin"].get("flow_name") == "silver" and e["details"]["flow_progress"].get("data_quality")]  # fmt: skip
-    per = {}
+    per: dict[str, list[int]] = {}
     for e in events:
         for x in e["details"]["flow_progress"]["data_quality"]["expectations"]:
             c = per.setdefault(x["name"], [0, 0])
@@ -65,7 +65,7 @@ def test_expectation_metrics_in_event_log(make_project, language: str) -> None:
 
 
 @LANGUAGES
-def test_full_refresh_of_one_table(make_project, language: str) -> None:
+def test_full_refresh_of_one_table(make_project: MakeProject, language: str) -> None:
     p = make_project(language)
     rows = p.add_files(3)
     p.run()
@@ -93,7 +93,7 @@ def test_full_refresh_of_one_table(make_project, language: str) -> None:
     assert actual(p) == expected(rows)
 
 
-def test_refresh_selects_datasets(make_project) -> None:
+def test_refresh_selects_datasets(make_project: MakeProject) -> None:
     p = make_project()
     p.add_files(2)
     r = p.run(refresh=["bronze"])
