@@ -66,6 +66,7 @@ def test_drop_counts_in_progress(tmp_path: Path) -> None:
     good, bad = seed(tmp_path / "in", 3)
     q = _run(tmp_path, "br_drop", badRecordsPolicy="drop")
     assert set(hr.memory_table("br_drop").column("id").to_pylist()) == good
+    assert q.last_progress is not None
     metrics = q.last_progress["sources"][0]["metrics"]
     assert metrics["numBadRecords"] == metrics["numBadRecordsDropped"] == len(bad)
     assert metrics["numBadRecordsDeadLettered"] == 0
@@ -82,6 +83,7 @@ def test_dead_letters_carry_the_error_the_origin_and_the_offset(tmp_path: Path) 
     assert malformed["error"] == "malformed json record" and malformed["record"] == "{not json 3"
     uncast = next(x for x in letters if x["location"].endswith("f000.json#record=1"))
     assert json.loads(uncast["record"]) == {"id": 1, "amount": "n/a-1"} and "is not int64" in uncast["error"]
+    assert q.last_progress is not None
     assert q.last_progress["sources"][0]["metrics"]["numBadRecordsDeadLettered"] == len(bad)
 
 
@@ -125,6 +127,7 @@ def test_dead_letters_to_a_delta_table(tmp_path: Path) -> None:
     letters = dead_letters(tmp_path, "delta")
     assert {x["location"] for x in letters} == bad and len(letters) == len(bad)
     assert {x["batchId"] for x in letters} == {0, 1, 2} and {x["origin"] for x in letters} == {"source-0-cloudFiles"}
+    assert q.last_progress is not None
     assert q.last_progress["sources"][0]["metrics"]["numBadRecordsDeadLettered"] > 0
 
 

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,7 +23,9 @@ from headrace.protocols import ReadLimit, SourceContext
 from headrace.testing import wait_for
 from tests.plugins.cloudfiles.helpers import output, run, write_json
 
-JSON = {"cloudFiles.format": "json", "cloudFiles.inferColumnTypes": "true"}
+#: reader options (values of several types); `run(..., **opts)` needs them typed so
+Opts = dict[str, Any]
+JSON: Opts = {"cloudFiles.format": "json", "cloudFiles.inferColumnTypes": "true"}
 
 
 def ids(table: pa.Table, col: str = "id") -> list[Any]:
@@ -34,8 +36,9 @@ def test_json_files_ingested_exactly_once_across_restarts(tmp_path: Path) -> Non
     src, out, chk = tmp_path / "in", tmp_path / "out", tmp_path / "chk"
     for i in range(3):
         write_json(src, f"a{i}.json", [{"id": i * 10 + k, "name": f"n{k}"} for k in range(5)])
-    opts = {**JSON, "cloudFiles.schemaLocation": str(tmp_path / "schema")}
+    opts: Opts = {**JSON, "cloudFiles.schemaLocation": str(tmp_path / "schema")}
     q = run(src, out, chk, **opts)
+    assert q.last_progress is not None
     assert q.last_progress["numInputRows"] == 15
     write_json(src, "b0.json", [{"id": 100, "name": "late"}])
     write_json(src, "nested/deeper/b1.json", [{"id": 101, "name": "deep"}])
@@ -53,8 +56,8 @@ def test_max_files_per_trigger_splits_batches_and_reports_backlog(tmp_path: Path
     src = tmp_path / "in"
     for i in range(7):
         write_json(src, f"f{i}.json", [{"id": i, "pad": "x" * 100}])
-    q = run(src, tmp_path / "out", tmp_path / "chk", **JSON, **{
-        "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.maxFilesPerTrigger": 3})  # fmt: skip
+    q = run(src, tmp_path / "out", tmp_path / "chk", **JSON, **cast(Opts, {
+        "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.maxFilesPerTrigger": 3}))  # fmt: skip
     progress = q.recent_progress
     assert [p["numInputRows"] for p in progress] == [3, 3, 1]
     metrics = [p["sources"][0]["metrics"] for p in progress]
@@ -68,8 +71,8 @@ def test_max_bytes_per_trigger_is_soft(tmp_path: Path) -> None:
     src = tmp_path / "in"
     for i in range(4):
         write_json(src, f"f{i}.json", [{"id": i, "pad": "y" * 200}])
-    q = run(src, tmp_path / "out", tmp_path / "chk", **JSON, **{
-        "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.maxBytesPerTrigger": "10"})  # fmt: skip
+    q = run(src, tmp_path / "out", tmp_path / "chk", **JSON, **cast(Opts, {
+        "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.maxBytesPerTrigger": "10"}))  # fmt: skip
     assert [p["numInputRows"] for p in q.recent_progress] == [1, 1, 1, 1]  # at least one file per batch
 
 
@@ -82,7 +85,8 @@ def test_thousands_of_small_files_in_default_size_batches(tmp_path: Path) -> Non
     for i in range(n):
         (src / f"f{i:05d}.json").write_text(json.dumps({"id": i}) + "\n")
     t0 = time.monotonic()
-    q = run(src, tmp_path / "out", tmp_path / "chk", **JSON, **{"cloudFiles.schemaLocation": str(tmp_path / "s")})
+    q = run(src, tmp_path / "out", tmp_path / "chk", **JSON, **cast(Opts, {
+        "cloudFiles.schemaLocation": str(tmp_path / "s")}))  # fmt: skip
     assert [p["numInputRows"] for p in q.recent_progress] == [1000, 1000, 500]
     table = output(tmp_path / "out")
     assert table.num_rows == n and len(set(table.column("id").to_pylist())) == n
@@ -110,7 +114,8 @@ def test_csv_without_header_and_without_type_inference(tmp_path: Path) -> None:
     src = tmp_path / "in"
     src.mkdir()
     (src / "a.csv").write_text("1,a\n2,b\n")
-    run(src, tmp_path / "out", tmp_path / "chk", **{"cloudFiles.format": "csv", "cloudFiles.schemaLocation": str(tmp_path / "s")})
+    run(src, tmp_path / "out", tmp_path / "chk", **cast(Opts, {
+        "cloudFiles.format": "csv", "cloudFiles.schemaLocation": str(tmp_path / "s")}))  # fmt: skip
     table = output(tmp_path / "out")
     assert table.column_names == ["_c0", "_c1", "_rescued_data"]
     assert table.schema.field("_c0").type == pa.string() and sorted(table.column("_c0").to_pylist()) == ["1", "2"]
@@ -119,7 +124,8 @@ def test_csv_without_header_and_without_type_inference(tmp_path: Path) -> None:
 def test_json_without_type_inference_gives_strings(tmp_path: Path) -> None:
     src = tmp_path / "in"
     write_json(src, "a.json", [{"id": 1, "ok": True, "obj": {"k": [1, 2]}}])
-    run(src, tmp_path / "out", tmp_path / "chk", **{"cloudFiles.format": "json", "cloudFiles.schemaLocation": str(tmp_path / "s")})
+    run(src, tmp_path / "out", tmp_path / "chk", **cast(Opts, {
+        "cloudFiles.format": "json", "cloudFiles.schemaLocation": str(tmp_path / "s")}))  # fmt: skip
     row = output(tmp_path / "out").to_pylist()[0]
     assert row["id"] == "1" and row["ok"] == "true" and json.loads(row["obj"]) == {"k": [1, 2]}
 
@@ -139,22 +145,25 @@ def test_parquet_text_binary_avro_and_gzip(tmp_path: Path) -> None:
     with gzip.open(gz_dir / "a.json.gz", "wt") as f:
         f.write('{"id": 7}\n{"id": 8}\n')
 
-    run(pq_dir, tmp_path / "o1", tmp_path / "c1", **{"cloudFiles.format": "parquet", "cloudFiles.schemaLocation": str(tmp_path / "s1")})
+    run(pq_dir, tmp_path / "o1", tmp_path / "c1", **cast(Opts, {
+        "cloudFiles.format": "parquet", "cloudFiles.schemaLocation": str(tmp_path / "s1")}))  # fmt: skip
     t = output(tmp_path / "o1")
     assert t.schema.field("v").type == pa.float64() and ids(t) == [1, 2]
 
-    run(txt_dir, tmp_path / "o2", tmp_path / "c2", **{"cloudFiles.format": "text"})
+    run(txt_dir, tmp_path / "o2", tmp_path / "c2", **cast(Opts, {"cloudFiles.format": "text"}))
     assert output(tmp_path / "o2").column("value").to_pylist() == ["first line", "second line", "third"]
 
-    run(bin_dir, tmp_path / "o3", tmp_path / "c3", **{"cloudFiles.format": "binaryFile"})
+    run(bin_dir, tmp_path / "o3", tmp_path / "c3", **cast(Opts, {"cloudFiles.format": "binaryFile"}))
     row = output(tmp_path / "o3").to_pylist()[0]
     assert row["content"] == b"\x00\x01binary" and row["length"] == 8 and row["path"].endswith("blob.bin")
     assert isinstance(row["modificationTime"], dt.datetime)
 
-    run(avro_dir, tmp_path / "o4", tmp_path / "c4", **{"cloudFiles.format": "avro", "cloudFiles.schemaLocation": str(tmp_path / "s4")})
+    run(avro_dir, tmp_path / "o4", tmp_path / "c4", **cast(Opts, {
+        "cloudFiles.format": "avro", "cloudFiles.schemaLocation": str(tmp_path / "s4")}))  # fmt: skip
     assert output(tmp_path / "o4").select(["id", "s"]).to_pylist() == [{"id": 1, "s": "x"}, {"id": 2, "s": "y"}]
 
-    run(gz_dir, tmp_path / "o5", tmp_path / "c5", **JSON, **{"cloudFiles.schemaLocation": str(tmp_path / "s5")})
+    run(gz_dir, tmp_path / "o5", tmp_path / "c5", **JSON, **cast(Opts, {
+        "cloudFiles.schemaLocation": str(tmp_path / "s5")}))  # fmt: skip
     assert ids(output(tmp_path / "o5")) == [7, 8]
 
 
@@ -162,8 +171,8 @@ def test_schema_hints_and_partition_columns(tmp_path: Path) -> None:
     src = tmp_path / "in"
     write_json(src, "date=2024-01-01/region=eu/a.json", [{"id": 1}])
     write_json(src, "date=2024-01-02/region=us/b.json", [{"id": 2}])
-    run(src, tmp_path / "out", tmp_path / "chk", **JSON, **{
-        "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.schemaHints": "id INT, date DATE"})  # fmt: skip
+    run(src, tmp_path / "out", tmp_path / "chk", **JSON, **cast(Opts, {
+        "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.schemaHints": "id INT, date DATE"}))  # fmt: skip
     t = output(tmp_path / "out")
     assert t.column_names == ["id", "date", "region", "_rescued_data"]
     assert t.schema.field("id").type == pa.int32() and t.schema.field("date").type == pa.date32()
@@ -174,8 +183,8 @@ def test_schema_hints_and_partition_columns(tmp_path: Path) -> None:
 def test_explicit_partition_columns_and_user_schema(tmp_path: Path) -> None:
     src = tmp_path / "in"
     write_json(src, "k=a/x=1/f.json", [{"id": 1, "other": "dropped"}])
-    run(src, tmp_path / "out", tmp_path / "chk", schema="id BIGINT", **{
-        "cloudFiles.format": "json", "cloudFiles.partitionColumns": "k"})  # fmt: skip
+    run(src, tmp_path / "out", tmp_path / "chk", schema="id BIGINT", **cast(Opts, {
+        "cloudFiles.format": "json", "cloudFiles.partitionColumns": "k"}))  # fmt: skip
     t = output(tmp_path / "out")
     assert t.to_pylist() == [{"id": 1, "k": "a"}]  # schemaEvolutionMode none: new columns ignored, no rescue
 
@@ -186,16 +195,17 @@ def test_glob_filter_hidden_files_and_modified_window(tmp_path: Path) -> None:
         write_json(src, name, [{"id": len(name)}])
     old = src / "a.json"
     os.utime(old, (time.time() - 86400 * 10, time.time() - 86400 * 10))
-    run(src, tmp_path / "out", tmp_path / "chk", **JSON, **{
+    run(src, tmp_path / "out", tmp_path / "chk", **JSON, **cast(Opts, {
         "cloudFiles.schemaLocation": str(tmp_path / "s"), "pathGlobFilter": "*.{json,ndjson}",
-        "modifiedAfter": (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).isoformat()})  # fmt: skip
+        "modifiedAfter": (dt.datetime.now(dt.UTC) - dt.timedelta(days=1)).isoformat()}))  # fmt: skip
     assert ids(output(tmp_path / "out")) == sorted([len("b.csv.json"), len("d.ndjson")])
 
 
 def test_include_existing_files_false(tmp_path: Path) -> None:
     src, out, chk = tmp_path / "in", tmp_path / "out", tmp_path / "chk"
     write_json(src, "old.json", [{"id": 1}])
-    opts = {**JSON, "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.includeExistingFiles": "false"}
+    opts: Opts = {**JSON, "cloudFiles.schemaLocation": str(tmp_path / "s"),
+                  "cloudFiles.includeExistingFiles": "false"}  # fmt: skip
     q = run(src, out, chk, **opts)
     assert q.recent_progress == []
     write_json(src, "new.json", [{"id": 2}])
@@ -207,7 +217,8 @@ def test_include_existing_files_false(tmp_path: Path) -> None:
 def test_allow_overwrites(tmp_path: Path, allow: bool) -> None:
     src, out, chk = tmp_path / "in", tmp_path / "out", tmp_path / "chk"
     f = write_json(src, "a.json", [{"id": 1}])
-    opts = {**JSON, "cloudFiles.schemaLocation": str(tmp_path / "s"), "cloudFiles.allowOverwrites": str(allow)}
+    opts: Opts = {**JSON, "cloudFiles.schemaLocation": str(tmp_path / "s"),
+                  "cloudFiles.allowOverwrites": str(allow)}  # fmt: skip
     run(src, out, chk, **opts)
     write_json(src, "a.json", [{"id": 2}, {"id": 3}])
     os.utime(f, (time.time() + 5, time.time() + 5))
@@ -303,7 +314,7 @@ def test_missing_and_corrupt_files(tmp_path: Path) -> None:
     pq_dir = tmp_path / "pq"
     pq_dir.mkdir()
     pq.write_table(pa.table({"id": [1]}), pq_dir / "good.parquet")
-    opts = {"cloudFiles.format": "parquet", "cloudFiles.schemaLocation": str(tmp_path / "ps")}
+    opts: Opts = {"cloudFiles.format": "parquet", "cloudFiles.schemaLocation": str(tmp_path / "ps")}
     run(pq_dir, tmp_path / "o0", tmp_path / "c0", **opts)  # infers the schema from the good file
     (pq_dir / "zbad.parquet").write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(StreamingQueryException, match=r"zbad\.parquet.*ignoreCorruptFiles"):
