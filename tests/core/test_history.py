@@ -122,7 +122,7 @@ def test_damaged_lines_are_skipped(tmp_path: Path) -> None:
 
 
 def test_secrets_never_reach_the_history() -> None:
-    record = {"batchId": 0, "sources": [{"metrics": {"sasl.password": "hunter2", "lag": 3}}],
+    record: dict[str, Any] = {"batchId": 0, "sources": [{"metrics": {"sasl.password": "hunter2", "lag": 3}}],
               "sink": {"metrics": {"apiToken": "abc"}}}  # fmt: skip
     record["sources"][0]["description"] = "kafka[postgres://app:s3cr3t@db:5432/x]"
     out = json.dumps(redact(record))

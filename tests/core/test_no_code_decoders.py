@@ -97,6 +97,7 @@ def offences(source: str, filename: str = "<src>") -> list[str]:
     names = _names(tree)
     allowed: set[int] = set()
     out = []
+    what: str | None  # a name in both loops below; the second one can be None
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue

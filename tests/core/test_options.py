@@ -13,6 +13,7 @@ from headrace.options import (
     Json,
     OneOf,
     Option,
+    Options,
     OptionSchema,
     PassThrough,
     Secret,
@@ -48,7 +49,7 @@ SCHEMA = OptionSchema(
 )
 
 
-def parse(**raw: object) -> object:
+def parse(**raw: object) -> Options:
     return SCHEMA.parse({"subscribe": "t", **raw}, connector="demo", role="source")
 
 

@@ -34,7 +34,7 @@ def test_read_limit_is_derived_from_the_declarations() -> None:
 
 def test_sources_get_the_derived_limit_by_default() -> None:
     class S(Source):
-        schema = None  # type: ignore[assignment]
+        schema = None
 
         def initial_offset(self):  # type: ignore[no-untyped-def]
             return {}

@@ -141,7 +141,7 @@ def test_map_batches_transforms_every_batch() -> None:
 
 
 def test_a_transform_returning_the_wrong_type_is_a_clear_error() -> None:
-    q = rate(10, 10).map_batches(lambda t: "oops").write_stream.format("noop").trigger(once=True).start()  # type: ignore[arg-type,return-value]
+    q = rate(10, 10).map_batches(lambda t: "oops").write_stream.format("noop").trigger(once=True).start()
     with pytest.raises(StreamingQueryException, match="returned str; it must return a pyarrow.Table"):
         q.await_termination(30)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -192,14 +192,14 @@ def test_from_json_column_parses_like_the_string_form(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        pytest.param(lambda: F.col(5), "col() takes a column name", id="col-not-a-name"),
+        pytest.param(lambda: F.col(cast(Any, 5)), "col() takes a column name", id="col-not-a-name"),
         pytest.param(lambda: F.expr(""), "expr() takes SQL text", id="expr-empty"),
         pytest.param(lambda: F.lit(object()), "a literal is None, a bool, a number or a string", id="lit-object"),
         pytest.param(lambda: bool(F.col("a") > 1), "has no truth value", id="column-truth-value"),
         pytest.param(lambda: F.window(F.expr("ts + 1"), "1 minute"), "takes a column name or col(name)", id="window-expr"),
         pytest.param(lambda: F.from_json("v", "a NOTATYPE"), "from_json()", id="from-json-bad-schema"),
-        pytest.param(lambda: source().dropDuplicates(5), "dropDuplicates() takes a list of column names", id="dedup-int"),
-        pytest.param(lambda: source().where(5), "where() takes SQL text or a headrace.functions Column", id="where-int"),
+        pytest.param(lambda: source().dropDuplicates(cast(Any, 5)), "dropDuplicates() takes a list of column names", id="dedup-int"),
+        pytest.param(lambda: source().where(cast(Any, 5)), "where() takes SQL text or a headrace.functions Column", id="where-int"),
         pytest.param(lambda: source().groupBy(F.expr("key || 'x'")), "group_by() takes a column name", id="group-by-expr"),
     ],
 )  # fmt: skip

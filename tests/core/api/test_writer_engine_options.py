@@ -8,7 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -46,7 +46,8 @@ def _batches(q: hr.StreamingQuery, n: int, *, same_users: bool, tmp_path: Path, 
             stream.add(pa.table({"user": users, "n": [b, b, b]}, schema=SCHEMA))
             q.process_all_available(60)
             if b - 1 in due:  # batch b loaded version b - 1, which started its snapshot
-                wait_for(lambda v=b - 1: v in _snapshots(tmp_path), timeout=60, what=f"snapshot {b - 1}")
+                wait_for(cast(Callable[[], bool], lambda v=b - 1: v in _snapshots(tmp_path)),
+                         timeout=60, what=f"snapshot {b - 1}")
     finally:
         q.stop()
     assert q.exception() is None, q.exception()

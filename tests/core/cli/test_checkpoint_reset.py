@@ -39,6 +39,7 @@ def test_reset_on_a_time_driven_source_replays_the_recorded_ranges(tmp_path: Pat
     again.await_termination(60)
     values = sorted(read_files(out).column("value").to_pylist())
     assert values == list(range(len(values))), "no row lost, none twice"
+    assert again.last_progress is not None
     end = again.last_progress["sources"][0]["endOffset"]["rows"]
     assert len(values) == end, f"rows {len(values)}..{end} reported read but not in the output"
     assert values[: len(before)] == before

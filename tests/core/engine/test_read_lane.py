@@ -7,13 +7,14 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
 
 from headrace.engine.crash import CrashHook
 from headrace.engine.reader import BatchCounts, ReadLane, read_partitions
+from headrace.protocols import Partition
 
 
 class _Src:
@@ -40,8 +41,9 @@ class _Src:
 
 def _read(src: _Src, lane: ReadLane, n: int) -> list[tuple[int, int]]:
     counts = BatchCounts(input_rows=[0])
-    out = list(read_partitions([src], [(0, k) for k in range(n)], None, counts,  # type: ignore[list-item]
-                               batch_id=0, pool=lane, crash=CrashHook(None)))  # fmt: skip
+    parts = cast(list[tuple[int, Partition]], [(0, k) for k in range(n)])  # _Src reads int partitions
+    out = list(read_partitions([src], parts, None, counts,  # type: ignore[list-item]
+                               batch_id=0, pool=lane, crash=CrashHook(cast(str, None))))  # fmt: skip
     assert counts.input_rows == [12 * n]
     return [(b.column(0)[0].as_py(), b.column(1)[0].as_py()) for b in out]
 
@@ -83,12 +85,12 @@ def test_the_consumer_reads_a_partition_no_reader_thread_has_claimed() -> None:
 
     class SlowLane(ReadLane):
         def submit(self, fn: Callable[[], None]) -> Future[None]:
-            return super().submit(lambda: (gate.wait(5), fn())[1])
+            return super().submit(lambda: (gate.wait(5), cast(Any, fn()))[1])
 
     lane = SlowLane(2)
     counts = BatchCounts(input_rows=[0])
     it = read_partitions([src], [(0, 0), (0, 1)], None, counts, batch_id=0, pool=lane,  # type: ignore[list-item]
-                         crash=CrashHook(None))  # fmt: skip
+                         crash=CrashHook(cast(str, None)))  # fmt: skip
     first = next(it)  # partition 0, read here
     assert first.column(0)[0].as_py() == 0
     assert src.threads == {threading.get_ident()}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import statistics
 import time
+from collections.abc import Callable
+from typing import cast
 
 from headrace.engine.real_time import LatencyReservoir, RealTimeStats
 
@@ -20,7 +22,7 @@ def test_reservoir_keeps_at_most_its_capacity() -> None:
 def test_reservoir_is_a_uniform_sample() -> None:
     r = LatencyReservoir(2000, random.Random(7))
     for chunk in range(100):
-        r.extend(1000, lambda i, c=chunk: float(c * 1000 + i))
+        r.extend(1000, cast(Callable[[int], float], lambda i, c=chunk: float(c * 1000 + i)))
     # a uniform sample of 0..99,999 has its median near 50,000 and covers the whole range
     assert 45_000 < statistics.median(r.items) < 55_000
     assert min(r.items) < 5_000 and max(r.items) > 95_000

@@ -9,7 +9,7 @@ import datetime as dt
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -149,7 +149,8 @@ def test_a_bad_late_watermark_is_refused_naming_the_entry(tmp_path: Path) -> Non
 def test_dedup_never_drops_a_null_event_time_as_late(tmp_path: Path, within: bool) -> None:
     folder = tmp_path / "in"
     folder.mkdir()
-    for i, rows in enumerate([[(100, "a"), (None, "n")], [(None, "n"), (200, "b")], [(None, "n")]]):
+    for i, rows in enumerate(cast(list[list[tuple[int | None, str]]],
+                                  [[(100, "a"), (None, "n")], [(None, "n"), (200, "b")], [(None, "n")]])):
         ts = [None if s is None else T0 + dt.timedelta(seconds=s) for s, _ in rows]
         pq.write_table(pa.table({"ts": ts, "k": [k for _, k in rows]}, schema=SCHEMA), folder / f"b-{i}.parquet")
     out: dict[int, list[Any]] = {}

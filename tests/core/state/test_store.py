@@ -6,7 +6,7 @@ import itertools
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -599,7 +599,7 @@ def test_evict_after_orders_change_back_and_forth_and_slots_are_reused(backend: 
     for v in range(80):
         batch = rng.sample(users, 100)
         ords = [rng.choice([1, 2, 3, 50 + v]) for _ in batch]
-        s.put(keys(batch, [0] * 100), vals([v] * 100, [0.0] * 100, ["x"] * 100), order=ords)  # type: ignore[arg-type]
+        s.put(keys(batch, [0] * 100), vals([v] * 100, [0.0] * 100, ["x"] * 100), order=ords)
         model.update(zip(batch, ords, strict=True))
         gone = rng.sample(sorted(model), 20)
         assert s.remove(keys(gone, [0] * 20)) == 20
@@ -765,7 +765,7 @@ def test_the_same_keys_put_batch_after_batch_match_a_model_across_restarts_and_a
             s.close()
             s = store(backend, tmp_path, snapshot_interval=4)
         s.load(v)
-        assert s.earliest_order() is None or s.earliest_order() <= min((m[1] for m in model.values()), default=2**62)
+        assert s.earliest_order() is None or cast(int, s.earliest_order()) <= min((m[1] for m in model.values()), default=2**62)
     got = as_dict(s.scan())
     assert {k[0]: r[0] for k, r in got.items()} == {u: m[0] for u, m in model.items()}
     assert sorted(r["__order"] for r in s.scan().to_pylist()) == sorted(m[1] for m in model.values())
@@ -783,7 +783,7 @@ def test_rocksdb_puts_of_the_same_keys_write_the_database_once(tmp_path: Path) -
         k = keys(users, [0] * 100)
         old, found = s.get(k)
         assert found.tolist() == [v > 0] * 100 and old.column("n").to_pylist() == [v - 1 if v else None] * 100
-        s.put(k, vals([v] * 100, [0.0] * 100, ["x"] * 100), order=[60] * 100)  # type: ignore[arg-type]
+        s.put(k, vals([v] * 100, [0.0] * 100, ["x"] * 100), order=[60] * 100)
         s.commit(v)
         s.load(v)
     before = db_entries()
