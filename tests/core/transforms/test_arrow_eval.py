@@ -3,6 +3,8 @@ types and values; what is outside the subset stays with DuckDB."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pyarrow as pa
 import pytest
 
@@ -150,5 +152,5 @@ def test_a_comparison_of_floats_with_nan_gives_spark_and_duckdbs_result(conditio
     t = pa.table({"x": pa.array([0.5, 2.0, float("nan"), None], pa.float64())})
     op = SqlOperator(f"SELECT * FROM batch WHERE {condition}", what=condition)
     op.output_schema(t.schema)
-    got = op.process(t, BatchInfo(0)).column("x").to_pylist()
+    got = cast(pa.Table, op.process(t, BatchInfo(0))).column("x").to_pylist()
     assert [repr(v) for v in got] == [repr(v) for v in expected]

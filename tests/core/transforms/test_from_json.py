@@ -82,6 +82,7 @@ def test_in_a_query_bad_records_are_counted_with_the_batch(tmp_path: Path) -> No
     assert hr.memory_table("fj_out").column("id").to_pylist() == [1]
     letters = read_dead_letters(str(tmp_path / "dlq"))
     assert [x["origin"] for x in letters] == ["transform-0"] * 2
+    assert q.last_progress is not None
     assert q.last_progress["sink"]["metrics"]["transformBadRecordsDeadLettered"] == 2
 
 

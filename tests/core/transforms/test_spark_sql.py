@@ -3,12 +3,15 @@ schema), DuckDB's dialect as a switch, untranslatable functions refused at defin
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import pyarrow as pa
 import pytest
 
 import headrace.transforms.spark_sql as spark_sql
 from headrace.errors import HeadraceError
 from headrace.transforms.expressions import ExpressionError
+from headrace.transforms.join import StreamStaticJoinOperator
 from headrace.transforms.operator import BatchInfo
 from headrace.transforms.spark_sql import current_sql_dialect, sql_dialect, to_duckdb
 from headrace.transforms.stateless import SqlOperator, WithColumnOperator, select_expr_query
@@ -164,10 +167,10 @@ def test_translation_happens_at_definition_and_once_per_schema_not_per_batch(
     calls = []
     real = spark_sql._rewrite
     monkeypatch.setattr(
-        spark_sql, "_rewrite", lambda tree, schema: calls.append(schema) or real(tree, schema)
+        spark_sql, "_rewrite", lambda tree, schema: cast(Any, calls.append(schema)) or real(tree, schema)
     )
     for i in range(5):
-        assert op.process(T, BatchInfo(i)).column("a").to_pylist() == [19, -19]
+        assert cast(pa.Table, op.process(T, BatchInfo(i))).column("a").to_pylist() == [19, -19]
     assert calls == []
 
 
@@ -188,7 +191,7 @@ def test_a_join_condition_is_spark_sql() -> None:
     lookup = pa.table({"code": pa.array([19, 20], pa.int64()), "label": ["truncated", "rounded"]})
     stream = hr.read_stream.format("memory").option("name", "spark_sql_join").load()
     joined = stream.join(lookup, on="CAST(batch.amount AS BIGINT) = static.code")
-    op = joined._steps[-1]
+    op = cast(StreamStaticJoinOperator, joined._steps[-1])
     assert op.name == "join(on='CAST(batch.amount AS BIGINT) = static.code', how='inner')"
     out = op._build_query(["amount"], ["code", "label"])
     assert "TRY_CAST" not in out and "CAST(batch.amount AS BIGINT)" in out

@@ -125,7 +125,7 @@ def test_drop_duplicates_to_delta_exactly_once_across_kills(tmp_path: Path, back
     rows = _kill_and_finish(_spec(tmp_path, "deduplicated", backend))
     got = Counter((int(r["timestamp"].timestamp()) - START_MS // 1000, r["k"]) for r in rows)
     assert not [k for k, n in got.items() if n > 1], "a key was emitted twice"
-    want = {}
+    want: dict[tuple[int, int], int] = {}
     for i in range(PER_BATCH * BATCHES):
         want.setdefault(((i // PER_BATCH) * ADVANCE_MS // 1000, i % 7), i)  # the first row of each key
     assert {(int(r["timestamp"].timestamp()) - START_MS // 1000, r["k"]): r["value"] for r in rows} == want

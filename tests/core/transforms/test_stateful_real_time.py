@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from headrace.testing import wait_for
 pytest.importorskip("duckdb")
 
 
-def run(frame: hr.StreamFrame, tmp_path: Path, backend: str, mode: str) -> tuple[list[dict[str, object]], int]:
+def run(frame: hr.StreamFrame, tmp_path: Path, backend: str, mode: str) -> tuple[list[dict[str, Any]], int]:
     name = f"rt-{uuid.uuid4().hex[:6]}"
     q = (frame.write_stream.format("memory").query_name(name).option("checkpointLocation", str(tmp_path / "chk"))
          .option("stateStore", backend).output_mode(mode).trigger(real_time="300 milliseconds").start())  # fmt: skip
@@ -34,9 +35,9 @@ def test_real_time_count_per_key_emits_per_chunk(tmp_path: Path, backend: str) -
              .with_column("k", "value % 5").group_by("k").count())  # fmt: skip
     out, n = run(frame, tmp_path, backend, "update")
     latest: dict[int, int] = {}
-    per_key_updates = Counter()
+    per_key_updates: Counter[int] = Counter()
     for r in out:  # in emission order
-        latest[r["k"]] = r["count"]  # type: ignore[index]
+        latest[r["k"]] = r["count"]
         per_key_updates[r["k"]] += 1
     assert latest == {k: len(range(k, n, 5)) for k in range(5)}
     assert max(per_key_updates.values()) > 2, "counts were not emitted per chunk"
@@ -47,5 +48,5 @@ def test_real_time_drop_duplicates(tmp_path: Path) -> None:
         .drop_duplicates("k")  # fmt: skip
     out, n = run(frame, tmp_path, "memory", "append")
     assert n > 5
-    assert sorted(r["k"] for r in out) == [0, 1, 2, 3, 4]  # type: ignore[type-var]
-    assert sorted(r["value"] for r in out) == [0, 1, 2, 3, 4]  # type: ignore[type-var]
+    assert sorted(r["k"] for r in out) == [0, 1, 2, 3, 4]
+    assert sorted(r["value"] for r in out) == [0, 1, 2, 3, 4]

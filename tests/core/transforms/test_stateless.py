@@ -7,7 +7,7 @@ import itertools
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import pyarrow as pa
@@ -155,7 +155,7 @@ def test_an_unknown_column_is_refused_at_start_before_any_data_is_read(tmp_path:
     name, _ = make_input(batches=1)
     reads: list[int] = []
     frame = (hr.read_stream.format("memory").option("name", name).load()
-             .map_batches(lambda t: reads.append(t.num_rows) or t, schema=SCHEMA)
+             .map_batches(lambda t: cast(Any, reads.append(t.num_rows)) or t, schema=SCHEMA)
              .select_expr("id", "amount_typo * 2 AS a"))  # fmt: skip
     with pytest.raises(ExpressionError, match=r"select_expr\('id', 'amount_typo \* 2 AS a'\) failed.*amount_typo"):
         frame.write_stream.format("memory").query_name("never").option("checkpointLocation", str(tmp_path)).start()
@@ -214,7 +214,7 @@ def test_a_map_batches_function_is_never_probed_and_a_declared_schema_is_used() 
 
     calls: list[int] = []
     s = hr.read_stream.format("memory").option("name", "x").load()
-    undeclared = s.map_batches(lambda t: calls.append(1) or t.select(["id"])).where("id > 0")
+    undeclared = s.map_batches(lambda t: cast(Any, calls.append(1)) or t.select(["id"])).where("id > 0")
     runner = PlanRunner(undeclared._steps, SCHEMA)
     assert runner.output_schema is None and runner.sink_schema is None and calls == []
     declared = s.map_batches(lambda t: t.select(["id"]), schema=pa.schema([("id", pa.int64())])).where("id > 0")

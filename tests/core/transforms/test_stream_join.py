@@ -108,7 +108,7 @@ def run(frame: Any, streams: Streams, batches: list[Any], chk: Path, backend: st
 
 
 # (lv, rv) of every output row, per join kind, over BATCHES
-EXPECTED = {
+EXPECTED: dict[str, list[tuple[int | None, int | None]]] = {
     "inner": [(1, 10), (3, 40), (5, 30)],
     "left": [(1, 10), (2, None), (3, 40), (5, 30), (6, None)],  # e@60 too: the last watermark is 75 s
     "right": [(1, 10), (3, 40), (5, 30), (None, 20), (None, 50)],
@@ -329,7 +329,8 @@ def test_many_rows_per_key_join_like_a_join_of_everything(
     got = run(left.join(right, cond, how=how), s, batches, tmp_path / "chk", backend)
     lefts = [r for lr, _ in batches for r in lr]
     rights = [r for _, rr in batches for r in rr]
-    want = [(lv, rv) for lk, lt, lv in lefts for rk, rt, rv in rights if lk == rk and rt - 15 <= lt <= rt + 3]
+    want: list[tuple[int, int | None]] = [
+        (lv, rv) for lk, lt, lv in lefts for rk, rt, rv in rights if lk == rk and rt - 15 <= lt <= rt + 3]
     if how == "left":
         last = max(t for _, t, _ in lefts + rights)
         wm = last - 5  # the final watermark; a left row leaves the state at wm - 15 s - 1 ms

@@ -8,13 +8,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
 
 import headrace as hr
 from headrace.errors import CheckpointError, HeadraceError, UnsupportedError
+from headrace.state import StateStore
 from headrace.testing import memory_stream
 from headrace.transforms.operator import BatchInfo, OperatorContext
 from headrace.transforms.transform_with_state import TransformWithStateOperator
@@ -154,7 +155,8 @@ def test_list_and_map_state_methods(tmp_path: Path, backend: str) -> None:
         {"user": "a", "what": "had=True contains_even=False", "state": "[5] [('odd', 9)]"}
     ]
     assert d.batch(3, rows(("a", -1, 3))) == [{"user": "a", "what": "reset", "state": "False"}]
-    assert len(d.op.handle_._variables["seen"].store) == 0 and len(d.op.handle_._variables["last"].store) == 0
+    assert (len(cast(StateStore, d.op.handle_._variables["seen"].store)) == 0
+            and len(cast(StateStore, d.op.handle_._variables["last"].store)) == 0)  # fmt: skip
     d.close()
 
 
@@ -164,6 +166,7 @@ def test_value_state_ttl_expires_by_processing_time(tmp_path: Path, backend: str
     assert by_user(d.batch(0, rows(("a", 1, 0), ("b", 1, 0)), ts=T0)) == [("a", 1), ("b", 1)]
     assert by_user(d.batch(1, rows(("a", 1, 0)), ts=T0 + 5_000)) == [("a", 2)]  # a's TTL reset: T0 + 15 s
     store = d.op.handle_._variables["count"].store
+    assert store is not None  # opened by the first batch
     assert len(store) == 2
     # at T0 + 10 s b's value expired (removed at the end of the batch); a's is alive
     assert d.batch(2, None, ts=T0 + 10_000) == [] and len(store) == 1
@@ -195,7 +198,7 @@ def test_list_and_map_ttl_per_element(tmp_path: Path, backend: str) -> None:
     assert d.batch(1, rows(("a", 2, 0)), ts=T0 + 6_000) == [{"user": "a", "s": "[1, 2] [1, 2]"}]
     # element 1 expired at T0 + 10 s (removed from the stored row then), element 2 lives on
     assert d.batch(2, None, ts=T0 + 11_000) == []
-    row = d.op.handle_._variables["items"].store.scan().column("__items").to_pylist()
+    row = cast(StateStore, d.op.handle_._variables["items"].store).scan().column("__items").to_pylist()
     assert [i["value"]["v"] for i in row[0]] == [2]
     assert d.batch(3, rows(("a", -1, 0)), ts=T0 + 12_000) == [{"user": "a", "s": "[2] [2]"}]
     assert d.batch(4, rows(("a", -1, 0)), ts=T0 + 17_000) == [{"user": "a", "s": "[] []"}]

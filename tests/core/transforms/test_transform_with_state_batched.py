@@ -58,6 +58,7 @@ class Batched(hr.StatefulProcessor):
 
     def handle_input_batch(self, batch: hr.KeyBatch, tv: hr.TimerValues) -> Iterator[Any]:
         exists = self.count.exists_batch()
+        assert batch.rows is not None and batch.offsets is not None  # set for input batches
         ts = batch.rows.column("ts").cast(pa.int64()).to_numpy() // 1000
         first = np.minimum.reduceat(ts, batch.offsets[:-1])
         self.handle.register_timer_batch(first + 1_000, where=~exists)
