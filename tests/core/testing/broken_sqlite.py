@@ -294,7 +294,7 @@ class MutatesStartSource(SqliteSource):
 
     def latest_offset(self, start: Offset, limit: ReadLimit) -> Offset:
         end = super().latest_offset(start, limit)
-        start["next"] = end["next"]  # type: ignore[index]
+        start["next"] = end["next"]
         return dict(end)
 
 

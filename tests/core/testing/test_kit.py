@@ -13,6 +13,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -84,7 +85,8 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
         skipped = case.find("skipped")
         result[(cls, case.get("name", ""))] = (
             None if bad is None and skipped is None else
-            (f"SKIPPED {skipped.get('message')}" if bad is None and skipped is not None else f"{bad.get('message')}\n{bad.text}")
+            (f"SKIPPED {skipped.get('message')}" if bad is None and skipped is not None
+             else f"{cast(ET.Element, bad).get('message')}\n{cast(ET.Element, bad).text}")  # bad is set here
         )  # fmt: skip
     return result
 
