@@ -7,7 +7,7 @@ Set ``HEADRACE_REQUIRE_SERVICES=1`` to make a missing service an error instead o
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import TypeVar
 
 import pytest
@@ -17,7 +17,7 @@ from tests.services._base import Service, ServiceUnavailable
 S = TypeVar("S", bound=Service)
 
 
-def serve(service: S) -> Iterator[S]:
+def serve(service: S) -> Generator[S, None, None]:
     """Start ``service``, yield it, stop it; ``pytest.skip`` (with the install advice) if unavailable."""
     try:
         service.start()

@@ -33,6 +33,7 @@ def values(t: pa.Table) -> list[int]:
 
 def drain(src: Any, start: Offset, limit: ReadLimit = ALL, max_batches: int = 50) -> tuple[list[pa.Table], Offset]:
     """Run batches until no new data; returns each batch's rows and the last offset."""
+    out: list[pa.Table]
     out, cur = [], start
     for _ in range(max_batches):
         end = src.latest_offset(cur, limit)

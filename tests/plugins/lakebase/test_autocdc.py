@@ -57,7 +57,7 @@ def test_replayed_batch_changes_nothing(pg_options: dict[str, Any], table: str, 
     apply(s, 1, batch)
     query(f"UPDATE {table} SET v = 'changed later' WHERE id = 2")  # a replay must not overwrite this
     apply(sink({**pg_options, **CDC, "batchsize": 2}), 1, batch)  # a restart replays batch 1
-    rows = dict(query(f"SELECT id, v FROM {table}"))
+    rows: dict[int, str | None] = dict(query(f"SELECT id, v FROM {table}"))
     assert 1 not in rows and rows[2] == "changed later" and rows[11] == "n" and len(rows) == 10
     s.close()
 

@@ -4,6 +4,7 @@ as before, partitions picklable, and the offset -> partition mapping and stream-
 from __future__ import annotations
 
 import pickle
+from typing import Any, cast
 
 import headrace_lakebase.cdc_source as cdc_source
 from headrace_lakebase.cdc_partitions import SnapshotPartition, StreamPartition, plan_partitions, stream_end
@@ -25,7 +26,8 @@ def test_partitions_pickle() -> None:
 
 
 def test_plan_partitions() -> None:
-    start = {"phase": "snapshot", "lsn": 10, "after": ["4"], "snap": {"text": "s", "time": 7, "lsn": 20}}
+    start: dict[str, Any] = {
+        "phase": "snapshot", "lsn": 10, "after": ["4"], "snap": {"text": "s", "time": 7, "lsn": 20}}
     mid = {**start, "after": ["8"]}
     assert plan_partitions(start, start) == []
     assert plan_partitions(start, mid) == [SnapshotPartition(("4",), ("8",), "s", 7)]
@@ -33,7 +35,7 @@ def test_plan_partitions() -> None:
     assert plan_partitions(mid, last) == [SnapshotPartition(("8",), ("12",), "s", 7, final=True),
                                           StreamPartition(10, 30, mid["snap"])]  # fmt: skip
     empty = {**start, "phase": "stream", "after": None, "last": None}
-    assert plan_partitions({**start, "after": None}, empty)[0].empty
+    assert cast(SnapshotPartition, plan_partitions({**start, "after": None}, empty)[0]).empty
 
 
 def _begin(final: int) -> bytes:

@@ -31,7 +31,7 @@ def read(src: Source, start: dict[str, Any], end: dict[str, Any]) -> pa.Table:
 
 
 def drain(src: Source, start: dict[str, Any], limit: ReadLimit | None = None) -> tuple[list[pa.Table], dict[str, Any]]:
-    out = []
+    out: list[pa.Table] = []
     while True:
         end = src.latest_offset(start, limit or src.default_read_limit())
         if end == start:

@@ -9,10 +9,11 @@ import pytest
 
 import headrace as hr
 from headrace.errors import OptionsError
+from headrace.options import Options
 from headrace_lakebase import SINK_OPTIONS, TableName, parse_dbtable
 
 
-def parse(**raw: object) -> object:
+def parse(**raw: object) -> Options:
     return SINK_OPTIONS.parse(raw, connector="lakebase", role="sink")
 
 
@@ -168,7 +169,7 @@ def test_identifiers_too_long_or_empty_are_rejected(dbtable: str, fragment: str)
 
 def test_identifiers_of_63_bytes_are_fine() -> None:
     assert parse_dbtable("s" * 63 + "." + "t" * 63) == TableName("s" * 63, "t" * 63)
-    assert parse(dbtable="t", upsertkey="k" * 63)["upsertkey"] == ["k" * 63]  # type: ignore[index]
+    assert parse(dbtable="t", upsertkey="k" * 63)["upsertkey"] == ["k" * 63]
 
 
 @pytest.mark.parametrize("key", ["k" * 64, "é" * 32], ids=["64-ascii", "64-bytes-utf8"])
@@ -202,7 +203,7 @@ def test_url_with_a_bad_port_is_an_options_error(url: str) -> None:
     ids=["plain", "multi-host", "ipv6", "no-port", "socket-query-port", "encoded-password"],
 )  # fmt: skip
 def test_good_urls_pass(url: str) -> None:
-    assert parse(dbtable="t", url=url).reveal("url") == url  # type: ignore[attr-defined]
+    assert parse(dbtable="t", url=url).reveal("url") == url
 
 
 def test_bad_port_from_the_server_side_is_not_retried() -> None:

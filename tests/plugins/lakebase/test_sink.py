@@ -158,7 +158,8 @@ def test_types_are_mapped_and_round_trip(pg_options: dict[str, Any], table: str,
     sink = make_sink(pg_options)
     write(sink, 0, data)
     sink.close()
-    types = dict(query("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s", (table,)))
+    types: dict[str, str] = dict(
+        query("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = %s", (table,)))
     assert types == {
         "b": "boolean", "i8": "smallint", "i16": "smallint", "i32": "integer", "i64": "bigint", "u64": "numeric",
         "f32": "real", "f64": "double precision", "dec": "numeric", "s": "text", "ls": "text", "bin": "bytea",

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -40,7 +40,9 @@ class Otel:
             for sm in rm.scope_metrics:
                 for m in sm.metrics:
                     if m.name == name:
-                        out += [p for p in m.data.data_points if p.attributes.get("headrace.query.id") == query_id]
+                        # Any: the SDK types a point's attributes Optional (they are set)
+                        out += [p for p in cast(Sequence[Any], m.data.data_points)
+                                if p.attributes.get("headrace.query.id") == query_id]
         return out
 
 
@@ -58,7 +60,9 @@ def test_one_span_per_batch_with_its_phases_as_children(otel: Otel, tmp_path: Pa
          .trigger(available_now=True).start())  # fmt: skip
     assert q.await_termination(30)
     otel.listener.flush()
-    spans = otel.spans.get_finished_spans()
+    # Any: the SDK types a span's attributes and times as Optional (a finished span has them all)
+    # and the attribute values as a union (these are ints)
+    spans: Sequence[Any] = otel.spans.get_finished_spans()
     batches = [s for s in spans if s.name == "headrace.batch" and s.attributes["headrace.query.id"] == q.id]
     assert sorted(s.attributes["headrace.batch.id"] for s in batches) == [0, 1, 2]
     for parent in batches:
@@ -91,7 +95,8 @@ def test_a_failed_batch_gets_an_error_span(otel: Otel) -> None:
     with pytest.raises(StreamingQueryException):
         q.await_termination(30)
     otel.listener.flush()
-    (span,) = [s for s in otel.spans.get_finished_spans() if s.attributes.get("headrace.query.id") == q.id]
+    (span,) = [s for s in cast(Sequence[Any], otel.spans.get_finished_spans())  # Any: as above
+               if s.attributes.get("headrace.query.id") == q.id]
     assert span.status.status_code is StatusCode.ERROR and "bad input" in (span.status.description or "")
     assert span.attributes["headrace.batch.id"] == 0
     (failures,) = otel.points("headrace.query.failures", q.id)

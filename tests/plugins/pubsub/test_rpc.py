@@ -3,7 +3,7 @@ the real emulator: what they return and acknowledge, and that errors are the cli
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from google.api_core import exceptions as gexc
@@ -26,7 +26,8 @@ def client(pubsub_emulator: Any) -> Any:
 
 def _pull_all(calls: SubscriberCalls, n: int) -> list[Any]:
     got: list[Any] = []
-    wait_for(lambda: got.extend(calls.pull(1000)) or len(got) >= n, timeout=20, what=f"{n} messages")
+    wait_for(lambda: cast(Any, got.extend(calls.pull(1000))) or len(got) >= n,
+             timeout=20, what=f"{n} messages")
     return got
 
 

@@ -134,6 +134,7 @@ def test_query_publishes_every_row(topic: Topic, pubsub_emulator: Any, tmp_path:
         .option("checkpointLocation", str(tmp_path / "chk")).trigger(available_now=True).start()  # fmt: skip
     q.await_termination(60)
     assert q.delivery_guarantee == "at-least-once"
+    assert q.last_progress is not None
     assert q.last_progress["sink"]["metrics"]["numMessagesPublished"] == 500
     got = drain(pubsub_emulator, topic.project, sub, idle=0.5)
     assert sorted(int(m.message.data) for m in got) == list(range(500))

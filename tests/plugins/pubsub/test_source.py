@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -61,7 +61,7 @@ def read(src: PubSubSource, start: dict[str, Any], end: dict[str, Any]) -> pa.Ta
 
 def read_all(src: PubSubSource, limit: ReadLimit = ALL, start: dict[str, Any] | None = None) -> list[pa.Table]:
     """Batches until the subscription is idle, committing each (as the engine does)."""
-    out = []
+    out: list[pa.Table] = []
     cur = start or src.initial_offset()
     while True:
         end = src.latest_offset(cur, limit)
@@ -247,7 +247,8 @@ def test_dedup_window_bounds_memory(topic: Topic, make_source: Sources) -> None:
     src = make_source(topic.source_options(dedupWindow="1 millisecond"))
     topic.publish_ints(5)
     read_all(src)
-    wait_for(lambda: (src.commit({"seq": 1}), len(src._seen) == 0)[1], timeout=5, what="the dedup window to expire")
+    wait_for(lambda: (cast(Any, src.commit({"seq": 1})), len(src._seen) == 0)[1],
+             timeout=5, what="the dedup window to expire")
     assert not os.listdir(os.path.join(src._store.dedup_dir))
 
 
@@ -297,6 +298,7 @@ def test_ack_deadline_is_extended_during_a_long_fetch(topic: Topic, make_source:
     sub = topic.subscription(ack_deadline=1)
     src = make_source(topic.source_options(sub, fetchIdleTimeout="2.5 seconds", maxFetchPeriod="2.5 seconds"))
     sent = topic.publish_ints(8)
+    stolen: list[Any]
     stop, stolen = threading.Event(), []
     result: dict[str, Any] = {}
     fetch = threading.Thread(target=lambda: result.update(end=src.latest_offset(src.initial_offset(), ALL)))
@@ -317,6 +319,7 @@ def test_slow_batch_does_not_cause_redelivery(topic: Topic, tmp_path: Path, pubs
     sub = topic.subscription(ack_deadline=1)
     sent = topic.publish_ints(30)
     seen: list[int] = []
+    stolen: list[Any]
     stop, stolen = threading.Event(), []
     threads: list[threading.Thread] = []
     slow_done = threading.Event()
