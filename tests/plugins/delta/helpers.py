@@ -6,7 +6,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
@@ -16,7 +16,13 @@ import headrace as hr
 __all__ = ["append", "read_values", "run_stream", "wait_for"]
 
 
-def append(path: str, values: list[int], *, mode: str = "append", **columns: Any) -> None:
+def append(
+    path: str,
+    values: list[int],
+    *,
+    mode: Literal["error", "append", "overwrite", "ignore"] = "append",
+    **columns: Any,
+) -> None:
     """Write rows ``v`` (int64) plus extra columns (lists or scalars) in one commit."""
     data: dict[str, Any] = {"v": pa.array(values, pa.int64())}
     for name, col in columns.items():
@@ -24,7 +30,7 @@ def append(path: str, values: list[int], *, mode: str = "append", **columns: Any
             continue
         data[name] = col if isinstance(col, list | pa.Array) else [col] * len(values)
     kw = {k: columns[k] for k in ("partition_by", "schema_mode", "storage_options", "configuration") if k in columns}
-    write_deltalake(path, pa.table(data), mode=mode, **kw)  # type: ignore[arg-type]
+    write_deltalake(path, pa.table(data), mode=mode, **kw)
 
 
 def read_values(path: str, column: str = "v", **kw: Any) -> list[int]:

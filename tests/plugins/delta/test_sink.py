@@ -208,6 +208,7 @@ def test_checkpoint_reset_with_a_rate_source_loses_nothing(tmp_path: Path) -> No
     again = start(available_now=True)
     again.await_termination(60)
     values = read_values(table, "value")
+    assert again.last_progress is not None
     assert values == list(range(again.last_progress["sources"][0]["endOffset"]["rows"]))
     for p in again.recent_progress:
         if p["batchId"] <= last:

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -260,7 +261,7 @@ def test_event_time_order_then_appends(table: str, tmp_path: Path) -> None:
     append(table, [2], ts=pa.array([dt.datetime(2024, 1, 2, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")))
     append(table, [1], ts=pa.array([dt.datetime(2024, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")))
     chk = str(tmp_path / "chk")
-    opts = {"withEventTimeOrder": True, "eventTimeColumn": "ts", "maxFilesPerTrigger": 1}
+    opts: dict[str, Any] = {"withEventTimeOrder": True, "eventTimeColumn": "ts", "maxFilesPerTrigger": 1}
     assert rows(run_stream(table, chk, **opts)) == [1, 2]
     append(table, [3], ts=pa.array([dt.datetime(2023, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", tz="UTC")))
     assert rows(run_stream(table, chk, **opts)) == [3]

@@ -7,7 +7,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -99,7 +99,7 @@ def consume_all(servers: str, topic: str, partitions: int | None = None, *, time
             for m in c.consume(10000, timeout=0.1):
                 if m.error() is None:
                     out.append(m)
-                    pos[m.partition()] = m.offset() + 1
+                    pos[cast(int, m.partition())] = cast(int, m.offset()) + 1  # set: no error
         return out
     finally:
         c.close()

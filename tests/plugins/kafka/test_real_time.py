@@ -41,6 +41,7 @@ def test_records_flow_as_they_arrive_with_latency_metrics(kafka: Any, tmp_path: 
         assert q.last_progress is None or (q.last_progress["batchId"] == 0 and time.monotonic() - t0 < 2)
         wait_for(lambda: q.last_progress is not None, what="the first real-time batch to close")
         prog = q.last_progress
+        assert prog is not None
         assert prog["numInputRows"] == 50
         lat = prog["latencies"]
         for name in ("processingLatencyMs", "sourceQueuingLatencyMs", "e2eLatencyMs"):

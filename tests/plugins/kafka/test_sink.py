@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pytest
@@ -75,7 +75,7 @@ def test_bad_input_fails_clearly(kafka: Any, tmp_path: Path, table: pa.Table, op
 def test_delivery_failure_fails_the_batch(kafka: Any, tmp_path: Path) -> None:
     t = kafka.create_topic(unique(), 1)
     sink = make_sink(kafka.bootstrap_servers, tmp_path, topic=t, flushTimeout="3s",
-                     **{"kafka.message.timeout.ms": 500})  # fmt: skip
+                     **cast(dict[str, Any], {"kafka.message.timeout.ms": 500}))  # fmt: skip
     kafka.set_broker_up(-1, up=False)
     try:
         with pytest.raises(KafkaClientError, match=r"batch 0: .*(not delivered|undelivered)"):

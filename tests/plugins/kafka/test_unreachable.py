@@ -49,6 +49,7 @@ class Records(logging.Handler):
         self.records.append(record)
 
     def messages(self) -> list[str]:
+        assert self.lock is not None  # made by Handler.__init__ (createLock)
         with self.lock:
             return [r.getMessage() for r in self.records]
 
@@ -74,7 +75,8 @@ def check_error(text: str, port: int) -> float:
 
 # ---------------------------------------------------------------------- whole queries, in a subprocess
 
-SOURCE_SPEC = {"format": "kafka", "options": {"subscribe": "events", "connectTimeout": "2 seconds", **SASL}}
+SOURCE_SPEC: dict[str, Any] = {
+    "format": "kafka", "options": {"subscribe": "events", "connectTimeout": "2 seconds", **SASL}}  # fmt: skip
 ROWS = {"format": "rate-micro-batch", "options": {"rowsPerBatch": 10, "totalRows": 10}}
 
 
