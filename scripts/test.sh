@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 source scripts/_env.sh
 bash scripts/services.sh
 echo "== ruff"; "$VENV/bin/ruff" check .
-echo "== mypy"; "$VENV/bin/mypy" core/src $(ls -d plugins/*/src examples/*/src 2>/dev/null) bench
+echo "== mypy"; "$VENV/bin/mypy" core/src $(ls -d plugins/*/src examples/*/src 2>/dev/null) bench tests $(ls -d examples/*/tests 2>/dev/null)
 set +e
 bash scripts/check_wheels.sh
 wheels_rc=$?

@@ -82,7 +82,8 @@ def pytest_collection_modifyitems(config: Any, items: list[pytest.Item]) -> None
         return
     if DEEP:
         return
-    keep, drop = [], []
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
     for item in items:
         tier = CI_TIER.get(Path(str(item.fspath)).name) if here in Path(str(item.fspath)).parents else None
         (drop if tier is not None and _case_id(item) not in tier else keep).append(item)

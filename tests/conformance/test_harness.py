@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -54,7 +56,7 @@ def test_identical_runs_compare_identical_whatever_the_row_order_and_representat
         pytest.param(lambda t: t.set_column(1, "v", pa.array([1.0, 0.0])), "batch 0 rows", id="nan-is-not-zero"),
     ],
 )  # fmt: skip
-def test_each_kind_of_difference_is_reported(change, expected: str) -> None:
+def test_each_kind_of_difference_is_reported(change: Callable[[pa.Table], pa.Table], expected: str) -> None:
     a = _table([T, T + dt.timedelta(seconds=1)], [1.0, float("nan")])
     outcome = compare(SPEC, 7, _run("spark", {0: a}), _run("headrace", {0: change(a)}))
     assert not outcome.identical
@@ -73,8 +75,9 @@ def test_batch_ids_and_progress_fields_are_compared() -> None:
             "stateOperators": ops,
         }
     }
-    hp = {0: {"batchId": 0, "numInputRows": 1, "eventTime": {"watermark": "2026-01-01T00:00:00.000Z"},
-              "stateOperators": [dict(ops[0], memoryUsedBytes=99)]}}  # fmt: skip
+    hp: dict[int, dict[str, Any]] = {
+        0: {"batchId": 0, "numInputRows": 1, "eventTime": {"watermark": "2026-01-01T00:00:00.000Z"},
+            "stateOperators": [dict(ops[0], memoryUsedBytes=99)]}}  # fmt: skip
     assert compare(
         SPEC, 0, _run("spark", {0: a}, sp), _run("headrace", {0: a}, hp)
     ).identical  # memory: not compared

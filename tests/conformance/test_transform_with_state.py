@@ -44,7 +44,7 @@ TIMER_MS = 3_000  # a key's timer: its latest event time plus this
 
 
 def _ms(col: Any) -> list[int | None]:
-    return pc.divide(pc.cast(col, pa.int64()), 1000).to_pylist()  # type: ignore[no-any-return]
+    return pc.divide(pc.cast(col, pa.int64()), 1000).to_pylist()
 
 
 class HrAllState(hr.StatefulProcessor):

@@ -37,8 +37,11 @@ def _batch(rows: list[tuple[float, str | None]], first_id: int) -> pa.Table:
                     schema=SCHEMA)  # fmt: skip
 
 
+#: the rows of each batch: (seconds after T0, key)
+Rows = list[list[tuple[float, str | None]]]
+
 # (seconds after T0, key) per batch; watermark after each batch (delay 5 s): 96, 115, 125, 125
-BATCHES = [
+BATCHES: Rows = [
     [(100, "a"), (101, "b")],
     # 85, 86: behind the new watermark (96) but not the previous one (0): kept, emitted at once
     [(85, "a"), (86, "a"), (97, "b"), (120, "a")],
@@ -64,8 +67,8 @@ def _input() -> Input:
 # 96, 100, 107, 120 and b's 48, 95, 99, 109 (the query's: min or max of the two); a batch's
 # rows are late by the previous batch's: b's rows at 55, 58 and 96 by max only (their windows
 # closed), and windows close earlier by max
-UNION_A = [[(100, "a"), (101, "b")], [(105, "a")], [(112, "b")], [(125, "a")]]
-UNION_B = [
+UNION_A: Rows = [[(100, "a"), (101, "b")], [(105, "a")], [(112, "b")], [(125, "a")]]
+UNION_B: Rows = [
     [(50, "a"), (45, "b")],
     [(55, "a"), (93, "b"), (97, "a")],
     [(99, "b"), (101, "a"), (58, "b")],

@@ -15,6 +15,7 @@ import os
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -152,7 +153,7 @@ RECORD_SPEC = ConnectorSpec(
 )
 
 
-def calls(path: str) -> list[dict[str, object]]:
+def calls(path: str) -> list[dict[str, Any]]:
     """The commit calls ``RecordSink`` logged under ``path``, by batch id."""
     folder = os.path.join(path, "_calls")
     if not os.path.isdir(folder):
@@ -161,7 +162,7 @@ def calls(path: str) -> list[dict[str, object]]:
     for name in os.listdir(folder):
         with open(os.path.join(folder, name)) as f:
             out.append(json.load(f))
-    return sorted(out, key=lambda c: int(c["batchId"]))  # type: ignore[call-overload]
+    return sorted(out, key=lambda c: int(c["batchId"]))
 
 
 def committed(path: str) -> pa.Table:

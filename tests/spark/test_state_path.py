@@ -5,6 +5,7 @@ only: no Spark session (fast)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.spark
 ], ids=["rate-micro-batch", "memory", "delta", "kafka", "kinesis"])  # fmt: skip
 def test_sources_without_state_need_no_state_path(connector: str, options: dict[str, str]) -> None:
     spec = registry().get(connector)
-    assert spec.load_source().needs_state_path is False
+    assert cast(type[Source], spec.load_source()).needs_state_path is False
     _opts, state = parse_source_options(spec, options)
     assert state is None
     ctx = source_context(state, None)
@@ -48,7 +49,7 @@ def test_cloudfiles_state_defaults_under_its_schema_location(tmp_path: Path) -> 
 ], ids=["rate", "cloudfiles-without-schema-location", "pubsub"])  # fmt: skip
 def test_stateful_sources_without_anything_to_derive_ask_for_it(connector: str, options: dict[str, str]) -> None:
     spec = registry().get(connector)
-    assert spec.load_source().needs_state_path is True
+    assert cast(type[Source], spec.load_source()).needs_state_path is True
     with pytest.raises(OptionsError, match=rf"headraceStatePath: is required under Spark for the {connector} source"):
         parse_source_options(spec, options)
     _opts, state = parse_source_options(spec, {**options, "headraceStatePath": "/tmp/st"})
