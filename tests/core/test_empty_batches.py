@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -89,10 +89,10 @@ def test_the_engine_hands_one_empty_batch_when_nothing_is_read() -> None:
             return iter(())
 
     counts = BatchCounts([0])
-    out = list(read_partitions([Src()], [(0, object())], None, counts, batch_id=0, pool=None, crash=CrashHook(cast(str, None))))  # type: ignore[list-item]
+    out = list(read_partitions([Src()], [(0, object())], None, counts, batch_id=0, pool=None, crash=CrashHook()))  # type: ignore[list-item]
     assert len(out) == 1 and out[0].num_rows == 0 and out[0].schema == SCHEMA
     assert counts.output_rows == 0
-    out = list(read_partitions([Src()], [], None, counts, batch_id=0, pool=None, crash=CrashHook(cast(str, None))))  # type: ignore[list-item]
+    out = list(read_partitions([Src()], [], None, counts, batch_id=0, pool=None, crash=CrashHook()))  # type: ignore[list-item]
     assert [b.schema for b in out] == [SCHEMA]
 
 

@@ -43,7 +43,7 @@ def _read(src: _Src, lane: ReadLane, n: int) -> list[tuple[int, int]]:
     counts = BatchCounts(input_rows=[0])
     parts = cast(list[tuple[int, Partition]], [(0, k) for k in range(n)])  # _Src reads int partitions
     out = list(read_partitions([src], parts, None, counts,  # type: ignore[list-item]
-                               batch_id=0, pool=lane, crash=CrashHook(cast(str, None))))  # fmt: skip
+                               batch_id=0, pool=lane, crash=CrashHook()))  # fmt: skip
     assert counts.input_rows == [12 * n]
     return [(b.column(0)[0].as_py(), b.column(1)[0].as_py()) for b in out]
 
@@ -90,7 +90,7 @@ def test_the_consumer_reads_a_partition_no_reader_thread_has_claimed() -> None:
     lane = SlowLane(2)
     counts = BatchCounts(input_rows=[0])
     it = read_partitions([src], [(0, 0), (0, 1)], None, counts, batch_id=0, pool=lane,  # type: ignore[list-item]
-                         crash=CrashHook(cast(str, None)))  # fmt: skip
+                         crash=CrashHook())  # fmt: skip
     first = next(it)  # partition 0, read here
     assert first.column(0)[0].as_py() == 0
     assert src.threads == {threading.get_ident()}
