@@ -44,3 +44,20 @@ def test_the_random_kill_seed_is_printed_and_can_be_fixed(tmp_path: Path) -> Non
     drawn = run(env={"HEADRACE_KIT_SEED": ""})
     seed = drawn.split("random-kill seed ", 1)[1].split(" ", 1)[0]
     assert f"SEED {seed}" in drawn  # the one printed is the one the kills use
+
+
+def test_every_xdist_worker_uses_the_seed_the_header_prints(tmp_path: Path) -> None:
+    (tmp_path / "test_x.py").write_text(
+        "import os\nimport pytest\nfrom headrace.testing._kills import kit_seed\n"
+        "@pytest.mark.parametrize('i', range(8))\n"
+        "def test_seed(i):\n"
+        "    with open(f'seed-{os.environ[\"PYTEST_XDIST_WORKER\"]}', 'w') as f:\n"
+        "        f.write(str(kit_seed()))\n"
+    )
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "load"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "HEADRACE_KIT_SEED": ""})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    printed = proc.stdout.split("random-kill seed ", 1)[1].split(" ", 1)[0]
+    used = {f.name: f.read_text() for f in tmp_path.glob("seed-gw*")}
+    assert len(used) == 2 and set(used.values()) == {printed}, (printed, used)

@@ -9,6 +9,7 @@
 
 Options: ``--headrace-seed=N`` fixes the seed of the kit's random kills (else
 ``HEADRACE_KIT_SEED``, else a new one per session); the seed is printed in pytest's header.
+Under pytest-xdist every worker uses the seed the header printed (the controller's).
 
 Importing this module is cheap: it imports neither pyarrow nor the kit.
 """
@@ -17,7 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["MARKERS", "pytest_addoption", "pytest_configure", "pytest_report_header"]
+import pytest
+
+__all__ = ["MARKERS", "pytest_addoption", "pytest_configure", "pytest_configure_node", "pytest_report_header"]
+
+_WORKER_SEED = "headrace_kit_seed"  # the key of the controller's seed in an xdist worker's input
 
 MARKERS = {
     "slow": "longer end-to-end tests (the headrace contract kit's kill-and-restart tests have it)",
@@ -43,9 +48,12 @@ def pytest_report_header(config: Any) -> str | None:
 
 
 def pytest_configure(config: Any) -> None:
-    """Register the markers and fix the kit's seed from ``--headrace-seed`` (called once per
-    pytest session)."""
+    """Register the markers and fix the kit's seed from ``--headrace-seed``, or in an xdist
+    worker from the controller's (called once per pytest session, in each worker too)."""
     seed = config.getoption("headrace_seed", None)
+    worker_input = getattr(config, "workerinput", None)
+    if worker_input is not None and _WORKER_SEED in worker_input:
+        seed = worker_input[_WORKER_SEED]
     if seed is not None:
         from headrace.testing._kills import set_kit_seed
 
@@ -54,3 +62,12 @@ def pytest_configure(config: Any) -> None:
     for name, doc in MARKERS.items():
         if not any(line.split(":", 1)[0].split("(", 1)[0].strip() == name for line in registered.splitlines()):
             config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: hand the controller's seed (the one its header prints) to a worker
+    (called on the controller, once per worker it starts)."""
+    from headrace.testing._kills import kit_seed
+
+    node.workerinput[_WORKER_SEED] = kit_seed()
