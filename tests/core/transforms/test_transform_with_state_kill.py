@@ -121,8 +121,9 @@ def _committed(spec: dict[str, Any]) -> int:
 def _kill_at_random_moments(tmp_path: Path, backend: str, kills: int, seed: int) -> list[str]:
     """A reference run (traced: when its first batch starts, how long the batches take), then
     runs SIGKILLed from outside at a random moment of what is left of the work, until
-    ``kills`` runs died by SIGKILL (a run that finishes first ends the loop), then a run to
-    the end: the table holds the reference's rows, each once."""
+    ``kills`` runs died by SIGKILL (a run that finishes first ends the loop; with no kill landed
+    yet, the kills start again on a fresh checkpoint and table, up to three times), then a run
+    to the end: the table holds the reference's rows, each once."""
     reference = _spec(tmp_path, "reference", backend)
     ref = run_pipeline(reference, trace=True, timeout=180).check()
     assert ref.trace, "the reference run passed no crash point"
@@ -132,8 +133,7 @@ def _kill_at_random_moments(tmp_path: Path, backend: str, kills: int, seed: int)
     want = _rows(reference)
     rng = random.Random(seed)
     killed: list[str] = []
-    # a run faster than the reference (the machine's load changes) can finish before its kill:
-    # then the kills start again on a fresh checkpoint and table, so that at least one lands
+    # a run faster than the reference (the machine's load changes) can finish before its kill
     for attempt in range(3):
         spec = _spec(tmp_path, f"killed-{attempt}", backend)
         for _ in range(3 * kills):
